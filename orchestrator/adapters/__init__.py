@@ -1,0 +1,1 @@
+"""Adapters: how a serving engine or benchmark client becomes argv, readiness and metrics."""

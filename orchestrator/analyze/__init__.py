@@ -1,0 +1,1 @@
+"""Reading bundles into answers: report, diff, statistics, audit and bisect."""

@@ -1,0 +1,83 @@
+"""The resolved inventory: hosts with merged variables and how to reach them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from orchestrator.errors import SourceLocation
+
+ConnectionKind = Literal["local", "ssh"]
+
+
+@dataclass(frozen=True)
+class Host:
+    """One inventory host after variable precedence (all < parent < child < host) is applied."""
+
+    name: str  # inventory hostname, as patterns and cells name it
+    vars: Mapping[str, Any]  # merged variables, connection variables included as written
+    groups: tuple[str, ...]  # every group it belongs to, ancestors included, "all" excluded
+    connection: ConnectionKind = "ssh"
+    address: str | None = None  # ansible_host / host; None means use `name`
+    port: int | None = None  # ansible_port / port; None means ssh config or 22
+    user: str | None = None  # ansible_user / user
+    key_file: str | None = None  # ansible_ssh_private_key_file / key
+    python: str = "python3"  # ansible_python_interpreter / python: runs the runner and probe
+    host_key_checking: bool = True  # only an explicit inventory opt-out turns it off
+    known_hosts: str | None = None  # orch_known_hosts: an extra known_hosts file to trust
+    workdir: str = ".orch"  # orch_workdir: runner, caches and cell dirs, relative to $HOME
+    location: SourceLocation | None = None  # where the host was declared
+
+    @property
+    def target(self) -> str:
+        """The network name or address to connect to."""
+        return self.address or self.name
+
+
+@dataclass(frozen=True)
+class Group:
+    """An inventory group: its direct hosts, child groups and its own vars."""
+
+    name: str
+    hosts: tuple[str, ...] = ()
+    children: tuple[str, ...] = ()
+    vars: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Hosts by name (in declaration order) and groups by name; `all` always exists."""
+
+    hosts: Mapping[str, Host]
+    groups: Mapping[str, Group]
+    source: str | None = None  # the file it came from; None for the built-in localhost default
+
+    def group_members(self, group: str) -> tuple[str, ...]:
+        """Every host of a group and of its descendant groups, in inventory order."""
+        if group == "all":
+            return tuple(self.hosts)
+        seen: set[str] = set()
+        stack = [group]
+        members: set[str] = set()
+        while stack:
+            g = stack.pop()
+            if g in seen or g not in self.groups:
+                continue
+            seen.add(g)
+            members.update(self.groups[g].hosts)
+            stack.extend(self.groups[g].children)
+        return tuple(h for h in self.hosts if h in members)
+
+
+def localhost_inventory() -> Inventory:
+    """The default when no inventory is given: `localhost`, connected locally."""
+    host = Host(name="localhost", vars={}, groups=("ungrouped",), connection="local")
+    return Inventory(
+        hosts={"localhost": host},
+        groups={
+            "all": Group("all", children=("ungrouped",)),
+            "ungrouped": Group("ungrouped", hosts=("localhost",)),
+        },
+        source=None,
+    )

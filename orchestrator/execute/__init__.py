@@ -1,0 +1,1 @@
+"""Connections, the controller, and the runner and probe shipped to hosts."""

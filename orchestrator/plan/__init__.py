@@ -1,0 +1,1 @@
+"""Matrix expansion and sandboxed rendering into fully rendered Cells."""

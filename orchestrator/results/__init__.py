@@ -1,0 +1,1 @@
+"""Result bundles: writing, reading, manifests, snapshots and redaction."""

@@ -1,0 +1,1 @@
+"""A simulated SGLang-shaped GPU serving host: server, bench client and demo repo."""
