@@ -1,0 +1,104 @@
+"""A cell's verdict: runner status + adapter checks + expectations, and its metrics.json."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.adapters import bench_adapter, server_adapter
+from orchestrator.analyze.expect import check_all
+from orchestrator.analyze.metrics import summarize
+from orchestrator.errors import OrchError
+from orchestrator.plan.cell import Cell
+
+METRICS_SCHEMA_VERSION = 1
+_REPEAT_DIR = re.compile(r"^\d+$")
+
+
+@dataclass
+class Verdict:
+    """What the controller concludes about one finished cell."""
+
+    status: str  # passed | failed | interrupted
+    reason: str | None
+    metrics: dict[str, Any] = field(default_factory=dict)  # the metrics.json document
+
+
+def repeat_dirs(cell_dir: Path) -> list[Path]:
+    """The measured repeats (not warmups) of a cell, in order."""
+    bench = cell_dir / "bench"
+    if not bench.is_dir():
+        return []
+    dirs = [p for p in bench.iterdir() if p.is_dir() and _REPEAT_DIR.match(p.name)]
+    return sorted(dirs, key=lambda p: int(p.name))
+
+
+def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
+    """Parse a finished cell directory into metrics and decide pass/fail.
+
+    The runner's own status comes first; a parser failure, a failed adapter check (e.g. a declared
+    NCCL variable NCCL never reported) in strict mode, or a missed expectation fails the cell.
+    """
+    cell_json = _read_json(cell_dir / "cell.json") or {}
+    status = str(cell_json.get("status") or "failed")
+    reason = cell_json.get("reason")
+    problems: list[str] = []
+
+    repeats: list[dict[str, Any]] = []
+    for rdir in repeat_dirs(cell_dir):
+        try:
+            values = bench_adapter(cell.bench.adapter).parse_repeat(rdir, cell)
+        except (OrchError, OSError, ValueError) as exc:
+            problems.append(f"bench repeat {rdir.name}: cannot parse results: {exc}")
+            continue
+        repeats.append({"n": int(rdir.name), **values})
+
+    checks: list[dict[str, Any]] = []
+    server_facts: dict[str, Any] = {}
+    server_metrics: dict[str, Any] = {}
+    if cell.server is not None and (cell_dir / "server.log").exists():
+        try:
+            analysis = server_adapter(cell.server.adapter).analyze(cell_dir, cell)
+        except (OrchError, OSError, ValueError) as exc:
+            analysis = {"checks": [{"name": "server-log", "ok": False, "detail": str(exc)}]}
+        checks = list(analysis.get("checks", []))
+        server_facts = dict(analysis.get("facts", {}))
+        server_metrics = dict(analysis.get("metrics", {}))
+
+    summary = summarize([{k: v for k, v in r.items() if k != "n"} for r in repeats])
+    medians = {m: float(s["median"]) for m, s in summary.items()}
+    expectations = [e.to_json() for e in check_all(cell.expect, medians)] if repeats else []
+
+    if status == "passed":
+        strict = cell.server is None or cell.server.verify_env == "strict"
+        failed_checks = [c for c in checks if not c.get("ok", True)]
+        if strict and failed_checks:
+            problems.extend(f"{c.get('name')}: {c.get('detail')}" for c in failed_checks)
+        missed = [e for e in expectations if not e["ok"]]
+        problems.extend(f"expectation {e['metric']} {e['bound']}: {e['detail']}" for e in missed)
+        if not repeats and cell.bench.repeats > 0:
+            problems.append("no benchmark repeat produced results")
+        if problems:
+            status, reason = "failed", "; ".join(problems)
+
+    metrics = {
+        "schema_version": METRICS_SCHEMA_VERSION,
+        "repeats": repeats,
+        "summary": summary,
+        "server": server_metrics,
+        "server_facts": server_facts,
+        "checks": checks,
+        "expectations": expectations,
+        "problems": problems,
+    }
+    return Verdict(status=status, reason=reason, metrics=metrics)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,428 @@
+"""`orch apply`: every cell on its host, hosts in parallel, cells of one host in sequence.
+
+The controller never drives a host command by command: it ships the runner once per host and
+starts it once per cell (DESIGN.md principle 4). A cell's or a host's failure is recorded and the
+others go on; Ctrl-C closes every runner's stdin, which makes each stop its server and archive.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator import __version__
+from orchestrator.analyze.verdict import score_cell
+from orchestrator.config.host import Host, Inventory
+from orchestrator.errors import ConnectionFailure, OrchError
+from orchestrator.execute.connection import Connection, connect
+from orchestrator.execute.progress import Progress
+from orchestrator.execute.ship import ensure_runner
+from orchestrator.plan.cell import Cell
+from orchestrator.results.bundle import BundleWriter, extract_archive
+from orchestrator.results.redact import REDACTED, is_secret_name, redact_mapping
+
+RUN_SCHEMA_VERSION = 1
+PROTOCOL_VERSION = 1
+
+
+@dataclass
+class CellOutcome:
+    """The controller's record of one cell in run.json."""
+
+    cell_id: str
+    host: str
+    status: str  # passed | failed | interrupted | not-run
+    reason: str | None = None
+    failed_step: str | None = None
+    seconds: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The run.json entry."""
+        return {
+            "host": self.host,
+            "status": self.status,
+            "reason": self.reason,
+            "failed_step": self.failed_step,
+            "seconds": self.seconds,
+        }
+
+
+@dataclass
+class ApplyOptions:
+    """How to run: where results go, resume, parallelism and provenance."""
+
+    results_dir: Path = Path("results")
+    run_id: str | None = None  # set when resuming
+    resume: bool = False
+    max_parallel: int = 16
+    argv: Sequence[str] = ()
+    extra_run_fields: dict[str, Any] = field(default_factory=dict)  # e.g. replay_of
+    connect_attempts: int = 4
+
+
+@dataclass
+class RunOutcome:
+    """The whole run: its directory and every cell's outcome."""
+
+    run_id: str
+    path: Path
+    status: str
+    cells: dict[str, CellOutcome]
+
+    @property
+    def ok(self) -> bool:
+        """True when every cell passed."""
+        return all(c.status == "passed" for c in self.cells.values())
+
+
+def secret_values(cells: Sequence[Cell], extra: dict[str, Any]) -> list[str]:
+    """Every secret value we know of: env values of secret names and secret-named vars."""
+    values: set[str] = set()
+    for cell in cells:
+        for name, value in cell.env.items():
+            if name in cell.secrets or is_secret_name(name):
+                values.add(value)
+    for name, value in extra.items():
+        if is_secret_name(name) and isinstance(value, str | int):
+            values.add(str(value))
+    # Short values would shred unrelated text; they are still never written in JSON fields.
+    return sorted(v for v in values if len(v) >= 4)
+
+
+def _scrub(data: Any, secrets: Sequence[str]) -> Any:
+    """Replace secret values anywhere inside JSON-ready data."""
+    if isinstance(data, str):
+        for s in secrets:
+            data = data.replace(s, REDACTED)
+        return data
+    if isinstance(data, list):
+        return [_scrub(v, secrets) for v in data]
+    if isinstance(data, dict):
+        return {k: _scrub(v, secrets) for k, v in data.items()}
+    return data
+
+
+class Run:
+    """One `orch apply` in progress."""
+
+    def __init__(
+        self,
+        *,
+        playbook_name: str,
+        playbook_files: Sequence[Path],
+        playbook_dir: Path,
+        inventory: Inventory,
+        cells: Sequence[Cell],
+        options: ApplyOptions,
+        secret_vars: dict[str, Any] | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self.playbook_name = playbook_name
+        self.inventory = inventory
+        self.cells = list(cells)
+        self.options = options
+        self.stop = threading.Event()
+        self.secrets = secret_values(self.cells, secret_vars or {})
+        self.writer = BundleWriter(options.results_dir, options.run_id or "", new=not options.resume)
+        self.run_id = self.writer.run_id
+        self.outcomes: dict[str, CellOutcome] = {}
+        self._lock = threading.Lock()
+        self._started = time.time()
+        self._playbook_files = list(playbook_files)
+        self._playbook_dir = playbook_dir
+        by_host: dict[str, int] = {}
+        for c in self.cells:
+            by_host[c.host] = by_host.get(c.host, 0) + 1
+        self.progress = progress or Progress(by_host)
+        self._previous: dict[str, Any] = {}
+
+    # --- bundle bookkeeping -------------------------------------------------------------
+
+    def _write_start(self) -> None:
+        if self.options.resume:
+            self._previous = self.writer.read_json("run.json") or {}
+        else:
+            self.writer.copy_playbook_files(self._playbook_files, self._playbook_dir)
+        plan = [_scrub(self._redacted_cell(c), self.secrets) for c in self.cells]
+        self.writer.write_json("plan.json", {"cells": plan})
+        hosts = {
+            name: _scrub(redact_mapping(_host_json(h), ()), self.secrets)
+            for name, h in self.inventory.hosts.items()
+            if any(c.host == name for c in self.cells)
+        }
+        self.writer.write_json("inventory.json", {"source": self.inventory.source, "hosts": hosts})
+        self._write_run_json("running")
+
+    def _redacted_cell(self, cell: Cell) -> dict[str, Any]:
+        data = cell.model_dump(mode="json")
+        data["env"] = {
+            k: (REDACTED if (k in cell.secrets or is_secret_name(k)) else v)
+            for k, v in cell.env.items()
+        }
+        return data
+
+    def _write_run_json(self, status: str) -> None:
+        with self._lock:
+            cells = dict(self._previous.get("cells", {}))
+            cells.update({cid: o.to_json() for cid, o in self.outcomes.items()})
+            for c in self.cells:
+                cells.setdefault(c.id, {"host": c.host, "status": "pending"})
+            doc = {
+                "orch_version": __version__,
+                "protocol_version": PROTOCOL_VERSION,
+                "run_id": self.run_id,
+                "argv": _scrub(list(self.options.argv), self.secrets),
+                "playbook": self.playbook_name,
+                "started": self._previous.get("started", _iso(self._started)),
+                "resumed": [*self._previous.get("resumed", []), _iso(self._started)]
+                if self.options.resume
+                else [],
+                "finished": _iso(time.time()) if status != "running" else None,
+                "status": status,
+                "hosts": sorted({c.host for c in self.cells}),
+                "host_key_checking": {
+                    h: self.inventory.hosts[h].host_key_checking for h in {c.host for c in self.cells}
+                },
+                "cells": cells,
+                **self.options.extra_run_fields,
+            }
+            self.writer.write_json("run.json", doc)
+
+    def _record(self, outcome: CellOutcome) -> None:
+        with self._lock:
+            self.outcomes[outcome.cell_id] = outcome
+        self.progress.cell_done(outcome.host, outcome.cell_id, outcome.status, outcome.reason)
+        self._write_run_json("running")
+
+    # --- running ------------------------------------------------------------------------
+
+    def execute(self) -> RunOutcome:
+        """Run every cell not finished yet; always leaves a consistent bundle behind."""
+        self._write_start()
+        done = self.writer.complete_cells() if self.options.resume else set()
+        todo: dict[str, list[Cell]] = {}
+        for cell in self.cells:
+            if cell.id in done:
+                continue
+            todo.setdefault(cell.host, []).append(cell)
+        status = "failed"
+        try:
+            with self.progress, ThreadPoolExecutor(max_workers=self.options.max_parallel) as pool:
+                futures = [
+                    pool.submit(self._run_host, self.inventory.hosts[h], cells, done)
+                    for h, cells in todo.items()
+                ]
+                try:
+                    while not all(f.done() for f in futures):
+                        time.sleep(0.1)
+                except KeyboardInterrupt:
+                    self.stop.set()
+                    for f in futures:
+                        f.result()
+                    raise
+                for f in futures:
+                    f.result()
+            status = "passed" if self._all_passed(done) else "failed"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            if self.stop.is_set():
+                status = "interrupted"
+            self._write_run_json(status)
+            self.writer.finalize()
+        return RunOutcome(self.run_id, self.writer.path, status, dict(self.outcomes))
+
+    def _all_passed(self, done: set[str]) -> bool:
+        prev = self._previous.get("cells", {})
+        for cell in self.cells:
+            if cell.id in self.outcomes:
+                if self.outcomes[cell.id].status != "passed":
+                    return False
+            elif cell.id in done:
+                if prev.get(cell.id, {}).get("status") != "passed":
+                    return False
+            else:
+                return False
+        return True
+
+    def _run_host(self, host: Host, cells: list[Cell], done: set[str]) -> None:
+        self.progress.host_step(host.name, "connecting")
+        try:
+            conn = connect(host, attempts=self.options.connect_attempts)
+        except ConnectionFailure as exc:
+            for cell in cells:
+                self._record(CellOutcome(cell.id, host.name, "failed", str(exc), "connect"))
+            return
+        try:
+            self.progress.host_step(host.name, "shipping runner")
+            runner = ensure_runner(conn)
+            self._facts(conn, runner)
+            if self.options.resume:
+                self._collect(conn, runner, cells, done)
+            for cell in cells:
+                if cell.id in done:
+                    continue
+                if self.stop.is_set():
+                    self._record(CellOutcome(cell.id, host.name, "not-run", "interrupted"))
+                    continue
+                self._record(self._run_cell(conn, runner, cell))
+        except OrchError as exc:
+            for cell in cells:
+                if cell.id not in self.outcomes and cell.id not in done:
+                    self._record(CellOutcome(cell.id, host.name, "failed", str(exc), "host"))
+        finally:
+            conn.close()
+
+    def _facts(self, conn: Connection, runner: str) -> None:
+        host = conn.host
+        rel = f"hosts/{host.name}/facts.json"
+        if self.options.resume and self.writer.exists(rel):
+            return
+        self.progress.host_step(host.name, "facts")
+        res = conn.run([host.python, runner, "probe"], timeout=180)
+        try:
+            facts = json.loads(res.stdout)
+        except ValueError:
+            facts = {"absent": f"probe failed (rc {res.rc}): {res.stderr.strip()[-500:]}"}
+        facts["host_key_verified"] = conn.host_key_verified
+        self.writer.write_json(rel, _scrub(facts, self.secrets))
+
+    def _collect(self, conn: Connection, runner: str, cells: list[Cell], done: set[str]) -> None:
+        """Fetch cells a runner finished after the previous controller died."""
+        self.progress.host_step(conn.host.name, "collecting finished cells")
+        res = conn.run([conn.host.python, runner, "collect", self.run_id], timeout=120)
+        wanted = {c.id: c for c in cells}
+        for line in res.stdout.splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            cid = item.get("cell_id")
+            if cid not in wanted or cid in done or item.get("status") == "interrupted":
+                continue
+            outcome = self._import_archive(conn, wanted[cid], str(item["archive"]), 0.0)
+            self._record(outcome)
+            done.add(cid)
+
+    def _run_cell(self, conn: Connection, runner: str, cell: Cell) -> CellOutcome:
+        host = conn.host
+        payload = {
+            "schema_version": PROTOCOL_VERSION,
+            "run_id": self.run_id,
+            "workdir": host.workdir,
+            "cell": cell.model_dump(mode="json"),
+        }
+        final: dict[str, Any] = {}
+        noise: list[str] = []
+
+        def on_line(line: str) -> None:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                noise.append(line)
+                return
+            if not isinstance(event, dict):
+                return
+            if event.get("event") == "done":
+                final.update(event)
+            self.progress.cell_event(host.name, cell.id, event)
+
+        started = time.monotonic()
+        try:
+            res = conn.run(
+                [host.python, runner, "run"],
+                stdin=(json.dumps(payload) + "\n").encode(),
+                keep_stdin_open=True,
+                timeout=cell.cell_timeout + 600,
+                on_stdout_line=on_line,
+                stop=self.stop,
+            )
+        except OrchError as exc:
+            return CellOutcome(cell.id, host.name, "failed", f"lost the runner: {exc}", "runner")
+        seconds = time.monotonic() - started
+        if not final.get("archive"):
+            tail = (res.stderr.strip() or "\n".join(noise))[-1500:]
+            return CellOutcome(
+                cell.id,
+                host.name,
+                "failed",
+                f"runner ended without a result (rc {res.rc}): {tail}",
+                "runner",
+                seconds,
+            )
+        return self._import_archive(conn, cell, str(final["archive"]), seconds)
+
+    def _import_archive(
+        self, conn: Connection, cell: Cell, archive: str, seconds: float
+    ) -> CellOutcome:
+        with tempfile.TemporaryDirectory(prefix="orch-cell-") as tmp:
+            local = Path(tmp) / "cell.tar.gz"
+            conn.get(archive, local)
+            staged = Path(tmp) / "cell"
+            extract_archive(local, staged)
+            verdict = score_cell(staged, cell)
+            cell_json = json.loads((staged / "cell.json").read_text())
+            (staged / "metrics.json").write_text(json.dumps(verdict.metrics, indent=2) + "\n")
+            self.writer.add_cell_dir(cell.id, staged, self.secrets)
+            shutil.rmtree(staged, ignore_errors=True)
+        return CellOutcome(
+            cell.id,
+            conn.host.name,
+            verdict.status,
+            verdict.reason,
+            cell_json.get("failed_step"),
+            round(seconds, 3),
+        )
+
+
+def apply(
+    *,
+    playbook_name: str,
+    playbook_files: Sequence[Path],
+    playbook_dir: Path,
+    inventory: Inventory,
+    cells: Sequence[Cell],
+    options: ApplyOptions,
+    secret_vars: dict[str, Any] | None = None,
+    on_start: Callable[[str, Path], None] | None = None,
+) -> RunOutcome:
+    """Run `cells` and write a result bundle; see `Run`."""
+    run = Run(
+        playbook_name=playbook_name,
+        playbook_files=playbook_files,
+        playbook_dir=playbook_dir,
+        inventory=inventory,
+        cells=cells,
+        options=options,
+        secret_vars=secret_vars,
+    )
+    if on_start is not None:
+        on_start(run.run_id, run.writer.path)
+    return run.execute()
+
+
+def _host_json(host: Host) -> dict[str, Any]:
+    return {
+        "name": host.name,
+        "connection": host.connection,
+        "address": host.target,
+        "port": host.port,
+        "user": host.user,
+        "python": host.python,
+        "groups": list(host.groups),
+        "host_key_checking": host.host_key_checking,
+        "vars": dict(host.vars),
+    }
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
