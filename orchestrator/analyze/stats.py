@@ -1,0 +1,215 @@
+"""Small, dependency-free statistics for benchmark repeats.
+
+Central values and spreads (median, MAD, IQR, mean, stdev), the Mann-Whitney U test (exact
+distribution for small samples without ties, normal approximation with tie correction
+otherwise, matching scipy.stats.mannwhitneyu's defaults), and `compare`, which calls a change
+real only when a ratio threshold and a statistical test agree, as asv's `compare` does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+# Both samples at least this large: use Mann-Whitney; otherwise require non-overlapping ranges.
+MIN_SAMPLES_FOR_TEST = 5
+# scipy's rule: exact distribution unless both samples are larger than this (or there are ties).
+_EXACT_MAX_SMALL_SIDE = 8
+
+
+def _require(values: Sequence[float], what: str) -> list[float]:
+    data = [float(v) for v in values]
+    if not data:
+        raise ValueError(f"{what} of an empty sample")
+    return data
+
+
+def median(values: Sequence[float]) -> float:
+    """The median; the mean of the two middle values for an even count."""
+    data = sorted(_require(values, "median"))
+    mid = len(data) // 2
+    if len(data) % 2:
+        return data[mid]
+    return (data[mid - 1] + data[mid]) / 2.0
+
+
+def mean(values: Sequence[float]) -> float:
+    """The arithmetic mean."""
+    data = _require(values, "mean")
+    return math.fsum(data) / len(data)
+
+
+def stdev(values: Sequence[float]) -> float:
+    """The sample standard deviation (n - 1); 0.0 for a single value."""
+    data = _require(values, "stdev")
+    if len(data) < 2:
+        return 0.0
+    m = math.fsum(data) / len(data)
+    return math.sqrt(math.fsum((x - m) ** 2 for x in data) / (len(data) - 1))
+
+
+def mad(values: Sequence[float]) -> float:
+    """The median absolute deviation from the median (unscaled)."""
+    data = _require(values, "mad")
+    m = median(data)
+    return median([abs(x - m) for x in data])
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile with linear interpolation between order statistics (numpy's default)."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile {q} is outside [0, 1]")
+    data = sorted(_require(values, "quantile"))
+    pos = q * (len(data) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def iqr(values: Sequence[float]) -> float:
+    """The interquartile range, Q3 - Q1."""
+    return quantile(values, 0.75) - quantile(values, 0.25)
+
+
+def _ranks(values: Sequence[float]) -> tuple[list[float], list[int]]:
+    """Average ranks (1-based) of `values` and the sizes of the groups of tied values."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    ties: list[int] = []
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        avg = (i + j) / 2.0 + 1.0
+        for k in range(i, j + 1):
+            ranks[order[k]] = avg
+        ties.append(j - i + 1)
+        i = j + 1
+    return ranks, ties
+
+
+def u_distribution(n1: int, n2: int) -> list[int]:
+    """Counts of the arrangements giving U = 0..n1*n2 (no ties): Gaussian binomial coefficients.
+
+    The generating function of U is [n1 + n2 choose n1]_q = prod_{i=1..k} (1 - q^(m+i)) / (1 - q^i)
+    with k = min(n1, n2), m = max(n1, n2); exact integers, O(k * n1 * n2) work.
+    """
+    k, m = min(n1, n2), max(n1, n2)
+    size = n1 * n2 + 1
+    poly = [0] * size
+    poly[0] = 1
+    for i in range(1, k + 1):
+        shift = m + i
+        for d in range(size - 1, shift - 1, -1):  # multiply by (1 - q^shift)
+            poly[d] -= poly[d - shift]
+        for d in range(i, size):  # divide by (1 - q^i): a running sum
+            poly[d] += poly[d - i]
+    return poly
+
+
+def u_cdf(n1: int, n2: int, u: int) -> float:
+    """P(U <= u) under the null hypothesis, exact, for samples without ties."""
+    counts = u_distribution(n1, n2)
+    if u < 0:
+        return 0.0
+    return sum(counts[: u + 1]) / sum(counts)
+
+
+def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """Two-sided Mann-Whitney U test: `(U of a, p)`, as scipy.stats.mannwhitneyu's defaults.
+
+    Exact null distribution when there are no ties and one sample has at most 8 values;
+    otherwise the normal approximation with tie correction and continuity correction.
+    """
+    xs = _require(a, "Mann-Whitney U")
+    ys = _require(b, "Mann-Whitney U")
+    n1, n2 = len(xs), len(ys)
+    ranks, ties = _ranks(xs + ys)
+    r1 = math.fsum(ranks[:n1])
+    u1 = r1 - n1 * (n1 + 1) / 2.0
+    u2 = n1 * n2 - u1
+    u = max(u1, u2)
+    has_ties = any(t > 1 for t in ties)
+    if not has_ties and (n1 <= _EXACT_MAX_SMALL_SIDE or n2 <= _EXACT_MAX_SMALL_SIDE):
+        counts = u_distribution(n1, n2)
+        tail = sum(counts[round(u) :])  # P(U >= u) by symmetry with the lower tail
+        p = 2.0 * tail / sum(counts)
+    else:
+        n = n1 + n2
+        tie_term = sum(t**3 - t for t in ties)
+        var = n1 * n2 / 12.0 * ((n + 1) - tie_term / (n * (n - 1)))
+        if var <= 0.0:  # every value tied: no evidence of any difference
+            return u1, 1.0
+        z = (u - n1 * n2 / 2.0 - 0.5) / math.sqrt(var)
+        p = math.erfc(z / math.sqrt(2.0))  # 2 * normal survival function
+    return u1, min(1.0, max(0.0, p))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How sample b relates to sample a.
+
+    `ratio` is median(b) / median(a) (None when median(a) is 0); `delta` is median(b) - median(a).
+    `significant` is true only when |ratio - 1| reaches the threshold and the statistical check
+    (`method`) agrees; `p_value` is set for the Mann-Whitney method.
+    """
+
+    ratio: float | None
+    delta: float
+    significant: bool
+    method: Literal["mann-whitney", "ranges"]
+    p_value: float | None
+    median_a: float
+    median_b: float
+    n_a: int
+    n_b: int
+
+    @property
+    def delta_pct(self) -> float | None:
+        """The relative change in percent, or None when median(a) is 0."""
+        return None if self.ratio is None else (self.ratio - 1.0) * 100.0
+
+
+def compare(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    ratio_threshold: float = 0.05,
+    alpha: float = 0.05,
+) -> Comparison:
+    """Compare two samples as asv does: a ratio threshold AND a statistical check must agree.
+
+    With at least 5 values on both sides the check is Mann-Whitney U (p < alpha); with fewer,
+    the ranges [min, max] of the two samples must not overlap.
+    """
+    xs = _require(a, "compare")
+    ys = _require(b, "compare")
+    ma, mb = median(xs), median(ys)
+    if ma != 0.0:
+        ratio: float | None = mb / ma
+        big_enough = abs(mb / ma - 1.0) >= ratio_threshold
+    else:
+        ratio = None
+        big_enough = mb != 0.0  # from zero, any change is an infinite ratio
+    p: float | None = None
+    if len(xs) >= MIN_SAMPLES_FOR_TEST and len(ys) >= MIN_SAMPLES_FOR_TEST:
+        method: Literal["mann-whitney", "ranges"] = "mann-whitney"
+        _, p = mann_whitney_u(xs, ys)
+        test_agrees = p < alpha
+    else:
+        method = "ranges"
+        test_agrees = max(xs) < min(ys) or max(ys) < min(xs)
+    return Comparison(
+        ratio=ratio,
+        delta=mb - ma,
+        significant=big_enough and test_agrees,
+        method=method,
+        p_value=p,
+        median_a=ma,
+        median_b=mb,
+        n_a=len(xs),
+        n_b=len(ys),
+    )

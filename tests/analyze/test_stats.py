@@ -1,0 +1,108 @@
+"""Statistics against published reference values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from orchestrator.analyze import stats
+
+
+def test_central_values_and_spreads() -> None:
+    data = [1.0, 2.0, 3.0, 4.0, 100.0]
+    assert stats.median(data) == 3.0
+    assert stats.median([1.0, 2.0, 3.0, 4.0]) == 2.5
+    assert stats.mean(data) == 22.0
+    assert stats.mad(data) == 1.0
+    # numpy.percentile's default (linear) gives Q1=2, Q3=4 for this sample.
+    assert stats.iqr(data) == 2.0
+    assert stats.stdev([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]) == pytest.approx(2.138089935)
+    assert stats.stdev([5.0]) == 0.0
+    with pytest.raises(ValueError):
+        stats.median([])
+
+
+def test_exact_distribution_matches_mann_whitney_1947_table() -> None:
+    # Tabulated P(U <= u) for n = 3, m = 3 and n = 4, m = 4, from Mann & Whitney (1947), p. 52,
+    # as quoted in scipy's tests (scipy/stats/tests/test_mannwhitneyu.py, `pn3`, `pn4`).
+    pn3 = [0.05, 0.1, 0.2, 0.35, 0.5, 0.65]
+    pn4 = [0.014, 0.029, 0.057, 0.1, 0.171, 0.243, 0.343, 0.443, 0.557]
+    for u, expected in enumerate(pn3):
+        assert stats.u_cdf(3, 3, u) == pytest.approx(expected, abs=5e-4)
+    for u, expected in enumerate(pn4):
+        assert stats.u_cdf(4, 4, u) == pytest.approx(expected, abs=5e-4)
+    counts = stats.u_distribution(8, 1000)  # large one side: still exact and fast
+    assert sum(counts) == math.comb(1008, 8)
+
+
+def test_mann_whitney_exact_scipy_docs_example() -> None:
+    # scipy.stats.mannwhitneyu docs (example from Shier 2004, "Statistics: 2.3 The Mann-Whitney
+    # U Test"): U1 = 17, exact two-sided p = 0.1111111111111111.
+    males = [19.0, 22.0, 16.0, 29.0, 24.0]
+    females = [20.0, 11.0, 17.0, 12.0]
+    u, p = stats.mann_whitney_u(males, females)
+    assert u == 17.0
+    assert p == pytest.approx(0.1111111111111111, rel=1e-12)
+    u, p = stats.mann_whitney_u(females, males)
+    assert u == 3.0
+    assert p == pytest.approx(0.1111111111111111, rel=1e-12)
+
+
+def test_mann_whitney_hand_case() -> None:
+    # All of a below all of b: U = 0, p = 2 / C(6, 3) = 0.1.
+    assert stats.mann_whitney_u([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == (0.0, pytest.approx(0.1))
+
+
+def test_mann_whitney_ties_use_normal_approximation_with_tie_correction() -> None:
+    # scipy's test_tie_correct, checked there against R's wilcox.test(x, y, exact=FALSE):
+    # x = 1..4, y = 1..5 -> U = 8, p = 0.7086240584439.
+    u, p = stats.mann_whitney_u([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0, 5.0])
+    assert u == 8.0
+    assert p == pytest.approx(0.7086240584439, rel=1e-9)
+    # Same test, y shifted so that ties remain in part: U = 7, p = 0.5368784563079.
+    y = [1.0, 2.01, 3.0, 4.01, 5.0]
+    u, p = stats.mann_whitney_u([1.0, 2.0, 3.0, 4.0], y)
+    assert u == 7.0
+    assert p == pytest.approx(0.5368784563079, rel=1e-9)
+    # Everything tied: no evidence at all.
+    assert stats.mann_whitney_u([1.0] * 5, [1.0] * 6)[1] == 1.0
+
+
+def test_mann_whitney_large_samples_normal_approximation() -> None:
+    # Both samples > 8 and no ties: asymptotic with continuity correction; all of a below b,
+    # so U = 0 and p is tiny but positive.
+    a = [float(i) for i in range(10)]
+    b = [float(i) + 100.0 for i in range(10)]
+    u, p = stats.mann_whitney_u(a, b)
+    assert u == 0.0
+    assert 0.0 < p < 0.001
+
+
+def test_compare_mann_whitney_method() -> None:
+    a = [94.0, 93.5, 94.2, 93.8, 94.1]
+    b = [82.0, 81.5, 82.3, 81.9, 82.1]
+    c = stats.compare(a, b)
+    assert c.method == "mann-whitney"
+    assert c.p_value is not None and c.p_value < 0.05
+    assert c.significant
+    assert c.ratio == pytest.approx(82.0 / 94.0)
+    assert c.delta_pct == pytest.approx((82.0 / 94.0 - 1) * 100)
+    # Same shift, below the 5% ratio threshold: not significant even though p is small.
+    d = stats.compare(a, [x - 1.0 for x in a])
+    assert d.p_value is not None and d.p_value < 0.05
+    assert not d.significant
+    # Large ratio but overlapping samples: not significant.
+    e = stats.compare([1.0, 10.0, 1.0, 10.0, 1.0], [10.0, 1.0, 10.0, 1.0, 10.0])
+    assert e.method == "mann-whitney" and not e.significant
+
+
+def test_compare_ranges_method() -> None:
+    c = stats.compare([94.0, 93.0, 95.0], [82.0, 83.0, 81.0])
+    assert c.method == "ranges" and c.p_value is None and c.significant
+    overlap = stats.compare([94.0, 80.0, 95.0], [82.0, 83.0, 81.0])
+    assert overlap.method == "ranges" and not overlap.significant
+    small = stats.compare([100.0, 101.0], [102.0, 103.0])  # disjoint but +2%: below threshold
+    assert not small.significant
+    zero = stats.compare([0.0, 0.0], [1.0, 1.0])
+    assert zero.ratio is None and zero.delta_pct is None and zero.significant
