@@ -131,7 +131,9 @@ class Run:
         self.options = options
         self.stop = threading.Event()
         self.secrets = secret_values(self.cells, secret_vars or {})
-        self.writer = BundleWriter(options.results_dir, options.run_id or "", new=not options.resume)
+        self.writer = BundleWriter(
+            options.results_dir, options.run_id or "", new=not options.resume
+        )
         self.run_id = self.writer.run_id
         self.outcomes: dict[str, CellOutcome] = {}
         self._lock = threading.Lock()
@@ -189,7 +191,8 @@ class Run:
                 "status": status,
                 "hosts": sorted({c.host for c in self.cells}),
                 "host_key_checking": {
-                    h: self.inventory.hosts[h].host_key_checking for h in {c.host for c in self.cells}
+                    h: self.inventory.hosts[h].host_key_checking
+                    for h in {c.host for c in self.cells}
                 },
                 "cells": cells,
                 **self.options.extra_run_fields,
