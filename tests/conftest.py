@@ -1,0 +1,31 @@
+"""Shared session fixtures: the real sshd test hosts (tests/sshhosts.py)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sshhosts import SSHTestHosts, sshd_available
+
+
+@pytest.fixture(scope="session")
+def ssh_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHTestHosts]:
+    """Three running sshd hosts (network namespaces as root, loopback ports otherwise).
+
+    Skipped only where sshd is not installed; under CI (CI=true) a missing sshd is a failure,
+    because CI installs openssh-server and these tests must run there.
+    """
+    if not sshd_available():
+        if os.environ.get("CI"):
+            pytest.fail("sshd is not installed but CI must run the ssh tests")
+        pytest.skip("sshd is not installed (apt-get install openssh-server)")
+    with SSHTestHosts(3, tmp_path_factory.mktemp("sshhosts")) as hosts:
+        yield hosts
+
+
+@pytest.fixture(scope="session")
+def ssh_inventory(ssh_hosts: SSHTestHosts, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An Ansible YAML inventory file for the three test hosts."""
+    return ssh_hosts.write_inventory(tmp_path_factory.mktemp("inventory") / "hosts.yml")
