@@ -1,0 +1,226 @@
+"""Redaction: secret values never reach a bundle, in JSON and captured logs alike.
+
+Two complementary rules. By name: a value stored under a secret-looking name (see
+`is_secret_name`) or a name the playbook lists in `secrets:` is replaced. By value: every known
+secret value (the env values of those names) is replaced wherever it appears as text, in every
+file of a tree, so a token echoed into `server.log` is caught too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.execute.remote.probe import is_secret_name as _probe_is_secret_name
+
+REDACTED = "***REDACTED***"  # the probe, shipped alone, carries the same marker
+
+MIN_SECRET_LENGTH = 4  # shorter values would shred unrelated text ("1", "on")
+_CHUNK = 4 * 1024 * 1024
+
+
+def is_secret_name(name: str) -> bool:
+    """True for names that hold secrets: HF_TOKEN, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, apiKey.
+
+    The name is split into word parts (on `_`, `-`, `.` and camelCase). A part that is or ends
+    with TOKEN (HFTOKEN), is KEY/KEYS or ends with APIKEY, or contains SECRET, PASSWORD, PASSWD or
+    CREDENTIAL makes the name secret. Word parts keep TOKENIZERS_PARALLELISM, MAX_TOKENS,
+    KEYBOARD_LAYOUT and MONKEY_PATCH non-secret. (One implementation, in the shipped probe.)
+    """
+    return _probe_is_secret_name(name)
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_").upper()
+
+
+class _Names:
+    """Secret-name matching: the patterns plus explicit names (`--hf-token` matches HF_TOKEN)."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.explicit = {_norm(n) for n in names if n}
+
+    def __call__(self, name: str) -> bool:
+        return _norm(name) in self.explicit or is_secret_name(name)
+
+
+_ASSIGN = re.compile(r"(?<![\w.-])([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|[^\s\"',;&|]+)")
+_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w.-]*)(=|\s+)(\"[^\"]*\"|'[^']*'|[^\s\"'-][^\s\"']*)")
+
+
+def _redact_string(text: str, is_secret: _Names) -> str:
+    """`HF_TOKEN=x` and `--api-key x` / `--api-key=x` inside one string."""
+
+    def assign(m: re.Match[str]) -> str:
+        return f"{m.group(1)}={REDACTED}" if is_secret(m.group(1)) else m.group(0)
+
+    def flag(m: re.Match[str]) -> str:
+        if is_secret(m.group(1).lstrip("-")):
+            return f"{m.group(1)}{m.group(2)}{REDACTED}"
+        return m.group(0)
+
+    if "=" in text:
+        text = _ASSIGN.sub(assign, text)
+    if "-" in text:
+        text = _FLAG.sub(flag, text)
+    return text
+
+
+def _redact_argv(items: list[Any], is_secret: _Names) -> list[Any]:
+    """An argv-like list: the item after a secret flag (`--api-key`, `X`) is the secret."""
+    out: list[Any] = []
+    hide_next = False
+    for item in items:
+        if hide_next and isinstance(item, str | int | float) and not isinstance(item, bool):
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        hide_next = False
+        if isinstance(item, str) and item.startswith("-") and "=" not in item:
+            hide_next = is_secret(item.lstrip("-"))
+        out.append(item)
+    return out
+
+
+def _walk(data: Any, is_secret: _Names) -> Any:
+    if isinstance(data, Mapping):
+        out: dict[Any, Any] = {}
+        for key, value in data.items():
+            secret_key = isinstance(key, str) and is_secret(key)
+            scalar = isinstance(value, str | int | float) and not isinstance(value, bool)
+            if secret_key and scalar and value != "":
+                out[key] = REDACTED
+            else:
+                out[key] = _walk(value, is_secret)
+        return out
+    if isinstance(data, list | tuple):
+        items = [_walk(v, is_secret) for v in _redact_argv(list(data), is_secret)]
+        return items if isinstance(data, list) else tuple(items)
+    if isinstance(data, str):
+        return _redact_string(data, is_secret)
+    return data
+
+
+def redact_mapping(data: Any, secret_names: Iterable[str]) -> Any:
+    """A copy of JSON-like `data` with secrets hidden by name, recursively.
+
+    Scalar values under a secret key (`{"HF_TOKEN": "hf_x"}`), the argument after a secret flag
+    in a list (`["--api-key", "x"]`), and `NAME=value`, `--flag=value`, `--flag value` inside
+    strings become `REDACTED`. Containers under secret keys are walked, not dropped (so
+    `"secrets": ["HF_TOKEN"]`, a list of names, survives). `secret_names` adds names to the
+    patterns; they match case- and separator-insensitively (`--hf-token` matches `HF_TOKEN`).
+    """
+    return _walk(data, _Names(secret_names))
+
+
+def secret_values(env: Mapping[str, str], names: Iterable[str] = ()) -> list[str]:
+    """The values of `env` whose names are secret (patterns or `names`), longest first.
+
+    Values shorter than `MIN_SECRET_LENGTH` are left out: replacing them everywhere would
+    mangle unrelated text, and name-based redaction still hides them in structured data.
+    """
+    is_secret = _Names(names)
+    values = {str(v) for k, v in env.items() if is_secret(k) and len(str(v)) >= MIN_SECRET_LENGTH}
+    return sorted(values, key=lambda v: (-len(v), v))
+
+
+def _variants(values: Iterable[str]) -> list[bytes]:
+    """Every way a value appears in a file: raw, and JSON-escaped (ASCII or not)."""
+    out: set[bytes] = set()
+    for value in values:
+        if len(value) < MIN_SECRET_LENGTH:
+            continue
+        out.add(value.encode())
+        out.add(json.dumps(value)[1:-1].encode())
+        out.add(json.dumps(value, ensure_ascii=False)[1:-1].encode())
+    return sorted(out, key=lambda b: (-len(b), b))
+
+
+def redact_text(text: str, secret_values: Iterable[str]) -> str:
+    """`text` with every occurrence of each secret value (raw or JSON-escaped) replaced."""
+    for variant in _variants(secret_values):
+        text = text.replace(variant.decode(), REDACTED)
+    return text
+
+
+def _redact_bytes(data: bytes, variants: list[bytes]) -> tuple[bytes, int]:
+    count = 0
+    marker = REDACTED.encode()
+    for variant in variants:
+        n = data.count(variant)
+        if n:
+            count += n
+            data = data.replace(variant, marker)
+    return data, count
+
+
+@dataclass
+class RedactReport:
+    """What `redact_tree` changed: files rewritten and how many replacements were made."""
+
+    files: list[Path] = field(default_factory=list)
+    replacements: int = 0
+
+
+def redact_file(path: Path, secret_values: Iterable[str]) -> int:
+    """Replace secret values in one file in place (streamed, tmp + rename); the count replaced.
+
+    Works on bytes, so binary or undecodable files are handled without error; a secret inside
+    a binary file is still replaced (a leak is worse than a damaged blob).
+    """
+    variants = _variants(secret_values)
+    if not variants:
+        return 0
+    keep = max(len(v) for v in variants) - 1  # a match may straddle two chunks
+    tmp = path.with_name(f".{path.name}.redact.tmp")
+    total = 0
+    try:
+        with path.open("rb") as src, tmp.open("wb") as dst:
+            buf = b""
+            while True:
+                chunk = src.read(_CHUNK)
+                if not chunk:
+                    break
+                buf, n = _redact_bytes(buf + chunk, variants)
+                total += n
+                if len(buf) > keep:
+                    cut = len(buf) - keep
+                    dst.write(buf[:cut])
+                    buf = buf[cut:]
+            buf, n = _redact_bytes(buf, variants)
+            total += n
+            dst.write(buf)
+        if total:
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return total
+
+
+def redact_tree(root: Path, secret_values: Iterable[str]) -> RedactReport:
+    """Replace every secret value in every regular file under `root`, in place.
+
+    Symbolic links are not followed (their targets are not ours to rewrite).
+    """
+    values = list(secret_values)
+    report = RedactReport()
+    if not _variants(values):
+        return report
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            n = redact_file(path, values)
+            if n:
+                report.files.append(path)
+                report.replacements += n
+    return report
