@@ -1,0 +1,716 @@
+"""Playbook × inventory × matrix → fully rendered Cells.
+
+For each selected host and each matrix point, the template context is: the playbook's `vars`
+(lowest) < the host's inventory vars < `-e` extra vars (highest), plus `matrix`,
+`inventory_hostname`, `group_names`, `groups`, `hostvars` (each host's raw inventory vars) and
+`orch_python` (the controller's interpreter). Built-in names cannot be redefined by playbook vars.
+
+Sections are rendered per cell, then: `env` (a mapping or a list merged in order) becomes text
+(bools as `true`/`false`, numbers with `str()`, null is an error); `server.args`/`bench.args` are
+merged in order (a list item rendering to null adds nothing); the adapters build the
+ServerSpec/BenchSpec; `expect` tolerances such as "5%" become fractions; `timeouts.setup`,
+`timeouts.ready` and `timeouts.bench` are defaults for `repo.setup_timeout`, `server.ready.timeout`
+and `bench.timeout`.
+
+`strategy: each` runs every point on every matched host; `strategy: spread` runs each point
+once, assigning points to the matched hosts round-robin in matrix order (the `where:` filter is
+evaluated on the assigned host). Cells are ordered by host, then grouped by repo pin (first
+appearance), keeping matrix order inside a group, so one host checks a commit out once.
+
+A cell's id is `cell_id(axes, host, spec)` where spec is the Cell's JSON without `id`,
+`playbook` and `schema_version`: renaming a playbook keeps ids, so runs stay comparable.
+
+Speed: each section is rendered once per distinct value of the matrix axes it reads
+(found statically, through variables that reference variables), not once per cell.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.adapters import bench_adapter, server_adapter
+from orchestrator.config.host import Host, Inventory
+from orchestrator.config.loaded import KeyPath, LoadedPlaybook, format_key_path
+from orchestrator.config.patterns import select_hosts_checked
+from orchestrator.config.playbook import is_secret_name
+from orchestrator.errors import InputError, SourceLocation
+from orchestrator.plan.cell import (
+    BenchSpec,
+    Cell,
+    Expectation,
+    RepoPin,
+    ServerSpec,
+    cell_id,
+)
+from orchestrator.plan.matrix import Matrix, MatrixPoint, parse_matrix
+from orchestrator.plan.render import Locate, TemplateEngine, VarDecl, VariableScope
+
+BUILTIN_NAMES = ("matrix", "inventory_hostname", "group_names", "groups", "hostvars", "orch_python")
+TIMEOUT_KEYS = ("cell", "setup", "ready", "bench")
+EXPECT_KEYS = ("min", "max", "ref", "tolerance")
+DEFAULT_CELL_TIMEOUT = 4 * 3600.0
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KEY_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+AxisDeps = frozenset[str] | None  # None: every axis
+_MISSING: Any = object()
+
+
+def build_cells(
+    playbook: LoadedPlaybook, inventory: Inventory, *, limit: str | None = None
+) -> list[Cell]:
+    """Every cell of `playbook` on the hosts of `inventory` it selects (see the module doc)."""
+    data = playbook.data
+    locate = playbook.locate
+    hosts = _select_hosts(data, inventory, limit, locate)
+    matrix = parse_matrix(data.get("matrix"), locate=locate)
+    strategy = data.get("strategy", "each")
+    if strategy not in ("each", "spread"):
+        raise InputError(
+            f"unknown strategy {strategy!r}",
+            location=locate(("strategy",)),
+            key_path="strategy",
+            hint="each (every host runs every point) or spread (each point once)",
+        )
+    _check_var_names(playbook)
+    engine = TemplateEngine()
+    planners = {h: _HostPlanner(playbook, inventory, inventory.hosts[h], engine) for h in hosts}
+
+    assigned: dict[str, list[MatrixPoint]] = {h: [] for h in hosts}
+    kept_total = 0
+    if strategy == "spread":
+        for i, point in enumerate(matrix.candidates):
+            host = hosts[i % len(hosts)]
+            if planners[host].keep(point, matrix):
+                assigned[host].append(point)
+                kept_total += 1
+        for i, point in enumerate(matrix.includes):
+            assigned[hosts[(len(matrix.candidates) + i) % len(hosts)]].append(point)
+    else:
+        for host in hosts:
+            planner = planners[host]
+            if matrix.where is None or matrix.where is True:
+                kept = list(matrix.candidates)
+            else:
+                kept = [p for p in matrix.candidates if planner.keep(p, matrix)]
+            kept_total += len(kept)
+            assigned[host] = kept + matrix.includes
+    if not any(assigned.values()):
+        raise matrix.empty_error(kept_total, locate=locate)
+
+    cells: list[Cell] = []
+    seen: dict[str, tuple[str, MatrixPoint]] = {}
+    for host in hosts:
+        host_cells = planners[host].cells(assigned[host])
+        for cell, point in host_cells:
+            other = seen.get(cell.id)
+            if other is not None:
+                raise _duplicate_error(cell, other[1], point, data.get("matrix"), locate)
+            seen[cell.id] = (host, point)
+        cells.extend(_group_by_repo([c for c, _ in host_cells]))
+    return cells
+
+
+def _select_hosts(
+    data: Mapping[str, Any], inventory: Inventory, limit: str | None, locate: Locate
+) -> list[str]:
+    pattern = data.get("hosts", "all")
+    where = locate(("hosts",))
+    hosts: list[str] = select_hosts_checked(
+        inventory, str(pattern), location=where, key_path="hosts"
+    )
+    if limit is None:
+        return hosts
+    allowed = set(select_hosts_checked(inventory, limit, location=where, key_path="hosts"))
+    limited = [h for h in hosts if h in allowed]
+    if not limited:
+        raise InputError(
+            f"--limit {limit!r} matches no host of this play",
+            location=where,
+            key_path="hosts",
+            hint=f"hosts {pattern!r} selects {', '.join(hosts)}",
+        )
+    return limited
+
+
+def _check_var_names(playbook: LoadedPlaybook) -> None:
+    for source, path in ((playbook.data.get("vars") or {}, "vars"), (playbook.extra_vars, "vars")):
+        for name in source:
+            if name in BUILTIN_NAMES:
+                raise InputError(
+                    f"variable {name!r} would hide the built-in template name",
+                    location=playbook.locate((path, name)),
+                    key_path=f"{path}.{name}",
+                    hint="rename it",
+                )
+
+
+def _value_key(value: Any) -> Any:
+    """A hashable key that is equal only for equal values of the same type."""
+    kind = type(value)
+    if kind is str:
+        return value
+    if kind is int or kind is float or kind is bool or value is None:
+        return (kind, value)
+    return ("id", id(value))  # axis values are kept alive by the matrix for the whole build
+
+
+def _key_function(axes: AxisDeps, all_axes: tuple[str, ...]) -> Callable[[dict[str, Any]], Any]:
+    names = tuple(all_axes) if axes is None else tuple(a for a in all_axes if a in axes)
+    if not names:
+        return lambda values: ()
+    if len(names) == 1:
+        (only,) = names
+        return lambda values: _value_key(values.get(only))
+    return lambda values: tuple([_value_key(values.get(a)) for a in names])
+
+
+def _union(a: AxisDeps, b: AxisDeps) -> AxisDeps:
+    if a is None or b is None:
+        return None
+    return a | b
+
+
+class _Unit:
+    """One section's memo: results by the values of the axes it reads."""
+
+    __slots__ = ("cache", "key")
+
+    def __init__(self, axes: AxisDeps, all_axes: tuple[str, ...]) -> None:
+        self.key = _key_function(axes, all_axes)
+        self.cache: dict[Any, Any] = {}
+
+    def store(self, values: dict[str, Any], result: Any) -> Any:
+        """Remember `result` for the axis values it was rendered from; returns it."""
+        self.cache[self.key(values)] = result
+        return result
+
+
+class _PointScope:
+    """The template scope of one point, built only when some section has to be rendered."""
+
+    __slots__ = ("_scope", "planner", "values")
+
+    def __init__(self, planner: _HostPlanner, values: dict[str, Any]) -> None:
+        self.planner = planner
+        self.values = values
+        self._scope: VariableScope | None = None
+
+    @property
+    def scope(self) -> VariableScope:
+        if self._scope is None:
+            p = self.planner
+            self._scope = VariableScope(
+                p.engine,
+                {"matrix": self.values},
+                p.decls,
+                shared=p.host_scope,
+                local_names=p.matrix_vars,
+            )
+        return self._scope
+
+
+class _HostPlanner:
+    """Renders one host's cells, caching sections across points that read the same axes."""
+
+    def __init__(
+        self, playbook: LoadedPlaybook, inventory: Inventory, host: Host, engine: TemplateEngine
+    ) -> None:
+        self.playbook = playbook
+        self.data = playbook.data
+        self.locate = playbook.locate
+        self.host = host
+        self.engine = engine
+        self.decls = self._declarations(inventory)
+        fixed = dict(engine.globals)
+        fixed.update(
+            inventory_hostname=host.name,
+            group_names=sorted(g for g in host.groups if g != "all"),
+            groups={g: list(inventory.group_members(g)) for g in inventory.groups},
+            hostvars={
+                name: {**h.vars, "inventory_hostname": name} for name, h in inventory.hosts.items()
+            },
+            orch_python=sys.executable,
+        )
+        self.host_scope = VariableScope(engine, fixed, self.decls)
+        self.var_axes = self._variable_axes()
+        self.matrix_vars = frozenset(n for n, ax in self.var_axes.items() if ax is None or ax)
+        self._units: dict[str, _Unit] = {}
+        self._dumps: dict[int, Any] = {}
+        self._secrets_by_env: dict[int, tuple[str, ...]] = {}
+        listed = self.data.get("secrets") or []
+        self.listed_secrets = {str(s) for s in listed} if isinstance(listed, list) else set()
+        self.secret_vars = {
+            n for n in self.decls if n in self.listed_secrets or is_secret_name(n)
+        } | self.listed_secrets
+
+    # -- variables ---------------------------------------------------------------------------
+
+    def _declarations(self, inventory: Inventory) -> dict[str, VarDecl]:
+        decls: dict[str, VarDecl] = {}
+        for name, value in (self.data.get("vars") or {}).items():
+            decls[str(name)] = VarDecl(value, ("vars", name), self.locate)
+        host_location = self.host.location or SourceLocation(inventory.source or "<inventory>")
+
+        def locate_host(path: KeyPath) -> SourceLocation:
+            return host_location
+
+        for name, value in self.host.vars.items():
+            if name not in BUILTIN_NAMES:
+                decls[str(name)] = VarDecl(value, ("hostvars", self.host.name, name), locate_host)
+        for name, value in self.playbook.extra_vars.items():
+            decls[str(name)] = VarDecl(value, ("vars", name), self.locate)
+        return decls
+
+    def _variable_axes(self) -> dict[str, AxisDeps]:
+        """Which matrix axes each variable reads, directly or through other variables."""
+        direct: dict[str, tuple[frozenset[str], AxisDeps]] = {}
+        for name, decl in self.decls.items():
+            refs = self.engine.tree_refs(decl.value, decl.path, decl.locate)
+            direct[name] = (refs.names, refs.axes)
+        axes: dict[str, AxisDeps] = {n: ax for n, (_, ax) in direct.items()}
+        changed = True
+        while changed:  # fixpoint over the variable graph (cycles are reported when rendered)
+            changed = False
+            for name, (names, _) in direct.items():
+                current = axes[name]
+                for other in names:
+                    if other in axes and other != name:
+                        current = _union(current, axes[other])
+                if current != axes[name]:
+                    axes[name] = current
+                    changed = True
+        return axes
+
+    def section_axes(self, value: Any, path: KeyPath) -> AxisDeps:
+        """The matrix axes a raw section reads, through the variables it names."""
+        refs = self.engine.tree_refs(value, path, self.locate)
+        axes: AxisDeps = refs.axes
+        for name in refs.names:
+            if name in self.var_axes:
+                axes = _union(axes, self.var_axes[name])
+        return axes
+
+    def unit(self, name: str, matrix: Matrix) -> _Unit:
+        """The memo of one section (created on first use with its axis dependencies)."""
+        found = self._units.get(name)
+        if found is not None:
+            return found
+        timeouts = self.section_axes(self.data.get("timeouts"), ("timeouts",))
+        if name == "where":
+            axes = self.section_axes(matrix.where, ("matrix", "where"))
+        elif name == "bench":
+            axes = _union(self.section_axes(self.data.get("bench"), ("bench",)), timeouts)
+            axes = _union(axes, self.section_axes(self.data.get("server"), ("server",)))
+        elif name in ("repo", "server"):
+            axes = _union(self.section_axes(self.data.get(name), (name,)), timeouts)
+        else:
+            axes = self.section_axes(self.data.get(name), (name,))
+        found = self._units[name] = _Unit(axes, matrix.axes)
+        return found
+
+    # -- where and cells -----------------------------------------------------------------------
+
+    def keep(self, point: MatrixPoint, matrix: Matrix) -> bool:
+        """Whether `where:` keeps `point` on this host."""
+        unit = self.unit("where", matrix)
+        key = unit.key(point.values)
+        found = unit.cache.get(key)
+        if found is None:
+            expression = matrix.where
+            if isinstance(expression, bool) or expression is None:
+                found = expression is not False
+            else:
+                scope = _PointScope(self, point.values).scope
+                result = self.engine.render_expression(
+                    expression, scope, ("matrix", "where"), self.locate
+                )
+                found = bool(result)
+            unit.cache[key] = found
+        return bool(found)
+
+    def cells(self, points: list[MatrixPoint]) -> list[tuple[Cell, MatrixPoint]]:
+        """One Cell per point, in point order."""
+        if not points:
+            return []
+        matrix_axes = tuple(points[0].values)
+        fake = Matrix(axes=matrix_axes, candidates=[])
+        units = {
+            n: self.unit(n, fake) for n in ("timeouts", "repo", "env", "server", "bench", "expect")
+        }
+        u_timeouts, u_repo, u_env = units["timeouts"], units["repo"], units["env"]
+        u_server, u_bench, u_expect = units["server"], units["bench"], units["expect"]
+        name = self.playbook.name
+        host = self.host.name
+        out: list[tuple[Cell, MatrixPoint]] = []
+        for point in points:
+            values = point.values
+            ps = _PointScope(self, values)
+            timeouts = u_timeouts.cache.get(u_timeouts.key(values), _MISSING)
+            if timeouts is _MISSING:
+                timeouts = u_timeouts.store(values, self._timeouts(ps))
+            repo = u_repo.cache.get(u_repo.key(values), _MISSING)
+            if repo is _MISSING:
+                repo = u_repo.store(values, self._repo(ps, timeouts))
+            env = u_env.cache.get(u_env.key(values), _MISSING)
+            if env is _MISSING:
+                env = u_env.store(values, self._env(ps))
+            server = u_server.cache.get(u_server.key(values), _MISSING)
+            if server is _MISSING:
+                server = u_server.store(values, self._server(ps, timeouts))
+            bench = u_bench.cache.get(u_bench.key(values), _MISSING)
+            if bench is _MISSING:
+                bench = u_bench.store(values, self._bench(ps, timeouts, server))
+            expect = u_expect.cache.get(u_expect.key(values), _MISSING)
+            if expect is _MISSING:
+                expect = u_expect.store(values, self._expect(ps))
+            secrets = self._secrets(env)
+            cell_timeout = timeouts.get("cell", DEFAULT_CELL_TIMEOUT)
+            spec = {
+                "axes": values,
+                "repo": self._dump(repo),
+                "env": env,
+                "secrets": secrets,
+                "server": self._dump(server),
+                "bench": self._dump(bench),
+                "expect": self._dump_expect(expect),
+                "cell_timeout": cell_timeout,
+            }
+            cell = Cell.model_construct(
+                id=cell_id(values, host, spec),
+                playbook=name,
+                host=host,
+                axes=dict(values),
+                repo=repo,
+                env=dict(env),
+                secrets=secrets,
+                server=server,
+                bench=bench,
+                expect=dict(expect),
+                cell_timeout=cell_timeout,
+            )
+            out.append((cell, point))
+        return out
+
+    def _dump(self, model: BaseModel | None) -> Any:
+        if model is None:
+            return None
+        key = id(model)
+        found = self._dumps.get(key)
+        if found is None:
+            found = self._dumps[key] = model.model_dump(mode="json")
+        return found
+
+    def _dump_expect(self, expect: dict[str, Expectation]) -> Any:
+        key = id(expect)
+        found = self._dumps.get(key)
+        if found is None:
+            found = self._dumps[key] = {m: e.model_dump(mode="json") for m, e in expect.items()}
+        return found
+
+    def _secrets(self, env: dict[str, str]) -> tuple[str, ...]:
+        key = id(env)
+        found = self._secrets_by_env.get(key)
+        if found is None:
+            names = set(self.secret_vars)
+            names.update(k for k in env if k in self.listed_secrets or is_secret_name(k))
+            found = self._secrets_by_env[key] = tuple(sorted(names))
+        return found
+
+    # -- sections ----------------------------------------------------------------------------
+
+    def _render(
+        self, ps: _PointScope, value: Any, path: KeyPath, shell: frozenset[KeyPath] = frozenset()
+    ) -> Any:
+        return self.engine.render_tree(value, ps.scope, path, self.locate, shell)
+
+    def _error(self, message: str, path: KeyPath, hint: str | None = None) -> InputError:
+        return InputError(
+            message, location=self.locate(path), key_path=format_key_path(path), hint=hint
+        )
+
+    def _mapping(self, value: Any, path: KeyPath, what: str) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self._error(f"{what} must be a mapping, got {_kind(value)}", path)
+        return value
+
+    def _timeouts(self, ps: _PointScope) -> dict[str, float]:
+        raw = self.data.get("timeouts")
+        if raw is None:
+            return {}
+        rendered = self._mapping(self._render(ps, raw, ("timeouts",)), ("timeouts",), "timeouts")
+        out: dict[str, float] = {}
+        for key, value in rendered.items():
+            path: KeyPath = ("timeouts", key)
+            if key not in TIMEOUT_KEYS:
+                raise self._error(
+                    f"unknown timeout {key!r}", path, _suggest(str(key), TIMEOUT_KEYS)
+                )
+            out[key] = self._number(value, path, positive=True)
+        return out
+
+    def _number(self, value: Any, path: KeyPath, *, positive: bool = False) -> float:
+        if isinstance(value, bool) or value is None:
+            raise self._error(f"expected a number, got {_kind(value)}", path)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise self._error(f"expected a number, got {value!r}", path) from None
+        if not math.isfinite(number) or (positive and number <= 0):
+            raise self._error(f"expected a finite number{' > 0' if positive else ''}", path)
+        return number
+
+    def _repo(self, ps: _PointScope, timeouts: dict[str, float]) -> RepoPin | None:
+        raw = self.data.get("repo")
+        if raw is None:
+            return None
+        section = self._mapping(
+            self._render(ps, raw, ("repo",), frozenset({("repo", "setup")})), ("repo",), "repo"
+        )
+        section = dict(section)
+        for key in ("url", "dest", "version"):
+            value = section.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                section[key] = str(value)  # a short SHA written bare is read as a number
+        if "setup" in timeouts and "setup_timeout" not in section:
+            section["setup_timeout"] = timeouts["setup"]
+        return self._validate(RepoPin, section, ("repo",))
+
+    def _validate(self, model: type[RepoPin], data: dict[str, Any], path: KeyPath) -> RepoPin:
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = (*path, *first["loc"])
+            message = first["msg"]
+            if first["type"] == "missing":
+                message = f"{first['loc'][-1]} is required"
+                where = path
+            raise self._error(message, where) from None
+
+    def _env(self, ps: _PointScope) -> dict[str, str]:
+        raw = self.data.get("env")
+        if raw is None:
+            return {}
+        items = list(enumerate(raw)) if isinstance(raw, list) else [(None, raw)]
+        out: dict[str, str] = {}
+        for index, item in items:
+            path: KeyPath = ("env",) if index is None else ("env", index)
+            rendered = self._render(ps, item, path)
+            if rendered is None and index is not None:
+                continue
+            if not isinstance(rendered, dict):
+                raise self._error(
+                    f"env must give a mapping of NAME: value, got {_kind(rendered)}", path
+                )
+            for key, value in rendered.items():
+                vpath = (*path, key)
+                if not isinstance(key, str) or not _ENV_NAME.match(key):
+                    raise self._error(
+                        f"{key!r} is not an environment variable name",
+                        vpath,
+                        "letters, digits and _, not starting with a digit",
+                    )
+                out[key] = self._env_text(value, vpath)
+        return out
+
+    def _env_text(self, value: Any, path: KeyPath) -> str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int | float):
+            return str(value)
+        if value is None:
+            raise self._error(
+                "env value is null", path, 'write "" for an empty value, or remove the variable'
+            )
+        raise self._error(
+            f"env value must be text, a number or a boolean, got {_kind(value)}",
+            path,
+            "a mapping under a list item of env is merged; did you nest it one level too deep?",
+        )
+
+    def _args(self, raw: Any, ps: _PointScope, path: KeyPath) -> dict[str, Any]:
+        if raw is None:
+            return {}
+        items = list(enumerate(raw)) if isinstance(raw, list) else [(None, raw)]
+        merged: dict[str, Any] = {}
+        for index, item in items:
+            ipath: KeyPath = path if index is None else (*path, index)
+            rendered = self._render(ps, item, ipath)
+            if rendered is None and index is not None:
+                continue
+            if not isinstance(rendered, dict):
+                raise self._error(
+                    f"args must give a mapping of flag: value, got {_kind(rendered)}", ipath
+                )
+            for key, value in rendered.items():
+                merged[str(key)] = value
+        return merged
+
+    def _section(
+        self, ps: _PointScope, name: str, timeout_key: str | None, timeouts: dict[str, float]
+    ) -> dict[str, Any]:
+        raw = self._mapping(self.data.get(name), (name,), name)
+        path: KeyPath = (name,)
+        body = {k: v for k, v in raw.items() if k != "args"}
+        section = self._mapping(
+            self._render(ps, body, path, frozenset({(name, "command")})), path, name
+        )
+        if "args" in raw:
+            section["args"] = self._args(raw["args"], ps, (name, "args"))
+        if timeout_key is not None and timeout_key in timeouts:
+            if name == "server":
+                ready = section.get("ready")
+                if ready is None:
+                    section["ready"] = {"timeout": timeouts[timeout_key]}
+                elif isinstance(ready, dict) and "timeout" not in ready:
+                    section["ready"] = {**ready, "timeout": timeouts[timeout_key]}
+            elif "timeout" not in section:
+                section["timeout"] = timeouts[timeout_key]
+        return section
+
+    def _adapter_name(self, section: dict[str, Any], name: str) -> str:
+        adapter = section.get("adapter", "generic")
+        if not isinstance(adapter, str):
+            raise self._error(f"adapter must be a name, got {_kind(adapter)}", (name, "adapter"))
+        return adapter
+
+    def _server(self, ps: _PointScope, timeouts: dict[str, float]) -> ServerSpec | None:
+        if self.data.get("server") is None:
+            return None
+        section = self._section(ps, "server", "ready", timeouts)
+        try:
+            adapter = server_adapter(self._adapter_name(section, "server"))
+            return adapter.build(section)
+        except InputError as exc:
+            raise self._relocate(exc, "server") from None
+
+    def _bench(
+        self, ps: _PointScope, timeouts: dict[str, float], server: ServerSpec | None
+    ) -> BenchSpec:
+        if self.data.get("bench") is None:
+            raise self._error(
+                "bench is required", (), "every cell runs a benchmark: add a bench: section"
+            )
+        section = self._section(ps, "bench", "bench", timeouts)
+        try:
+            adapter = bench_adapter(self._adapter_name(section, "bench"))
+            return adapter.build(section, server)
+        except InputError as exc:
+            raise self._relocate(exc, "bench") from None
+
+    def _relocate(self, exc: InputError, section: str) -> InputError:
+        """An adapter's error (key path relative to its section) at the playbook location."""
+        if exc.location is not None:
+            return exc
+        path: KeyPath = (section,)
+        if exc.key_path:
+            for m in _KEY_PART.finditer(exc.key_path):
+                path = (*path, m.group(1) if m.group(1) is not None else int(m.group(2)))
+        return InputError(
+            exc.message, location=self.locate(path), key_path=format_key_path(path), hint=exc.hint
+        )
+
+    def _expect(self, ps: _PointScope) -> dict[str, Expectation]:
+        raw = self.data.get("expect")
+        if raw is None:
+            return {}
+        rendered = self._mapping(self._render(ps, raw, ("expect",)), ("expect",), "expect")
+        out: dict[str, Expectation] = {}
+        for metric, spec in rendered.items():
+            path: KeyPath = ("expect", metric)
+            spec = self._mapping(spec, path, f"expect.{metric}")
+            values: dict[str, float] = {}
+            for key, value in spec.items():
+                kpath = (*path, key)
+                if key not in EXPECT_KEYS:
+                    raise self._error(
+                        f"unknown expectation key {key!r}", kpath, _suggest(str(key), EXPECT_KEYS)
+                    )
+                if key == "tolerance":
+                    values[key] = self._tolerance(value, kpath)
+                else:
+                    values[key] = self._number(value, kpath)
+            if "tolerance" in values and "ref" not in values:
+                raise self._error("a tolerance needs a ref", path, "add ref: <expected value>")
+            if not values:
+                raise self._error("an expectation needs min, max, or ref", path)
+            out[str(metric)] = Expectation(**values)
+        return out
+
+    def _tolerance(self, value: Any, path: KeyPath) -> float:
+        hint = "write a percentage such as '5%' or a fraction such as 0.05"
+        if isinstance(value, str):
+            text = value.strip()
+            try:
+                number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+            except ValueError:
+                raise self._error(f"bad tolerance {value!r}", path, hint) from None
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            raise self._error(f"bad tolerance {value!r}", path, hint)
+        if not math.isfinite(number) or number < 0:
+            raise self._error(f"bad tolerance {value!r}: must be >= 0", path, hint)
+        return number
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+def _suggest(name: str, known: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
+    return f"did you mean {close[0]!r}?" if close else "known: " + ", ".join(known)
+
+
+def _group_by_repo(cells: list[Cell]) -> list[Cell]:
+    """Cells of one host with the same repo pin made adjacent, in order of first appearance."""
+    order: dict[Any, int] = {}
+    keyed: list[tuple[int, int, Cell]] = []
+    for i, cell in enumerate(cells):
+        repo = cell.repo
+        key = None if repo is None else (repo.url, repo.dest, repo.version)
+        rank = order.setdefault(key, len(order))
+        keyed.append((rank, i, cell))
+    if len(order) <= 1:
+        return cells
+    keyed.sort(key=lambda t: (t[0], t[1]))
+    return [c for _, _, c in keyed]
+
+
+def _duplicate_error(
+    cell: Cell, first: MatrixPoint, second: MatrixPoint, raw_matrix: Any, locate: Locate
+) -> InputError:
+    path: KeyPath = second.origin
+    if second.origin == ("matrix",) and isinstance(raw_matrix, Mapping):
+        for axis, value in second.values.items():  # point at an axis that lists a value twice
+            declared = raw_matrix.get(axis)
+            if isinstance(declared, list) and declared.count(value) > 1:
+                path = ("matrix", axis)
+                break
+    return InputError(
+        f"duplicate cell {cell.id!r} on host {cell.host!r}: the points at "
+        f"{format_key_path(first.origin)} and {format_key_path(second.origin)} are identical "
+        f"({second.values})",
+        location=locate(path),
+        key_path=format_key_path(path),
+        hint="remove the repeated axis value or include entry",
+    )
