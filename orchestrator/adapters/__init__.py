@@ -12,6 +12,9 @@ from typing import TypeVar
 
 from orchestrator.adapters.base import BenchAdapter, RepeatResult, ServerAdapter
 from orchestrator.adapters.generic import GenericBench, GenericServer
+from orchestrator.adapters.sglang import SglangServer
+from orchestrator.adapters.sglang_bench import SglangBenchOneBatchServer, SglangBenchServing
+from orchestrator.adapters.vllm import VllmBenchServe, VllmServer
 from orchestrator.errors import InputError
 
 __all__ = [
@@ -28,10 +31,15 @@ T = TypeVar("T")
 
 SERVER_ADAPTERS: dict[str, Callable[[], ServerAdapter]] = {
     "generic": GenericServer,
+    "sglang": SglangServer,
+    "vllm": VllmServer,
 }
 
 BENCH_ADAPTERS: dict[str, Callable[[], BenchAdapter]] = {
     "generic": GenericBench,
+    "sglang.bench_serving": SglangBenchServing,
+    "sglang.bench_one_batch_server": SglangBenchOneBatchServer,
+    "vllm.bench_serve": VllmBenchServe,
 }
 
 

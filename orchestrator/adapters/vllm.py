@@ -1,0 +1,274 @@
+"""vLLM: `vllm serve MODEL --flags` and `vllm bench serve`, readiness on /health, log metrics.
+
+Facts in REFERENCE.md (vLLM section): `/health` is 200 once the engine is up (connection refused
+while booting); `--speculative-config` takes one JSON argument; `vllm bench serve --save-result`
+writes one JSON object; spec-decode stats appear as `SpecDecoding metrics: ...` log lines.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from orchestrator.adapters.base import (
+    BenchAdapter,
+    ListStyle,
+    RepeatResult,
+    ServerAdapter,
+    apply_regex_metrics,
+    as_mapping,
+    build_captures,
+    build_ready,
+    common_bench_fields,
+    common_server_fields,
+    finite_float,
+    flags_to_argv,
+    get_int,
+    normalize_args,
+    read_json,
+    read_text,
+    split_command,
+)
+from orchestrator.adapters.nccl import analyze_nccl
+from orchestrator.adapters.sglang import section_vs_args
+from orchestrator.adapters.sglang_bench import server_base_url
+from orchestrator.errors import InputError
+from orchestrator.plan.cell import BenchSpec, Cell, ServerSpec
+
+DEFAULT_PORT = 8000
+READY_PATH = "/health"
+READY_TIMEOUT = 1200.0  # model load, torch.compile and CUDA graph capture take minutes
+RESULT_FILE = "result.json"
+
+# vLLM list flags are nargs ("--served-model-name a b") except these.
+LIST_STYLES: dict[str, ListStyle] = {
+    "middleware": "repeat",  # action="append"
+    "allowed-origins": "json",  # type=json.loads
+    "allowed-methods": "json",
+    "allowed-headers": "json",
+}
+
+
+def _launcher(section: Mapping[str, Any], default: list[str]) -> list[str]:
+    if section.get("launcher") is not None:
+        return split_command(section["launcher"], "launcher")
+    return list(default)
+
+
+class VllmServer(ServerAdapter):
+    """`vllm serve <args.model> --flag ...` (`launcher` replaces `vllm serve`).
+
+    Dict values, such as `speculative-config: {method: eagle3, ...}`, become one JSON argument.
+    """
+
+    name = "vllm"
+
+    def build(self, section: Mapping[str, Any]) -> ServerSpec:
+        """argv with the model positional; readiness GET /health == 200 on args.port (8000)."""
+        args = normalize_args(as_mapping(section.get("args"), "args"))
+        model = args.pop("model", None)
+        if model is None or isinstance(model, bool | dict | list):
+            raise InputError(
+                "vllm needs the model to serve",
+                key_path="args.model",
+                hint="add model: /path/to/model (or a hub name) to server.args",
+            )
+        port_value = section_vs_args(section, args, "port", DEFAULT_PORT)
+        port = get_int({"port": port_value}, "port", DEFAULT_PORT, "args.port")
+        assert port is not None
+        args["port"] = port  # always passed: readiness and the bench client rely on it
+        host_value = section_vs_args(section, args, "host", None)
+        host = None if host_value is None else str(host_value)
+        argv = [*_launcher(section, ["vllm", "serve"]), str(model)]
+        argv += flags_to_argv(args, list_styles=LIST_STYLES)
+        return ServerSpec(
+            adapter=self.name,
+            argv=tuple(argv),
+            port=port,
+            ready=build_ready(
+                section,
+                host=host,
+                port=port,
+                default_path=READY_PATH,
+                default_timeout=READY_TIMEOUT,
+            ),
+            captures=build_captures(section, host=host, port=port),
+            args={"model": model, **args},
+            **common_server_fields(section),
+        )
+
+    def analyze(self, cell_dir: Path, cell: Cell) -> dict[str, Any]:
+        """SpecDecoding and throughput log lines, and the NCCL facts and checks."""
+        metrics: dict[str, float] = {}
+        facts: dict[str, Any] = {}
+        log = read_text(cell_dir / "server.log")
+        if log is None:
+            facts["server_log"] = "missing"
+            log = ""
+        spec = parse_spec_decoding(log)
+        facts["spec_decoding"] = {"lines": len(spec)}
+        lengths = [r["mean_acceptance_length"] for r in spec if "mean_acceptance_length" in r]
+        if lengths:
+            metrics["log_accept_len"] = statistics.fmean(lengths)
+            facts["spec_decoding"]["mean_acceptance_length"] = {
+                "mean": metrics["log_accept_len"],
+                "min": min(lengths),
+                "max": max(lengths),
+                "last": lengths[-1],
+            }
+        accepted = sum(r.get("accepted_tokens", 0.0) for r in spec)
+        drafted = sum(r.get("drafted_tokens", 0.0) for r in spec)
+        if drafted > 0:
+            metrics["log_draft_acceptance_rate"] = accepted / drafted
+            facts["spec_decoding"].update(accepted_tokens=accepted, drafted_tokens=drafted)
+        if spec and "per_position_acceptance_rate" in spec[-1]:
+            facts["spec_decoding"]["per_position_acceptance_rate"] = spec[-1][
+                "per_position_acceptance_rate"
+            ]
+        gen = [v for v in parse_generation_throughput(log) if v > 0]
+        if gen:
+            metrics["log_gen_throughput"] = statistics.median(gen)
+            facts["generation_throughput_lines"] = len(gen)
+        facts["nccl"], checks = analyze_nccl(log, cell.env)
+        return {"metrics": metrics, "facts": facts, "checks": checks}
+
+
+_SPEC_LINE = re.compile(r"SpecDecoding metrics: (.*)$")
+_SPEC_FIELDS = {
+    "mean_acceptance_length": re.compile(r"Mean acceptance length: ([\d.]+)"),
+    "accepted_throughput": re.compile(r"Accepted throughput: ([\d.]+)"),
+    "drafted_throughput": re.compile(r"Drafted throughput: ([\d.]+)"),
+    "accepted_tokens": re.compile(r"Accepted: (\d+) tokens"),
+    "drafted_tokens": re.compile(r"Drafted: (\d+) tokens"),
+}
+_DRAFT_RATE = re.compile(r"Draft acceptance rate: ([\d.]+)(%?)")
+_PER_POSITION = re.compile(r"Per-position acceptance rate: ([\d.]+(?:, [\d.]+)*)")
+_GEN_THROUGHPUT = re.compile(r"Avg generation throughput: ([\d.]+) tokens/s")
+
+
+def parse_spec_decoding(text: str) -> list[dict[str, Any]]:
+    """Every `SpecDecoding metrics:` line as a dict (rates as fractions, counts as floats)."""
+    rows: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        match = _SPEC_LINE.search(line)
+        if match is None:
+            continue
+        body = match.group(1)
+        row: dict[str, Any] = {}
+        for key, pattern in _SPEC_FIELDS.items():
+            found = pattern.search(body)
+            if found:
+                row[key] = float(found.group(1))
+        rate = _DRAFT_RATE.search(body)
+        if rate:
+            value = float(rate.group(1))
+            row["draft_acceptance_rate"] = value / 100 if rate.group(2) else value
+        per_position = _PER_POSITION.search(body)
+        if per_position:
+            row["per_position_acceptance_rate"] = [
+                float(x) for x in per_position.group(1).split(", ")
+            ]
+        rows.append(row)
+    return rows
+
+
+def parse_generation_throughput(text: str) -> list[float]:
+    """`Avg generation throughput: X tokens/s` values of vLLM's periodic stats lines."""
+    return [float(m.group(1)) for m in _GEN_THROUGHPUT.finditer(text)]
+
+
+class VllmBenchServe(BenchAdapter):
+    """`vllm bench serve --base-url URL ... --save-result --result-dir . --result-filename F`."""
+
+    name = "vllm.bench_serve"
+
+    def build(self, section: Mapping[str, Any], server: ServerSpec | None) -> BenchSpec:
+        """argv with the base URL and result file unless `args` names them itself."""
+        args = normalize_args(as_mapping(section.get("args"), "args"))
+        argv = _launcher(section, ["vllm", "bench", "serve"])
+        if args.get("base-url") is None and args.get("host") is None and args.get("port") is None:
+            url = server_base_url(server)
+            if url is None:
+                raise InputError(
+                    "vllm.bench_serve needs a server to aim at",
+                    key_path="args.base-url",
+                    hint="add a server: section, or give args.base-url",
+                )
+            argv += ["--base-url", url]
+        argv += flags_to_argv(args)
+        if args.get("save-result") is None:
+            argv.append("--save-result")
+        result_dir = str(args.get("result-dir") or ".")
+        if args.get("result-dir") is None:
+            argv += ["--result-dir", "."]
+        filename = str(args.get("result-filename") or RESULT_FILE)
+        if args.get("result-filename") is None:
+            argv += ["--result-filename", RESULT_FILE]
+        result_file = filename if result_dir in (".", "./") else f"{result_dir}/{filename}"
+        return BenchSpec(
+            adapter=self.name,
+            argv=tuple(argv),
+            result_file=result_file,
+            args=args,
+            **common_bench_fields(section),
+        )
+
+    def parse_repeat_with_sources(self, repeat_dir: Path, cell: Cell) -> RepeatResult:
+        """The result JSON's throughputs, latency stats and spec-decode acceptance."""
+        result = RepeatResult()
+        name = cell.bench.result_file or RESULT_FILE
+        data, problem = read_json(repeat_dir / name)
+        if not isinstance(data, dict):
+            result.notes.append(problem or f"{name} is not a JSON object")
+        else:
+            for key, value in bench_serve_metrics(data).items():
+                result.metrics[key] = value
+                result.sources[key] = name
+        if cell.bench.metrics:
+            stdout = read_text(repeat_dir / "stdout")
+            if stdout is None:
+                result.notes.append("stdout is missing: regex metrics not read")
+            else:
+                apply_regex_metrics(cell.bench.metrics, stdout, result)
+        return result
+
+
+_VLLM_RENAMES = {
+    "total_token_throughput": "total_throughput",
+    "spec_decode_acceptance_length": "accept_length",
+}
+_VLLM_SCALARS = (
+    "output_throughput",
+    "request_throughput",
+    "total_token_throughput",
+    "completed",
+    "failed",
+    "duration",
+    "spec_decode_acceptance_length",
+    "spec_decode_acceptance_rate",
+)
+_VLLM_LATENCY = re.compile(r"^(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
+
+
+def bench_serve_metrics(data: Mapping[str, Any]) -> dict[str, float]:
+    """orch metrics from a `vllm bench serve` result: names aligned with sglang.bench_serving
+    (`total_throughput`, `e2e_latency`, `accept_length`); the acceptance rate keeps vLLM's name
+    and unit."""
+    out: dict[str, float] = {}
+    for key in _VLLM_SCALARS:
+        value = finite_float(data.get(key))
+        if value is not None:
+            out[_VLLM_RENAMES.get(key, key)] = value
+    for key, raw in data.items():
+        match = _VLLM_LATENCY.match(str(key))
+        value = finite_float(raw)
+        if match is None or value is None:
+            continue
+        latency = "e2e_latency" if match.group(2) == "e2el" else match.group(2)
+        out[f"{match.group(1)}_{latency}_ms"] = value
+    if out.get("accept_length", 1.0) <= 0:
+        del out["accept_length"]
+    return out
