@@ -1,0 +1,96 @@
+"""A tiny HTTP server whose behaviour the runner tests choose by flags.
+
+GET /health: 503 until --ready-delay has passed (always 503 with --mode never), then 200.
+GET /info: {"requests": n}; GET /env: the server's own environment; GET /work: a small answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+STARTED = time.monotonic()
+COUNT = {"requests": 0}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--mode", choices=["ok", "exit", "never"], default="ok")
+    parser.add_argument("--exit-rc", type=int, default=3)
+    parser.add_argument("--ready-delay", type=float, default=0.0)
+    parser.add_argument("--child", choices=["none", "inherit", "scrub"], default="none")
+    parser.add_argument("--print-env", action="append", default=[])
+    parser.add_argument("--ignore-term", action="store_true")
+    args = parser.parse_args()
+
+    for name in args.print_env:
+        print(f"{name}={os.environ.get(name)}", flush=True)
+    if args.mode == "exit":
+        print("boom: this server refuses to start", flush=True)
+        return int(args.exit_rc)
+
+    if args.child != "none":
+        # Like an engine spawning workers; "scrub" drops the environment it was given.
+        env = dict(os.environ) if args.child == "inherit" else {"PATH": os.environ["PATH"]}
+        code = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_DFL); time.sleep(600)"
+        subprocess.Popen([sys.executable, "-c", code], env=env)
+
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, status: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            COUNT["requests"] += 1
+            ready = args.mode == "ok" and time.monotonic() - STARTED >= args.ready_delay
+            if self.path == "/health":
+                self._send(200 if ready else 503, {"ready": ready})
+            elif self.path == "/info":
+                self._send(200, {"requests": COUNT["requests"], "pid": os.getpid()})
+            elif self.path == "/env":
+                self._send(200, dict(os.environ))
+            elif self.path == "/work":
+                self._send(200, {"ok": True})
+            else:
+                self._send(404, {"error": "not found"})
+
+        def log_message(self, format: str, *a: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+
+    def on_term(signum: int, frame: Any) -> None:
+        if args.ignore_term:
+            print("ignoring SIGTERM", flush=True)
+            return
+        threading.Thread(target=httpd.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_term)
+
+    def announce() -> None:
+        time.sleep(args.ready_delay)
+        if args.mode == "ok":
+            print("The server is fired up and ready to roll!", flush=True)
+
+    threading.Thread(target=announce, daemon=True).start()
+    print(f"listening on 127.0.0.1:{args.port}", flush=True)
+    httpd.serve_forever(poll_interval=0.05)
+    print("server stopped cleanly", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

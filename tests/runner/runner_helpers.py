@@ -1,0 +1,250 @@
+"""Helpers for the runner tests: build cells, run the real runner as a subprocess, read results."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.plan.cell import BenchSpec, Capture, Cell, ReadyCheck, RepoPin, ServerSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER = ROOT / "orchestrator" / "execute" / "remote" / "runner.py"
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+SERVER = PROGRAMS / "server.py"
+BENCH = PROGRAMS / "bench.py"
+RUN_ID = "20261130-120000-test-abcd"
+STEP_ORDER = [
+    "repo",
+    "setup",
+    "preflight",
+    "snapshot_pre",
+    "server_start",
+    "ready",
+    "capture_ready",
+    "verify_env",
+    "bench",
+    "stop",
+    "snapshot_post",
+]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def make_cell(
+    port: int | None,
+    *,
+    cell_id: str = "x-1-0000abcd",
+    server_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    secrets: tuple[str, ...] = (),
+    bench_args: tuple[str, ...] = (),
+    warmup: int = 0,
+    repeats: int = 2,
+    ready_timeout: float = 10.0,
+    ready_log: str | None = None,
+    verify_env: str = "strict",
+    stop_grace: float = 3.0,
+    bench_timeout: float = 20.0,
+    repo: RepoPin | None = None,
+    bench_argv: tuple[str, ...] | None = None,
+    cell_timeout: float = 60.0,
+) -> dict[str, Any]:
+    """A Cell (validated by the real model) as the JSON the controller sends."""
+    server = None
+    if port is not None:
+        base = f"http://127.0.0.1:{port}"
+        server = ServerSpec(
+            argv=(sys.executable, str(SERVER), "--port", str(port), *server_args),
+            port=port,
+            ready=ReadyCheck(
+                url=f"{base}/health", log=ready_log, timeout=ready_timeout, interval=0.05
+            ),
+            captures=(
+                Capture(name="info", urls=(f"{base}/missing", f"{base}/info")),
+                Capture(name="env", urls=(f"{base}/env",)),
+            ),
+            stop_grace=stop_grace,
+            verify_env=verify_env,  # type: ignore[arg-type]
+        )
+    if bench_argv is None:
+        url = f"http://127.0.0.1:{port}" if port is not None else "http://127.0.0.1:9"
+        bench_argv = (sys.executable, str(BENCH), "--url", url, "--n", "3", *bench_args)
+    cell = Cell(
+        id=cell_id,
+        playbook="runner-test",
+        host="local",
+        axes={"x": 1},
+        repo=repo,
+        env=env or {},
+        secrets=secrets,
+        server=server,
+        bench=BenchSpec(
+            argv=bench_argv,
+            warmup=warmup,
+            repeats=repeats,
+            timeout=bench_timeout,
+            result_file="result.json",
+        ),
+        cell_timeout=cell_timeout,
+    )
+    return cell.model_dump(mode="json")
+
+
+def payload(cell: dict[str, Any], workdir: str = ".orch") -> dict[str, Any]:
+    """The first stdin line of `runner.py run`."""
+    return {"schema_version": 1, "run_id": RUN_ID, "workdir": workdir, "cell": cell}
+
+
+def runner_env(home: Path) -> dict[str, str]:
+    """The test's environment with HOME pointing at a scratch directory."""
+    env = dict(os.environ)
+    env["HOME"] = str(home)
+    return env
+
+
+class RunnerProcess:
+    """`runner.py run` as a real subprocess: stdin kept open, events read as they come."""
+
+    def __init__(
+        self,
+        home: Path,
+        data: dict[str, Any],
+        python: str = sys.executable,
+        wrapper: list[str] | None = None,
+    ) -> None:
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the runner)
+        argv = [*(wrapper or []), python, str(RUNNER), "run"]
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=home,
+            env=runner_env(home),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+        )
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(data) + "\n").encode())
+        self.proc.stdin.flush()
+        self.events: list[dict[str, Any]] = []
+        self.lines: list[str] = []
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = raw.decode()
+            self.lines.append(line)
+            self._queue.put(json.loads(line))
+        self._queue.put(None)
+
+    def wait_event(self, pred: Any, timeout: float = 20.0) -> dict[str, Any]:
+        """The next event for which pred(event) is true."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no matching event within {timeout}s; got {self.events}"
+            event = self._queue.get(timeout=left)
+            assert event is not None, f"runner ended first: {self.events} {self.stderr_text()}"
+            self.events.append(event)
+            if pred(event):
+                return event
+
+    def finish(self, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """Read every event until the runner exits; then close its stdin."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            assert left > 0, f"runner still running after {timeout}s: {self.events}"
+            event = self._queue.get(timeout=left)
+            if event is None:
+                break
+            self.events.append(event)
+        self.proc.wait(timeout=10)
+        self.close_stdin()
+        return self.events
+
+    def close_stdin(self) -> None:
+        """EOF on the runner's stdin: the controller is gone."""
+        assert self.proc.stdin is not None
+        if not self.proc.stdin.closed:
+            self.proc.stdin.close()
+
+    def kill(self) -> None:
+        """SIGKILL the runner (or its wrapper)."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stderr_text(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")
+
+    @property
+    def done(self) -> dict[str, Any]:
+        """The final `done` event."""
+        assert self.events and self.events[-1]["event"] == "done", self.events
+        return self.events[-1]
+
+
+def run_cell(home: Path, cell: dict[str, Any], timeout: float = 30.0) -> RunnerProcess:
+    """Run one cell to the end."""
+    runner = RunnerProcess(home, payload(cell))
+    runner.finish(timeout)
+    return runner
+
+
+def cell_dir(home: Path, cell_id: str = "x-1-0000abcd") -> Path:
+    """The finished cell directory on the 'host'."""
+    return home / ".orch" / "runs" / RUN_ID / cell_id
+
+
+def load(path: Path) -> Any:
+    """Parse a JSON file."""
+    return json.loads(path.read_text())
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+def port_free(port: int) -> bool:
+    """Nothing listens on 127.0.0.1:port."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def archive_names(home: Path, cell_id: str = "x-1-0000abcd") -> list[str]:
+    """Member names of the cell's archive."""
+    with tarfile.open(archive_path(home, cell_id)) as tar:
+        return tar.getnames()
+
+
+def archive_path(home: Path, cell_id: str = "x-1-0000abcd") -> Path:
+    """Where the runner writes the cell's archive."""
+    return home / ".orch" / "runs" / RUN_ID / f"{cell_id}.tar.gz"
