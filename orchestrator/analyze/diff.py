@@ -21,6 +21,7 @@ from typing import Any, Literal
 from tabulate import tabulate
 
 from orchestrator.analyze.evidence import CellEvidence, find_key, find_value, flatten
+from orchestrator.analyze.metrics import format_number
 from orchestrator.analyze.stats import compare, median
 from orchestrator.plan.cell import canonical_json
 
@@ -821,16 +822,6 @@ def diff_runs(
 # --- rendering ---------------------------------------------------------------------------------
 
 
-def _fmt_number(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if abs(value) >= 1000:
-        return f"{value:.0f}"
-    if abs(value) >= 1:
-        return f"{value:.2f}"
-    return f"{value:.4g}"
-
-
 def _entry_lines(entry: Entry) -> list[str]:
     ta, tb = _text(entry.a), _text(entry.b)
     note = f"  ({entry.note})" if entry.note else ""
@@ -851,7 +842,9 @@ def _metric_lines(metrics: list[MetricDelta]) -> list[str]:
             test = f"{m.method}, p={m.p_value:.3g}" if m.p_value is not None else f"{m.method}"
             verdict = f"{'yes' if m.significant else 'no'} ({test}; n={m.n_a}/{m.n_b})"
         delta = "-" if m.delta_pct is None else f"{m.delta_pct:+.1f}%"
-        rows.append([m.metric, _fmt_number(m.median_a), _fmt_number(m.median_b), delta, verdict])
+        rows.append(
+            [m.metric, format_number(m.median_a), format_number(m.median_b), delta, verdict]
+        )
     table = tabulate(
         rows,
         headers=["metric", "median A", "median B", "delta", "significant"],

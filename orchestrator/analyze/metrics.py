@@ -116,3 +116,14 @@ def write_metrics_json(
     tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return document
+
+
+def format_number(value: float | None) -> str:
+    """A metric value for people: no exponent for large values, 4 significant digits for small."""
+    if value is None:
+        return "-"
+    if abs(value) >= 1000:
+        return f"{value:.0f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.4g}"

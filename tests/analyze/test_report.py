@@ -1,0 +1,151 @@
+"""`orch report`: flat and pivoted tables, tidy CSV/JSON, expectations and failed cells."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import pytest
+from analyze_fixtures import base_cell, write_run
+
+from orchestrator.analyze.evidence import load_cells, load_run
+from orchestrator.analyze.report import build_report, plot_report, render_report
+from orchestrator.errors import BundleError, InputError
+
+
+def _run(tmp_path: Path) -> Path:
+    """2 nccl × 2 spec cells with 3 repeats × 2 metrics, plus one failed cell."""
+    cells = []
+    for nccl in ("default", "tuned"):
+        for spec, base in (("off", 89.0), ("eagle3-2", 94.0)):
+            bump = 2.0 if nccl == "tuned" else 0.0
+            repeats = [
+                {"output_throughput": base + bump + d, "median_ttft_ms": 40.0 + d}
+                for d in (-0.5, 0.0, 0.5)
+            ]
+            expectations = [
+                {"metric": "output_throughput", "ok": base + bump >= 90, "bound": ">= 90"}
+            ]
+            expectations[0]["value"] = base + bump
+            cells.append(
+                {
+                    "cell": base_cell(
+                        f"{nccl}-{spec}-0000", axes={"nccl": nccl, "spec": spec}, host="gpu01"
+                    ),
+                    "repeats": repeats,
+                    "expectations": expectations,
+                }
+            )
+    cells.append(
+        {
+            "cell": base_cell("broken-0000", axes={"nccl": "tuned", "spec": "bad"}),
+            "status": "failed",
+            "reason": "server exited during startup (rc 1): CUDA out of memory\nmore log",
+        }
+    )
+    return write_run(tmp_path, "20261130-142501-demo-3f9c", cells)
+
+
+def test_flat_table_with_expectations_and_failed_reason(tmp_path: Path) -> None:
+    report = build_report(load_run(_run(tmp_path)).cells)
+    assert report.axes == ["nccl", "spec"]
+    assert report.metrics == ["output_throughput", "median_ttft_ms"]
+    text = render_report(report, "table")
+    lines = text.splitlines()
+    header = lines[0].split()
+    assert header[:4] == ["nccl", "spec", "host", "status"]
+    assert "reason" in header
+    row = next(line for line in lines if line.startswith("default") and " off " in line)
+    assert "89.00 ± 0.5 ✗" in row and "40.00 ± 0.5" in row
+    assert "96.00 ± 0.5 ✓" in text
+    broken = next(line for line in lines if " bad " in line)
+    assert "failed" in broken and "CUDA out of memory" in broken
+    # the whole reason, every line, below the table
+    assert "broken-0000 (gpu01) failed: server exited" in text and "more log" in text
+    assert "✗ default-off-0000 output_throughput = 89.0: expected >= 90" in text
+
+
+def test_pivot_by_axis(tmp_path: Path) -> None:
+    report = build_report(load_run(_run(tmp_path)).cells, by="spec")
+    md = render_report(report, "md")
+    header = md.splitlines()[0]
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert cols == [
+        "nccl",
+        "host",
+        "output_throughput [spec=off]",
+        "output_throughput [spec=eagle3-2]",
+        "output_throughput [spec=bad]",
+        "median_ttft_ms [spec=off]",
+        "median_ttft_ms [spec=eagle3-2]",
+        "median_ttft_ms [spec=bad]",
+    ]
+    rows = [line for line in md.splitlines()[2:] if line.startswith("|")]
+    assert len(rows) == 2  # default, tuned
+    tuned = [c.strip() for c in rows[1].strip("|").split("|")]
+    assert tuned[:5] == ["tuned", "gpu01", "91.00 ± 0.5 ✓", "96.00 ± 0.5 ✓", "failed"]
+    default = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert default[4] == ""  # no such cell
+
+
+def test_tidy_csv_and_json_have_one_row_per_cell_repeat_metric(tmp_path: Path) -> None:
+    report = build_report(load_run(_run(tmp_path)).cells)
+    rows = list(csv.DictReader(io.StringIO(render_report(report, "csv"))))
+    assert len(rows) == 4 * 3 * 2  # passed cells × repeats × metrics (the failed cell has none)
+    assert list(rows[0]) == [
+        "run_id",
+        "cell_id",
+        "host",
+        "nccl",
+        "spec",
+        "repeat",
+        "metric",
+        "value",
+    ]
+    assert rows[0] == {
+        "run_id": "20261130-142501-demo-3f9c",
+        "cell_id": "default-off-0000",
+        "host": "gpu01",
+        "nccl": "default",
+        "spec": "off",
+        "repeat": "1",
+        "metric": "output_throughput",
+        "value": "88.5",
+    }
+    data = json.loads(render_report(report, "json"))
+    assert len(data) == 24 and data[1]["metric"] == "median_ttft_ms" and data[1]["value"] == 39.5
+
+
+def test_axis_clash_and_mapping_values(tmp_path: Path) -> None:
+    cell = base_cell("c-1", axes={"host": "x", "nccl": {"NCCL_ALGO": "Ring"}})
+    run = write_run(tmp_path, "r", [{"cell": cell, "repeats": [{"t": 1.0}]}])
+    report = build_report(load_cells(run))
+    (row,) = json.loads(render_report(report, "json"))
+    assert row["axis.host"] == "x" and row["host"] == "gpu01"
+    assert row["nccl"] == '{"NCCL_ALGO":"Ring"}'
+
+
+def test_errors(tmp_path: Path) -> None:
+    cells = load_run(_run(tmp_path)).cells
+    with pytest.raises(InputError, match="did you mean 'spec'"):
+        build_report(cells, by="spe")
+    with pytest.raises(BundleError):
+        load_cells(tmp_path / "missing")
+    assert len(load_cells(cells[0].path)) == 1
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is not None, reason="has matplotlib")
+def test_plot_without_matplotlib_says_how_to_install(tmp_path: Path) -> None:
+    report = build_report(load_run(_run(tmp_path)).cells)
+    with pytest.raises(InputError, match=r"install orch\[plot\]"):
+        plot_report(report, "spec", tmp_path / "p.png")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs orch[plot]")
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    report = build_report(load_run(_run(tmp_path)).cells)
+    out = plot_report(report, "spec", tmp_path / "p.png")
+    assert out.read_bytes().startswith(b"\x89PNG")
