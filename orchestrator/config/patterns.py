@@ -1,0 +1,149 @@
+"""Ansible host patterns, for a playbook's `hosts:` and for `--limit`.
+
+A pattern is a comma-separated list of terms (colons also separate, Ansible's old style). A term is
+`all` or `*`, a group or host name, a glob (`gpu*`), or a regex after `~`; `!term` excludes and
+`&term` intersects. Plain terms are evaluated first, then `&`, then `!`; a pattern of only `&`/`!`
+terms starts from `all`. `group[0]`, `group[-1]`, `group[1:3]` pick hosts of a term by position
+(inclusive, as Ansible does). The result is in inventory order.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from collections.abc import Callable
+
+from orchestrator.config.host import Inventory
+from orchestrator.errors import InputError, SourceLocation
+
+_SUBSCRIPT = re.compile(r"^(.+)\[(?:(-?[0-9]+)|([0-9]*):([0-9]*))\]$")
+# Ansible's old colon-separated form: a term is anything but whitespace, ':' and brackets, or a
+# whole bracketed expression (so `gpu[1:3]` stays one term).
+_OLD_STYLE_TERM = re.compile(r"(?:[^\s:\[\]]|\[[^\]]*\])+")
+# Ansible also matches host names (not only groups) when a term holds one of these.
+_HOST_MATCH_CHARS = ".?*["
+
+
+def split_pattern(pattern: str) -> list[str]:
+    """The terms of a pattern: split on commas, else on colons that are not inside brackets."""
+    if "," in pattern:
+        parts = pattern.split(",")
+    elif ":" in pattern and not pattern.lstrip("!&").startswith("~"):
+        parts = _OLD_STYLE_TERM.findall(pattern)
+    else:
+        parts = [pattern]
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _matcher(term: str, pattern: str) -> Callable[[str], bool]:
+    if term.startswith("~"):
+        try:
+            regex = re.compile(term[1:])
+        except re.error as exc:
+            raise InputError(
+                f"invalid regex {term[1:]!r} in host pattern {pattern!r}: {exc}"
+            ) from None
+    else:
+        regex = re.compile(fnmatch.translate(term))
+    return lambda name: regex.match(name) is not None
+
+
+def _is_named(term: str) -> bool:
+    """A term that names one group or host (no glob, regex or subscript)."""
+    return not term.startswith("~") and not any(c in term for c in "?*[")
+
+
+def _match_term(inventory: Inventory, term: str, pattern: str) -> list[str]:
+    subscript: tuple[int, int | None] | None = None
+    match = None if term.startswith("~") else _SUBSCRIPT.match(term)
+    if match is not None:
+        term = match.group(1)
+        if match.group(2) is not None:
+            subscript = (int(match.group(2)), None)
+        else:
+            start = int(match.group(3) or 0)
+            end = int(match.group(4)) if match.group(4) else -1
+            subscript = (start, end)
+    if term in ("all", "*"):
+        hosts = list(inventory.hosts)
+    else:
+        matches = _matcher(term, pattern)
+        members: set[str] = set()
+        groups = [g for g in inventory.groups if matches(g)]
+        for group in groups:
+            members.update(inventory.group_members(group))
+        if not groups or term.startswith("~") or any(c in term for c in _HOST_MATCH_CHARS):
+            members.update(h for h in inventory.hosts if matches(h))
+        hosts = [h for h in inventory.hosts if h in members]
+    if subscript is None:
+        return hosts
+    start, stop = subscript
+    if stop is None:
+        return [hosts[start]] if -len(hosts) <= start < len(hosts) else []
+    last = len(hosts) - 1 if stop == -1 else stop
+    return hosts[start : last + 1]
+
+
+def _evaluate(inventory: Inventory, pattern: str) -> tuple[list[str], list[str]]:
+    """The selected hosts, and the named terms that matched nothing."""
+    terms = split_pattern(pattern)
+    plain = [t for t in terms if not t.startswith(("!", "&"))]
+    intersect = [t[1:] for t in terms if t.startswith("&")]
+    exclude = [t[1:] for t in terms if t.startswith("!")]
+    unmatched: list[str] = []
+
+    def term_hosts(term: str) -> set[str]:
+        found = _match_term(inventory, term, pattern)
+        if not found and _is_named(term) and term not in ("all", "*"):
+            unmatched.append(term)
+        return set(found)
+
+    selected: set[str] = set()
+    for term in plain or ["all"]:
+        selected |= term_hosts(term)
+    for term in intersect:
+        selected &= term_hosts(term)
+    for term in exclude:
+        selected -= term_hosts(term)
+    return [h for h in inventory.hosts if h in selected], unmatched
+
+
+def select_hosts(inventory: Inventory, pattern: str) -> list[str]:
+    """The hosts `pattern` selects, in inventory order (possibly none)."""
+    return _evaluate(inventory, pattern)[0]
+
+
+def _listing(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "") or "none"
+
+
+def select_hosts_checked(
+    inventory: Inventory,
+    pattern: str,
+    *,
+    location: SourceLocation | None = None,
+    key_path: str | None = None,
+) -> list[str]:
+    """As `select_hosts`, but an InputError when nothing matches or a named term matches nothing.
+
+    A misspelt name in `gpu01,gpu2` would otherwise silently narrow the run.
+    """
+    hosts, unmatched = _evaluate(inventory, pattern) if pattern.strip() else ([], [])
+    groups = [g for g in inventory.groups if g not in ("all", "ungrouped")]
+    known = f"known groups: {_listing(groups)}; hosts: {_listing(list(inventory.hosts))}"
+    if hosts and not unmatched:
+        return hosts
+    names = [*inventory.groups, *inventory.hosts]
+    hint = None
+    for term in unmatched:
+        close = difflib.get_close_matches(term, names, n=1, cutoff=0.6)
+        if close:
+            hint = f"did you mean {close[0]!r}?"
+            break
+    if hosts:
+        message = f"{unmatched[0]!r} in pattern {pattern!r} names no group or host ({known})"
+    else:
+        message = f"pattern {pattern!r} matches no host ({known})"
+    raise InputError(message, location=location, key_path=key_path, hint=hint)
