@@ -1,0 +1,294 @@
+"""Each way a cell goes wrong gives its own clear reason, and the host is left clean."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+from runner_helpers import (
+    RUN_ID,
+    RUNNER,
+    RunnerProcess,
+    alive,
+    archive_path,
+    cell_dir,
+    free_port,
+    load,
+    make_cell,
+    payload,
+    port_free,
+    run_cell,
+    runner_env,
+)
+
+
+def _server_pids(home: Path, cell_id: str = "x-1-0000abcd") -> list[int]:
+    cdir = cell_dir(home, cell_id)
+    pids = [load(cdir / "server.json")["pid"]]
+    if (cdir / "env_check.json").exists():
+        pids += [p["pid"] for p in load(cdir / "env_check.json")["processes"]]
+    return pids
+
+
+def test_server_exits_during_startup(home: Path) -> None:
+    port = free_port()
+    runner = run_cell(home, make_cell(port, server_args=("--mode", "exit", "--exit-rc", "3")))
+    done = runner.done
+    assert done["status"] == "failed" and done["step"] == "ready"
+    assert done["reason"].startswith("server exited during startup (rc 3)")
+    assert "boom: this server refuses to start" in done["reason"]
+    assert runner.proc.returncode == 1
+    cell_json = load(cell_dir(home) / "cell.json")
+    assert cell_json["failed_step"] == "ready"
+    assert cell_json["steps"]["bench"]["status"] == "not_run"
+    assert cell_json["steps"]["stop"]["status"] == "ok"
+    assert cell_json["steps"]["snapshot_post"]["status"] == "ok"
+    assert not (cell_dir(home) / "bench").exists()
+
+
+def test_server_never_ready(home: Path) -> None:
+    port = free_port()
+    cell = make_cell(port, server_args=("--mode", "never"), ready_timeout=1.0)
+    started = time.monotonic()
+    runner = run_cell(home, cell)
+    done = runner.done
+    assert done["status"] == "failed" and done["step"] == "ready"
+    assert done["reason"].startswith("server not ready after 1")
+    assert f"last HTTP status 503 from http://127.0.0.1:{port}/health" in done["reason"]
+    assert "listening on" in done["reason"]  # the log tail
+    assert time.monotonic() - started < 15
+    assert all(not alive(p) for p in _server_pids(home))
+    assert port_free(port)
+
+
+def test_port_already_taken(home: Path) -> None:
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        runner = run_cell(home, make_cell(port))
+    done = runner.done
+    assert done["status"] == "failed" and done["step"] == "preflight"
+    assert done["reason"].startswith(f"port {port} is already in use")
+    assert "held by pid" in done["reason"]
+    assert not (cell_dir(home) / "server.json").exists()
+
+
+@pytest.mark.parametrize("mode", ["strict", "warn"])
+def test_scrubbed_child_environment_is_caught(home: Path, mode: str) -> None:
+    port = free_port()
+    env = {"NCCL_MIN_NCHANNELS": "32", "NCCL_ALGO": "Ring"}
+    cell = make_cell(port, server_args=("--child", "scrub"), env=env, verify_env=mode)
+    runner = run_cell(home, cell)
+    check = load(cell_dir(home) / "env_check.json")
+    assert check["mode"] == mode and check["ok"] is False
+    server_pid = load(cell_dir(home) / "server.json")["pid"]
+    by_pid = {p["pid"]: p for p in check["processes"]}
+    assert set(by_pid) - {server_pid}, "the child was not found"
+    (child,) = [p for pid, p in by_pid.items() if pid != server_pid]
+    assert child["ppid"] == server_pid and "time.sleep(600)" in child["cmdline"]
+    assert child["vars"]["NCCL_ALGO"] == {"expected": "Ring", "observed": None, "ok": False}
+    assert by_pid[server_pid]["vars"]["NCCL_ALGO"]["ok"] is True
+    assert {(m["pid"], m["name"]) for m in check["mismatches"]} == {
+        (child["pid"], "NCCL_ALGO"),
+        (child["pid"], "NCCL_MIN_NCHANNELS"),
+    }
+    if mode == "strict":
+        done = runner.done
+        assert done["status"] == "failed" and done["step"] == "verify_env"
+        reason = done["reason"]
+        assert reason.startswith("environment mismatch in 1 of 2 server processes")
+        assert "pid" in reason and "missing" in reason
+        assert f"{child['pid']}" in reason and "NCCL_ALGO, NCCL_MIN_NCHANNELS" in reason
+        assert not (cell_dir(home) / "bench").exists()
+    else:
+        assert runner.done["status"] == "passed"
+    assert all(not alive(p) for p in by_pid)
+
+
+def test_bench_failure_keeps_its_files(home: Path) -> None:
+    port = free_port()
+    runner = run_cell(home, make_cell(port, bench_args=("--rc", "4")))
+    done = runner.done
+    assert done["status"] == "failed" and done["step"] == "bench"
+    assert done["reason"].startswith("bench repeat 1 failed (rc 4)")
+    assert "bench failing on purpose" in done["reason"]
+    rdir = cell_dir(home) / "bench" / "1"
+    assert load(rdir / "exit.json")["rc"] == 4
+    assert (rdir / "result.json").is_file()
+    assert not (cell_dir(home) / "bench" / "2").exists()
+
+
+def test_server_ignoring_sigterm_is_killed(home: Path) -> None:
+    port = free_port()
+    cell = make_cell(port, server_args=("--ignore-term", "--child", "inherit"), stop_grace=0.5)
+    runner = run_cell(home, cell)
+    assert runner.done["status"] == "passed"
+    stop = load(cell_dir(home) / "cell.json")["stop"]
+    assert stop["graceful"] is False and stop["killed"] and stop["leftover"] == []
+    assert "ignoring SIGTERM" in (cell_dir(home) / "server.log").read_text()
+    assert all(not alive(p) for p in _server_pids(home))
+    assert port_free(port)
+
+
+def _bench_started(event: dict[str, object]) -> bool:
+    return event == {**event, "event": "step", "step": "bench", "status": "start"}
+
+
+@pytest.mark.parametrize("how", ["stdin-eof", "sigterm", "parent-killed"])
+def test_controller_gone_mid_bench(home: Path, how: str) -> None:
+    port = free_port()
+    cell = make_cell(port, server_args=("--child", "inherit"), bench_args=("--sleep", "30"))
+    wrapper = None
+    if how == "parent-killed":
+        # A parent that dies while the runner's stdin stays open: only getppid() can tell.
+        wrapper = [sys.executable, "-c", "import subprocess,sys; subprocess.call(sys.argv[1:])"]
+    runner = RunnerProcess(home, payload(cell), wrapper=wrapper)
+    runner.wait_event(_bench_started)
+    time.sleep(0.5)
+    started = time.monotonic()
+    if how == "stdin-eof":
+        runner.close_stdin()
+    elif how == "sigterm":
+        runner.proc.send_signal(signal.SIGTERM)
+    else:
+        runner.kill()
+    if how == "parent-killed":
+        # The wrapper is gone, so nothing reads events: wait for the archive instead.
+        deadline = time.monotonic() + 20
+        while not archive_path(home).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        runner.close_stdin()
+        done = json.loads((cell_dir(home) / "events.jsonl").read_text().splitlines()[-1])
+    else:
+        runner.finish(20)
+        done = runner.done
+        assert runner.proc.returncode == 3
+    assert time.monotonic() - started < 15
+    assert done["status"] == "interrupted" and done["step"] == "bench", done
+    expected = {
+        "stdin-eof": "controller gone (stdin closed)",
+        "sigterm": "signal SIGTERM",
+        "parent-killed": "controller gone (parent process exited)",
+    }[how]
+    assert done["reason"] == expected
+    assert archive_path(home).is_file()
+    cdir = cell_dir(home)
+    cell_json = load(cdir / "cell.json")
+    assert cell_json["status"] == "interrupted"
+    assert cell_json["steps"]["stop"]["status"] == "ok"
+    assert load(cdir / "bench" / "1" / "exit.json")["interrupted"] is True
+    assert (cdir / "snapshot.post.json").is_file()
+    assert all(not alive(p) for p in _server_pids(home))
+    assert port_free(port)
+    assert not list((home / ".orch" / "servers").glob("*.json"))
+
+
+def test_secret_values_reach_no_file(home: Path) -> None:
+    port = free_port()
+    token = "hf_abcdef123456"
+    cell = make_cell(
+        port,
+        server_args=("--print-env", "HF_TOKEN", "--child", "inherit"),
+        bench_args=("--print-env", "HF_TOKEN", "--print-env", "PIN"),
+        env={"HF_TOKEN": token, "PIN": "ab7", "VISIBLE": "plain"},
+        secrets=("HF_TOKEN", "PIN"),
+    )
+    runner = run_cell(home, cell)
+    assert runner.done["status"] == "passed", runner.done
+    assert token not in "".join(runner.lines)
+    cdir = cell_dir(home)
+    for path in cdir.rglob("*"):
+        if path.is_file():
+            assert token.encode() not in path.read_bytes(), path
+    with tarfile.open(archive_path(home)) as tar:
+        for member in tar.getmembers():
+            fh = tar.extractfile(member)
+            if fh is not None:
+                assert token.encode() not in fh.read(), member.name
+    assert "HF_TOKEN=***REDACTED***" in (cdir / "server.log").read_text()
+    # The real values were still compared in the server's processes.
+    check = load(cdir / "env_check.json")
+    assert check["ok"] is True
+    for proc in check["processes"]:
+        assert proc["vars"]["HF_TOKEN"] == {
+            "expected": "***REDACTED***",
+            "observed": "***REDACTED***",
+            "ok": True,
+        }
+        assert proc["vars"]["PIN"]["expected"] == "***REDACTED***"
+        assert proc["vars"]["VISIBLE"]["observed"] == "plain"
+    # Short secrets are not replaced inside logs, but never written where orch writes env.
+    assert load(cdir / "cell.json")["cell"]["env"] == {
+        "HF_TOKEN": "***REDACTED***",
+        "PIN": "***REDACTED***",
+        "VISIBLE": "plain",
+    }
+    assert load(cdir / "server.json")["env_declared"]["PIN"] == "***REDACTED***"
+
+
+def test_leftover_server_blocks_preflight_until_stop_all(home: Path) -> None:
+    port = free_port()
+    first = RunnerProcess(home, payload(make_cell(port, bench_args=("--sleep", "3"))))
+    first.wait_event(_bench_started)
+    first.kill()  # SIGKILL: the runner cannot clean up, its server is orphaned
+    record = next((home / ".orch" / "servers").glob("*.json"))
+    server_pid = load(record)["pid"]
+    assert alive(server_pid)
+
+    second = run_cell(home, make_cell(free_port(), cell_id="y-2-0000beef"))
+    done = second.done
+    assert done["status"] == "failed" and done["step"] == "preflight"
+    assert done["reason"].startswith(
+        f"an orch server from run {RUN_ID} cell x-1-0000abcd is still running (pid {server_pid})"
+    )
+
+    out = subprocess.run(
+        [sys.executable, str(RUNNER), "stop-all", RUN_ID],
+        cwd=home,
+        env=runner_env(home),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    (item,) = [json.loads(line) for line in out.stdout.splitlines()]
+    assert item["pid"] == server_pid and item["stopped"] is True
+    assert not alive(server_pid) and not record.exists()
+    third = run_cell(home, make_cell(free_port(), cell_id="z-3-0000cafe"))
+    assert third.done["status"] == "passed"
+
+
+def test_stale_server_record_is_removed(home: Path) -> None:
+    servers = home / ".orch" / "servers"
+    servers.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = servers / f"{dead.pid}.json"
+    stale.write_text(
+        json.dumps({"pid": dead.pid, "pgid": dead.pid, "run_id": "old", "cell_id": "c"})
+    )
+    runner = run_cell(home, make_cell(free_port(), repeats=1))
+    assert runner.done["status"] == "passed"
+    assert not stale.exists()
+
+
+def test_bad_input_is_refused(home: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(RUNNER), "run"],
+        input=b"not json\n",
+        cwd=home,
+        env=runner_env(home),
+        capture_output=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    done = json.loads(proc.stdout)
+    assert done["status"] == "failed" and done["reason"].startswith("bad input")
