@@ -61,13 +61,6 @@ _LEGACY = {
     "pcie.link.gen.gpucurrent": "pcie.link.gen.current",
     "clocks_event_reasons.active": "clocks_throttle_reasons.active",
 }
-# Tried in order: new names, all old names, then each mix (drivers changed one name at a time).
-FIELD_VARIANTS: Tuple[Tuple[str, Dict[str, str]], ...] = (
-    ("current", {}),
-    ("legacy", dict(_LEGACY)),
-    ("legacy-pcie", {"pcie.link.gen.gpucurrent": "pcie.link.gen.current"}),
-    ("legacy-reasons", {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}),
-)
 _NUMERIC_FIELDS = frozenset(
     (
         "index",
@@ -497,29 +490,51 @@ def _cpu() -> Dict[str, Any]:
     return info
 
 
+_INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field')
+
+
+def _variant(fields: Sequence[str]) -> str:
+    if list(fields) == list(GPU_FIELDS):
+        return "current"
+    if list(fields) == [_LEGACY.get(f, f) for f in GPU_FIELDS]:
+        return "legacy"
+    return "mixed"
+
+
 def _gpus(smi: str) -> Dict[str, Any]:
-    attempts = []
-    for variant, renames in FIELD_VARIANTS:
-        fields = [renames.get(f, f) for f in GPU_FIELDS]
+    """Query every field; on a rejected name swap it for its other spelling and ask again."""
+    swap = dict(_LEGACY)
+    swap.update((old, new) for new, old in _LEGACY.items())
+    fields = list(GPU_FIELDS)
+    tried = []  # type: List[List[str]]
+    attempts = []  # type: List[Dict[str, Any]]
+    while fields not in tried and len(tried) < 2 + len(_LEGACY):
+        tried.append(fields)
         argv = [smi, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"]
         rc, out, err = run_command(argv, timeout=30)
         if rc == 0:
             try:
                 devices = parse_gpu_csv(out, fields)
             except ValueError as exc:
-                attempts.append({"fields": variant, "rc": rc, "error": str(exc)})
-                continue
+                attempts.append({"fields": _variant(fields), "rc": rc, "error": str(exc)})
+                break
             return {
                 "count": len(devices),
-                "fields": variant,
+                "fields": _variant(fields),
                 "query": fields,
                 "devices": devices,
                 "failed_attempts": attempts,
             }
         message = _tail(out + "\n" + err)
-        attempts.append({"fields": variant, "rc": rc, "error": message})
+        attempts.append({"fields": _variant(fields), "rc": rc, "error": message})
         if "not a valid field" not in message:
             break  # no devices, driver not loaded...: other names will not help
+        match = _INVALID_FIELD.search(message)
+        bad = match.group(1) if match else None
+        if bad in swap:
+            fields = [swap[bad] if f == bad else f for f in fields]
+        else:  # a message we cannot place: try every old name at once
+            fields = [_LEGACY.get(f, f) for f in GPU_FIELDS]
     raise Absent(
         "nvidia-smi --query-gpu failed: %s"
         % "; ".join("%s (rc %s): %s" % (a["fields"], a["rc"], a["error"]) for a in attempts)
