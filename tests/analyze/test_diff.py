@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from analyze_fixtures import (
     base_cell,
     env_check,
@@ -289,3 +290,31 @@ def test_diff_runs_pairs_by_id_then_axes(tmp_path: Path) -> None:
     assert diff.a_run == "run-a" and diff.b_run == "run-b"
     data = json.loads(render_diff(diff, "json"))
     assert data["pairs"][0]["differing"] == ["metrics"]
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
+
+
+@pytest.mark.skipif(not (FIXTURES / "h100-throttled").is_dir(), reason="no nvidia-smi fixtures")
+def test_throttled_gpu_from_real_nvidia_smi_output(tmp_path: Path) -> None:
+    from orchestrator.execute.remote.probe import parse_gpu_csv
+
+    def snap(name: str) -> dict:
+        fields = (FIXTURES / name / "fields.txt").read_text().split()
+        devices = parse_gpu_csv((FIXTURES / name / "query-gpu.csv").read_text(), fields)
+        snap = snapshot()
+        snap["gpus"] = {"count": len(devices), "fields": "current", "devices": devices}
+        return snap
+
+    a, b = _pair(
+        tmp_path, {"snapshot_pre": snap("h100-healthy")}, {"snapshot_pre": snap("h100-throttled")}
+    )
+    hardware = diff_cells(a, b).section("hardware")
+    entries = {e.key: e for e in hardware.entries if not e.within_tolerance}
+    assert entries["GPU 3 clocks.sm"].note == "B below max (1095 of max 1980)"
+    assert entries["GPU 3 pcie.link.gen.current"].b == 3
+    assert entries["GPU 3 pcie.link.width.current"].note == "B below max (8 of max 16)"
+    assert "HwSlowdown+HwThermalSlowdown" in (
+        entries["GPU 3 clocks_event_reasons.active"].note or ""
+    )
+    assert not any(k.startswith("GPU 0 clocks") for k in entries)
