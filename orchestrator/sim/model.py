@@ -1,0 +1,380 @@
+"""The simulator's performance model: pure functions from (parameters, config, env, host) to time.
+
+The parameters live in `orch_sim_model.json` at the root of the pinned repo, so a commit can change
+performance (and introduce the bugs below). Every time is in *simulated* milliseconds; the server
+multiplies sleeps by its time scale, and the bench client divides what it measures by the same.
+
+Decode step (no speculation), at the reference tp (8) and full GPU clock:
+
+    step = decode_ms / clock + allreduce
+
+EAGLE-3 step (chain drafting, `num_steps` drafts then one verify pass of the target):
+
+    step = (num_steps * draft_step_ms + verify_ms) / clock + allreduce
+    accept_len = 1 + sum_{i=1..num_steps} prod_{j<=i} acceptance[j]     (the bonus token is the 1)
+    tok/s = 1000 * accept_len / step
+
+All-reduce: with SGLang's custom all-reduce (the default) it costs `custom_ms` whatever NCCL's
+variables say; with `--disable-custom-all-reduce` it goes through NCCL and costs
+
+    nccl_default_ms * algo_factor[NCCL_ALGO] * (1 - min_nchannels_gain * min(N, full) / full)
+                    * (cross_nic_factor if NCCL_CROSS_NIC == 1)
+
+where N = NCCL_MIN_NCHANNELS. Only the variables that *every* worker process really has count (a
+collective runs with the settings all ranks share): a variable that never reached one worker is
+as good as unset. Both costs scale with the ring fraction 2(tp-1)/tp relative to tp 8; compute
+scales with 8/tp. `clock` is the slowest used GPU's sm clock over its max clock.
+
+The default numbers give DESIGN.md's story (tp 8, custom all-reduce disabled, cuda graph on):
+
+    all-reduce:   default NCCL 1.76 ms; tuned (Ring 0.62 x 32 channels 0.80 x cross-NIC 0.92)
+                  1.76 * 0.456 = 0.803 ms; tuned but NCCL_ALGO lost: 1.295 ms; custom 0.90 ms
+    baseline:     tuned  1000 / (10.436 + 0.803) = 89.0 tok/s
+                  default NCCL 1000 / (10.436 + 1.76) = 82.0 tok/s
+    EAGLE-3 2-step, acceptance 0.60, 0.56: accept_len = 1 + 0.60 + 0.60 * 0.56 = 1.936
+                  good (verify 19 ms): 1000 * 1.936 / (2 * 0.4 + 19 + 0.803) = 94.0 tok/s
+                  bad  (verify 29 ms): 1000 * 1.936 / (2 * 0.4 + 29 + 0.803) = 63.3 tok/s
+                  bad + NCCL vars lost (DESIGN's 82/60 morning): 82.0 and 61.3 tok/s
+
+A verify regression alone cannot reach 60 exactly: 29/19 = 1.53 bounds the slowdown from 94.
+
+A request's first token costs one prefill, `prefill_base_ms + prefill_ms_per_token * input_len`
+(scaled like compute, plus one all-reduce), so a bench's output throughput sits slightly under
+the decode rate (about 0.5 % at 1024 in / 512 out). Each running request slows a decode step by
+`batch_slope`. Noise: every request draws a speed factor from an AR(1) sequence (stdev `noise`,
+correlation `noise_correlation` between consecutive requests), so a whole benchmark run varies
+by about `noise` whatever its length, and each step adds a small white jitter.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MODEL_FILE = "orch_sim_model.json"
+REFERENCE_TP = 8
+
+DEFAULT_PARAMS: dict[str, Any] = {
+    "schema_version": 1,
+    "model": "Kimi-K2.5 (simulated MoE, tp 8)",
+    "decode_ms": 10.436,
+    "batch_slope": 0.03,
+    "cuda_graph_off_factor": 1.35,
+    "prefill_base_ms": 8.0,
+    "prefill_ms_per_token": 0.02,
+    "allreduce": {
+        "custom_ms": 0.9,
+        "nccl_default_ms": 1.76,
+        "algo_factor": {
+            "Ring": 0.62,
+            "Tree": 1.0,
+            "NVLS": 0.7,
+            "NVLSTree": 0.8,
+            "CollNetDirect": 1.1,
+            "CollNetChain": 1.1,
+            "PAT": 1.2,
+        },
+        "min_nchannels_gain": 0.2,
+        "min_nchannels_full": 32,
+        "cross_nic_factor": 0.92,
+    },
+    "eagle": {
+        "draft_step_ms": 0.4,
+        "verify_ms": 19.0,
+        "verify_ms_per_extra_token": 0.3,
+        "acceptance": [0.60, 0.56, 0.52, 0.48, 0.45, 0.42, 0.40, 0.38],
+        "topk_gain": 0.3,
+    },
+    "noise": 0.015,
+    "noise_correlation": 0.9,
+    "startup_s": 2.0,
+    "bugs": {"drop_env": [], "drop_env_ranks": None, "crash_on_start": None},
+}
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def model_params(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The default parameters deep-merged with `overrides` (a partial model file)."""
+    return _merge(DEFAULT_PARAMS, overrides or {})
+
+
+def load_params(path: Path) -> dict[str, Any]:
+    """Read a model file; missing keys take their defaults, so old files keep working."""
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the model file must hold a JSON object")
+    return model_params(data)
+
+
+def dump_params(params: Mapping[str, Any]) -> str:
+    """The model file's text: indented so a changed number is a one-line diff."""
+    return json.dumps(params, indent=2) + "\n"
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """The launch flags that matter to performance."""
+
+    tp: int = REFERENCE_TP
+    speculative_algorithm: str | None = None
+    num_steps: int = 0
+    eagle_topk: int = 1
+    num_draft_tokens: int = 0
+    disable_custom_all_reduce: bool = False
+    disable_cuda_graph: bool = False
+
+    @property
+    def speculating(self) -> bool:
+        """True for EAGLE/EAGLE3 with at least one draft step."""
+        algo = (self.speculative_algorithm or "").upper()
+        return algo in {"EAGLE", "EAGLE3", "NEXTN"} and self.num_steps > 0
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One engine iteration for a batch of one request."""
+
+    step_ms: float
+    accept_len: float  # expected tokens emitted per request per step
+    allreduce_ms: float
+    acceptance: tuple[float, ...] = field(default=())  # per draft position, effective
+
+    @property
+    def tok_s(self) -> float:
+        """Decode tokens per second of one request."""
+        return 1000.0 * self.accept_len / self.step_ms
+
+
+def accept_length(acceptance: list[float] | tuple[float, ...], num_steps: int) -> float:
+    """1 + sum over i <= num_steps of prod_{j<=i} acceptance[j] (the last rate repeats)."""
+    total, prod = 1.0, 1.0
+    for i in range(num_steps):
+        rate = acceptance[min(i, len(acceptance) - 1)] if acceptance else 0.0
+        prod *= rate
+        total += prod
+    return total
+
+
+def effective_acceptance(params: Mapping[str, Any], cfg: ServingConfig) -> tuple[float, ...]:
+    """Per-position acceptance for this config: topk > 1 (a tree) accepts a little more often."""
+    if not cfg.speculating:
+        return ()
+    eagle = params["eagle"]
+    rates: list[float] = list(eagle["acceptance"]) or [0.0]
+    # The chain cannot be longer than the draft tokens verified (topk 1: num_steps + 1).
+    steps = cfg.num_steps
+    if cfg.num_draft_tokens > 0 and cfg.eagle_topk <= 1:
+        steps = min(steps, cfg.num_draft_tokens - 1)
+    power = 1.0 + float(eagle["topk_gain"]) * max(0, cfg.eagle_topk - 1)
+    out = []
+    for i in range(steps):
+        rate = min(max(rates[min(i, len(rates) - 1)], 0.0), 1.0)
+        out.append(1.0 - (1.0 - rate) ** power)
+    return tuple(out)
+
+
+def _ring_fraction(tp: int) -> float:
+    return 2.0 * (tp - 1) / tp if tp > 0 else 0.0
+
+
+def common_env(envs: list[Mapping[str, str]]) -> dict[str, str]:
+    """The (name, value) pairs every worker has: what a collective across all ranks sees."""
+    if not envs:
+        return {}
+    shared = dict(envs[0])
+    for env in envs[1:]:
+        shared = {k: v for k, v in shared.items() if env.get(k) == v}
+    return shared
+
+
+def nccl_factor(params: Mapping[str, Any], env: Mapping[str, str]) -> float:
+    """How NCCL_ALGO, NCCL_MIN_NCHANNELS and NCCL_CROSS_NIC scale NCCL's all-reduce time."""
+    ar = params["allreduce"]
+    factor = 1.0
+    algo = env.get("NCCL_ALGO", "").strip()
+    if algo:
+        # NCCL accepts a list ("Ring,Tree"); the first one named is the one it would pick here.
+        first = algo.split(",")[0].split(":")[-1].strip().lower()
+        table = {k.lower(): float(v) for k, v in ar["algo_factor"].items()}
+        factor *= table.get(first, 1.0)
+    try:
+        channels = int(env.get("NCCL_MIN_NCHANNELS", "0"))
+    except ValueError:
+        channels = 0
+    full = max(1, int(ar["min_nchannels_full"]))
+    factor *= 1.0 - float(ar["min_nchannels_gain"]) * min(max(channels, 0), full) / full
+    if env.get("NCCL_CROSS_NIC", "").strip() == "1":
+        factor *= float(ar["cross_nic_factor"])
+    return factor
+
+
+def allreduce_ms(params: Mapping[str, Any], cfg: ServingConfig, env: Mapping[str, str]) -> float:
+    """All-reduce time per forward pass; NCCL variables matter only with custom AR disabled."""
+    ar = params["allreduce"]
+    scale = _ring_fraction(cfg.tp) / _ring_fraction(REFERENCE_TP)
+    if not cfg.disable_custom_all_reduce:
+        return float(ar["custom_ms"]) * scale
+    return float(ar["nccl_default_ms"]) * nccl_factor(params, env) * scale
+
+
+def clock_factor(state: Mapping[str, Any], tp: int) -> float:
+    """sm clock / max sm clock of the slowest GPU the server uses (TP runs at its pace)."""
+    gpus = gpu_rows(state)[: max(1, tp)]
+    factors = []
+    for gpu in gpus:
+        cur, top = float(gpu["sm_clock"]), float(gpu["max_sm_clock"])
+        factors.append(min(1.0, max(0.05, cur / top)) if top > 0 else 1.0)
+    return min(factors) if factors else 1.0
+
+
+def _compute_scale(params: Mapping[str, Any], cfg: ServingConfig, clock: float) -> float:
+    scale = REFERENCE_TP / max(1, cfg.tp) / clock
+    if cfg.disable_cuda_graph:
+        scale *= float(params["cuda_graph_off_factor"])
+    return scale
+
+
+def step_cost(
+    params: Mapping[str, Any], cfg: ServingConfig, env: Mapping[str, str], clock: float = 1.0
+) -> StepCost:
+    """The expected cost of one decode iteration (batch of one) and tokens it emits."""
+    ar = allreduce_ms(params, cfg, env)
+    scale = _compute_scale(params, cfg, clock)
+    if not cfg.speculating:
+        return StepCost(
+            step_ms=float(params["decode_ms"]) * scale + ar, accept_len=1.0, allreduce_ms=ar
+        )
+    eagle = params["eagle"]
+    rates = effective_acceptance(params, cfg)
+    extra_tokens = max(0, cfg.num_draft_tokens - (cfg.num_steps + 1))
+    verify = float(eagle["verify_ms"]) + float(eagle["verify_ms_per_extra_token"]) * extra_tokens
+    compute = cfg.num_steps * float(eagle["draft_step_ms"]) + verify
+    return StepCost(
+        step_ms=compute * scale + ar,
+        accept_len=accept_length(rates, len(rates)),
+        allreduce_ms=ar,
+        acceptance=rates,
+    )
+
+
+def prefill_ms(
+    params: Mapping[str, Any],
+    cfg: ServingConfig,
+    env: Mapping[str, str],
+    new_tokens: int,
+    clock: float = 1.0,
+) -> float:
+    """Time of a prefill iteration over `new_tokens` prompt tokens."""
+    compute = float(params["prefill_base_ms"]) + float(params["prefill_ms_per_token"]) * new_tokens
+    return compute * _compute_scale(params, cfg, clock) + allreduce_ms(params, cfg, env)
+
+
+def batch_factor(params: Mapping[str, Any], batch: int) -> float:
+    """How much slower a decode step is with `batch` running requests than with one."""
+    return 1.0 + float(params["batch_slope"]) * max(0, batch - 1)
+
+
+def predict_output_throughput(
+    params: Mapping[str, Any],
+    cfg: ServingConfig,
+    env: Mapping[str, str],
+    input_len: int,
+    output_len: int,
+    clock: float = 1.0,
+) -> float:
+    """Expected bench output tok/s at concurrency 1 (prefill + decode), without noise."""
+    cost = step_cost(params, cfg, env, clock)
+    decode = max(0, output_len - 1) / cost.accept_len * cost.step_ms
+    per_request_ms = prefill_ms(params, cfg, env, input_len, clock) + decode
+    return 1000.0 * output_len / per_request_ms
+
+
+class Noise:
+    """Seeded speed factors: AR(1) across requests plus white per-step jitter."""
+
+    def __init__(self, seed: int | None, rel: float, correlation: float) -> None:
+        self.rng = random.Random(seed)
+        self.rel = max(0.0, rel)
+        self.rho = min(max(correlation, 0.0), 0.999)
+        # Start from the stationary distribution so the first run varies like the others.
+        self.state = self.rng.gauss(0.0, self.rel) if self.rel else 0.0
+
+    def request_factor(self) -> float:
+        """The next request's speed factor (>1 is slower); correlated with the previous one."""
+        if not self.rel:
+            return 1.0
+        self.state = self.rho * self.state + math.sqrt(1 - self.rho**2) * self.rng.gauss(
+            0.0, self.rel
+        )
+        return max(0.5, 1.0 + self.state)
+
+    def step_factor(self) -> float:
+        """White jitter on one iteration (averages out over a request)."""
+        if not self.rel:
+            return 1.0
+        return max(0.5, 1.0 + self.rng.gauss(0.0, self.rel / 2))
+
+
+# ---- host state (shared with the fake nvidia-smi) -------------------------------------------
+
+DEFAULT_STATE: dict[str, Any] = {
+    "gpu_name": "NVIDIA H200",
+    "gpu_count": 8,
+    "driver_version": "570.133.20",
+    "cuda_version": "12.8",
+    "nccl_version": "2.27.5+cuda12.9",
+    "compute_cap": "9.0",
+    "sm_clock": 1980,
+    "max_sm_clock": 1980,
+    "mem_clock": 3201,
+    "max_mem_clock": 3201,
+    "pcie_gen": 5,
+    "pcie_max_gen": 5,
+    "pcie_width": 16,
+    "pcie_max_width": 16,
+    "power_draw": 118.5,
+    "power_limit": 700.0,
+    "temperature": 34,
+    "memory_total_mib": 143771,
+    "memory_used_mib": 0,
+    "utilization": 0,
+    "persistence_mode": "Enabled",
+    "ecc_mode": "Enabled",
+    "pstate": "P0",
+    "throttle_reasons": "0x0000000000000000",
+    "nvidia_smi_fields": "both",  # "old": only pre-535.113 names; "new": only current names
+    "gpus": {},  # per-GPU overrides: {"3": {"sm_clock": 1200}}
+}
+
+
+def host_state(data: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Host state with defaults filled in."""
+    return _merge(DEFAULT_STATE, data or {})
+
+
+def gpu_rows(state: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One dict per GPU: the host-wide values with that GPU's overrides applied."""
+    count = int(state.get("gpu_count", DEFAULT_STATE["gpu_count"]))
+    overrides = state.get("gpus") or {}
+    rows = []
+    for i in range(count):
+        row = {k: v for k, v in state.items() if k != "gpus"}
+        row.update(overrides.get(str(i), {}) if isinstance(overrides, Mapping) else {})
+        row["index"] = i
+        rows.append(row)
+    return rows
