@@ -541,7 +541,7 @@ def _host(name: str, location: SourceLocation, merged: _Layer, groups: tuple[str
             return None
         var, value = found
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise bad(var, f"{var} must be a string, got {describe(value)}")
+            raise bad(var, f"expected a string, got {describe(value)}")
         return str(value)
 
     kind: ConnectionKind = "ssh"
@@ -564,7 +564,7 @@ def _host(name: str, location: SourceLocation, merged: _Layer, groups: tuple[str
         if isinstance(value, str) and value.strip().isdigit():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
-            raise bad(var, f"{var} must be a port number (1-65535), got {describe(value)}")
+            raise bad(var, f"expected a port number (1-65535), got {describe(value)}")
         port = value
 
     checking = True
@@ -574,7 +574,7 @@ def _host(name: str, location: SourceLocation, merged: _Layer, groups: tuple[str
         if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
             value = value.strip().lower() in _TRUE
         if not isinstance(value, bool):
-            raise bad(var, f"{var} must be true or false, got {describe(value)}")
+            raise bad(var, f"expected true or false, got {describe(value)}")
         checking = value
 
     python = text("ansible_python_interpreter", "python") or "python3"

@@ -534,7 +534,7 @@ class _Section(BaseModel):
         known = list(cls.model_fields)
         for key in value:
             if key not in known:
-                hint = suggest(str(key), known) or _elsewhere_hint(str(key), cls)
+                hint = _elsewhere_hint(str(key), cls) or suggest(str(key), known)
                 if hint is None:
                     hint = "known keys: " + ", ".join(known)
                 raise _Problem(f"unknown key {key!r}", sub_path=(key,), hint=hint, at_key=True)
@@ -971,7 +971,7 @@ class _Loader:
             if key in chain:  # `chain`: resolved paths of the files extending each other
                 cycle = [p.name for p in chain[chain.index(key) :]] + [target.name]
                 raise _err(
-                    "extends cycle: " + " -> ".join(cycle),
+                    "cycle: " + " -> ".join(cycle),
                     doc,
                     at,
                     hint="a playbook cannot extend itself, directly or through others",
@@ -1112,6 +1112,7 @@ def _parse_extra_item(item: str) -> dict[str, Any]:
     if not text:
         raise InputError(f"{label}: empty extra vars", hint="write -e name=value")
     data: Any
+    doc: YamlDocument | None = None
     if text.startswith("@"):
         path = Path(os.path.expanduser(text[1:]))
         doc = load_yaml(path, allow_empty=True, what="extra vars file")
@@ -1144,9 +1145,13 @@ def _parse_extra_item(item: str) -> dict[str, Any]:
                 )
             data[name] = value
     for name in data:
-        if not isinstance(name, str) or not VAR_NAME.match(name):
+        try:
+            _vars({name: None})
+        except _Problem as problem:
             raise InputError(
-                f"{label}: {name!r} is not a valid variable name",
-                hint="letters, digits and '_', not starting with a digit",
-            )
+                f"{label}: {problem.message}",
+                location=doc.locate((name,)) if doc is not None else None,
+                key_path=str(name) if doc is not None else None,
+                hint=problem.hint,
+            ) from None
     return dict(data)

@@ -71,13 +71,14 @@ def _mark_location(file: str, mark: Any) -> SourceLocation:
 
 _YAML_HINTS = {
     "cannot start any token": "indent with spaces, not tabs",
+    "tab character": "indent with spaces, not tabs",
     "mapping values are not allowed": "check the indentation, or quote a value holding ': '",
     "expected <block end>": "check the indentation of this line against the lines above",
     "did not find expected key": "check the indentation of this line against the lines above",
     "did not find expected '-'": "check the indentation of this list item",
     "could not find expected ':'": "a key needs ': ' after it, or a string needs quotes",
-    "expected ',' or ']'": "close the list with ']'",
-    "expected ',' or '}'": "close the mapping with '}'",
+    "expected ',' or ']'": "a ',' is missing between items, or the list is not closed with ']'",
+    "expected ',' or '}'": "a ',' is missing between items, or the mapping is not closed with '}'",
     "found undefined alias": "define the anchor (&name) before using it (*name)",
     "expected a single document": "remove the '---' that starts a second document",
 }
@@ -91,8 +92,9 @@ def _yaml_error(file: str, exc: yaml.YAMLError) -> InputError:
     message = f"invalid YAML: {problem}"
     if context:
         context_mark = getattr(exc, "context_mark", None)
-        if context_mark is not None and mark is not None and context_mark.line != mark.line:
-            context += f" started at line {context_mark.line + 1}"
+        line = getattr(context_mark, "line", None)
+        if line is not None and mark is not None and line != mark.line and context[:5] == "while":
+            context += f" started at line {line + 1}"
         message += f" ({context})"
     hint = next((h for needle, h in _YAML_HINTS.items() if needle in message), None)
     return InputError(message, location=location, hint=hint)
