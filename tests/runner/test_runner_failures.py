@@ -292,3 +292,30 @@ def test_bad_input_is_refused(home: Path) -> None:
     assert proc.returncode == 2
     done = json.loads(proc.stdout)
     assert done["status"] == "failed" and done["reason"].startswith("bad input")
+
+
+def test_server_dying_during_bench_fails_the_cell(home: Path) -> None:
+    port = free_port()
+    cell = make_cell(port, server_args=("--die-after", "1.0"), bench_args=("--sleep", "20"))
+    started = time.monotonic()
+    runner = run_cell(home, cell)
+    done = runner.done
+    assert done["status"] == "failed" and done["step"] == "bench"
+    assert done["reason"].startswith("server exited during bench repeat 1 (rc 9)")
+    assert "crashing on purpose" in done["reason"]
+    assert time.monotonic() - started < 15
+    assert port_free(port)
+
+
+def test_cell_timeout_stops_a_long_bench(home: Path) -> None:
+    port = free_port()
+    cell = make_cell(port, bench_args=("--sleep", "30"), cell_timeout=3.0)
+    started = time.monotonic()
+    runner = run_cell(home, cell)
+    done = runner.done
+    assert done["status"] == "failed" and done["step"] == "bench"
+    assert done["reason"] == "cell timeout (3s) reached during step bench"
+    assert time.monotonic() - started < 15
+    cell_json = load(cell_dir(home) / "cell.json")
+    assert cell_json["steps"]["stop"]["status"] == "ok"
+    assert all(not alive(p) for p in _server_pids(home))

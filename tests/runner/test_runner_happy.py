@@ -183,3 +183,17 @@ def test_collect_lists_finished_cells(home: Path) -> None:
         timeout=30,
     )
     assert other.returncode == 0 and other.stdout == ""
+
+
+def test_probe_command_prints_one_snapshot(home: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(RUNNER), "probe", "--python", sys.executable],
+        cwd=home,
+        env=runner_env(home),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    (line,) = out.stdout.splitlines()
+    assert isinstance(json.loads(line), dict)

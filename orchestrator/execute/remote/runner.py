@@ -691,13 +691,17 @@ class CellRunner:
                 return rc, False, None
             if self.stop_event.is_set() and not self.cleaning:
                 why = "interrupted"
+            elif _now() > self.deadline and not self.cleaning:
+                why = "cell timeout"
             elif _now() > deadline:
                 timed_out = True
             elif also is not None:
                 why = also()
             if why or timed_out:
                 break
-            time.sleep(POLL)
+            # wait() rather than sleep(): a short command returns as soon as it exits.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(POLL)
         kill_group(proc.pid, signal.SIGTERM)
         try:
             proc.wait(3)
@@ -707,6 +711,8 @@ class CellRunner:
         kill_group(proc.pid, signal.SIGKILL)
         if why == "interrupted":
             raise Interrupted(self.stop_reason)
+        if why == "cell timeout":
+            self.check()  # raises StepFailed("cell timeout ...")
         return proc.returncode, timed_out, why
 
     def run_cmd(

@@ -30,6 +30,7 @@ def main() -> int:
     parser.add_argument("--child", choices=["none", "inherit", "scrub"], default="none")
     parser.add_argument("--print-env", action="append", default=[])
     parser.add_argument("--ignore-term", action="store_true")
+    parser.add_argument("--die-after", type=float, default=0.0)
     args = parser.parse_args()
 
     for name in args.print_env:
@@ -86,6 +87,14 @@ def main() -> int:
             print("The server is fired up and ready to roll!", flush=True)
 
     threading.Thread(target=announce, daemon=True).start()
+
+    def die() -> None:
+        time.sleep(args.die_after)
+        print("crashing on purpose", flush=True)
+        os._exit(9)
+
+    if args.die_after:
+        threading.Thread(target=die, daemon=True).start()
     print(f"listening on 127.0.0.1:{args.port}", flush=True)
     httpd.serve_forever(poll_interval=0.05)
     print("server stopped cleanly", flush=True)

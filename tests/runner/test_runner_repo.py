@@ -1,0 +1,171 @@
+"""Pinning the serving repo and caching its setup, against real git repositories."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from runner_helpers import cell_dir, load, make_cell, run_cell
+
+from orchestrator.plan.cell import RepoPin
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+}
+
+
+def git(cwd: Path, *args: str) -> str:
+    """Run git in `cwd` and return its stdout."""
+    out = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env={**os.environ, **GIT_ENV},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return out.stdout.strip()
+
+
+def commit(repo: Path, name: str, text: str) -> str:
+    """Write a file, commit it, return the full SHA."""
+    (repo / name).write_text(text)
+    git(repo, "add", name)
+    git(repo, "commit", "-q", "-m", f"change {name}")
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> Path:
+    """A real origin repository with two commits on main."""
+    repo = tmp_path / "origin"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, "server.txt", "v1\n")
+    commit(repo, "README", "demo\n")
+    return repo
+
+
+def repo_cell(
+    url: str, version: str, cell_id: str = "x-1-0000abcd", **repo: object
+) -> dict[str, object]:
+    pin = RepoPin(url=url, dest="src/demo", version=version, **repo)  # type: ignore[arg-type]
+    return make_cell(
+        None,
+        cell_id=cell_id,
+        repo=pin,
+        env={"MYVAR": "x y"},
+        repeats=1,
+        bench_argv=(sys.executable, "-c", "print('bench ok')"),
+    )
+
+
+def test_clone_pin_and_setup_cache(home: Path, origin: Path) -> None:
+    first_sha = git(origin, "rev-list", "--max-parents=0", "HEAD")
+    second_sha = git(origin, "rev-parse", "HEAD")
+    setup = 'echo "setup ran with $MYVAR" >> "$HOME/setup-runs"; echo built'
+    runner = run_cell(home, repo_cell(str(origin), first_sha[:8], setup=setup))
+    assert runner.done["status"] == "passed", runner.done
+    dest = home / "src" / "demo"
+    assert git(dest, "rev-parse", "HEAD") == first_sha
+    assert (dest / "server.txt").read_text() == "v1\n" and not (dest / "README").exists()
+    info = load(cell_dir(home) / "repo.json")
+    assert info["requested"] == first_sha[:8] and info["sha"] == first_sha
+    assert info["dirty"] is False and info["dirty_action"] == "none"
+    assert info["fetched"] is False and info["describe"] == first_sha[:7]
+    assert info["reflog"] and len(info["reflog"]) <= 50
+    ok_step = [e for e in runner.events if e.get("step") == "repo" and e["status"] == "ok"]
+    assert ok_step[0]["detail"]["sha"] == first_sha
+    assert "built" in (cell_dir(home) / "setup.log").read_text()
+    assert (home / "setup-runs").read_text() == "setup ran with x y\n"
+    assert len(list((home / ".orch" / "setup-cache").glob("*.ok"))) == 1
+
+    again = run_cell(home, repo_cell(str(origin), first_sha, "y-2-0000beef", setup=setup))
+    assert again.done["status"] == "passed"
+    assert (cell_dir(home, "y-2-0000beef") / "setup.log").read_text().startswith("cached")
+    assert (home / "setup-runs").read_text() == "setup ran with x y\n"
+
+    # Another commit is another setup.
+    other = run_cell(home, repo_cell(str(origin), second_sha, "z-3-0000cafe", setup=setup))
+    assert other.done["status"] == "passed"
+    assert len((home / "setup-runs").read_text().splitlines()) == 2
+    assert git(dest, "rev-parse", "HEAD") == second_sha
+
+
+def test_failing_setup_is_not_cached(home: Path, origin: Path) -> None:
+    setup = "echo nope; exit 4"
+    runner = run_cell(home, repo_cell(str(origin), "main", setup=setup))
+    done = runner.done
+    assert done["status"] == "failed" and done["step"] == "setup"
+    assert done["reason"].startswith("setup failed (rc 4)") and "nope" in done["reason"]
+    assert not list((home / ".orch" / "setup-cache").glob("*.ok"))
+    again = run_cell(home, repo_cell(str(origin), "main", "y-2-0000beef", setup=setup))
+    assert again.done["step"] == "setup"
+    assert (cell_dir(home, "y-2-0000beef") / "setup.log").read_text() == "nope\n"
+
+
+@pytest.mark.parametrize("policy", ["refuse", "reset", "record"])
+def test_dirty_tree_policies(home: Path, origin: Path, policy: str) -> None:
+    assert run_cell(home, repo_cell(str(origin), "main")).done["status"] == "passed"
+    dest = home / "src" / "demo"
+    (dest / "server.txt").write_text("patched by hand\n")
+    (dest / "junk.txt").write_text("left over\n")
+
+    runner = run_cell(home, repo_cell(str(origin), "main", "y-2-0000beef", dirty=policy))
+    done = runner.done
+    if policy == "refuse":
+        assert done["status"] == "failed" and done["step"] == "repo"
+        assert done["reason"].startswith("repo dest is dirty: ")
+        assert "server.txt" in done["reason"] and "junk.txt" in done["reason"]
+        assert (dest / "junk.txt").exists()
+        return
+    assert done["status"] == "passed", done
+    info = load(cell_dir(home, "y-2-0000beef") / "repo.json")
+    assert info["dirty"] is True
+    assert "junk.txt" in info["status_porcelain"] and "server.txt" in info["status_porcelain"]
+    if policy == "reset":
+        assert info["dirty_action"] == "reset"
+        assert not (dest / "junk.txt").exists()
+        assert (dest / "server.txt").read_text() == "v1\n"
+        assert info["status_after"] == "" and not info["describe"].endswith("-dirty")
+    else:
+        assert info["dirty_action"] == "recorded"
+        assert (dest / "junk.txt").exists()
+        assert info["describe"].endswith("-dirty")
+
+
+def test_unknown_refs_are_fetched_from_origin(home: Path, origin: Path) -> None:
+    url = origin.as_uri()
+    assert run_cell(home, repo_cell(url, "main")).done["status"] == "passed"
+    later = commit(origin, "server.txt", "v2\n")
+    git(origin, "tag", "v9")
+
+    runner = run_cell(home, repo_cell(url, later, "y-2-0000beef"))
+    assert runner.done["status"] == "passed", runner.done
+    info = load(cell_dir(home, "y-2-0000beef") / "repo.json")
+    assert info["sha"] == later and info["fetched"] is True
+    assert (home / "src" / "demo" / "server.txt").read_text() == "v2\n"
+
+    # A branch name means the origin's branch, never a stale local one.
+    newest = commit(origin, "server.txt", "v3\n")
+    runner = run_cell(home, repo_cell(url, "main", "z-3-0000cafe"))
+    info = load(cell_dir(home, "z-3-0000cafe") / "repo.json")
+    assert info["sha"] == newest and info["resolved_from"] == "origin/main"
+
+    runner = run_cell(home, repo_cell(url, "v9", "w-4-0000f00d"))
+    info = load(cell_dir(home, "w-4-0000f00d") / "repo.json")
+    assert info["sha"] == later and info["describe"] == "v9"
+
+
+def test_unknown_ref_fails_clearly(home: Path, origin: Path) -> None:
+    runner = run_cell(home, repo_cell(str(origin), "deadbeef"))
+    done = runner.done
+    assert done["status"] == "failed" and done["step"] == "repo"
+    assert done["reason"].startswith("unknown ref 'deadbeef'")
