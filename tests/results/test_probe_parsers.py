@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from results_helpers import FAKE_SMI, FIXTURES
@@ -15,7 +16,7 @@ def _fields(name: str) -> list[str]:
     return (FIXTURES / name / "fields.txt").read_text().split()
 
 
-def _gpus(name: str) -> list[dict[str, object]]:
+def _gpus(name: str) -> list[dict[str, Any]]:
     return probe.parse_gpu_csv((FIXTURES / name / "query-gpu.csv").read_text(), _fields(name))
 
 

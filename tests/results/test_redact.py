@@ -1,0 +1,151 @@
+"""Redaction by name and by value: a planted token reaches no file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from results_helpers import PLANTED, files_containing, make_cell_dir
+
+from orchestrator.execute.remote import probe
+from orchestrator.results import redact
+from orchestrator.results.redact import (
+    REDACTED,
+    is_secret_name,
+    redact_file,
+    redact_mapping,
+    redact_text,
+    redact_tree,
+    secret_values,
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "OPENAI_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "DB_PASSWORD",
+        "MYSQL_PASSWD",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "api-key",
+        "apiKey",
+        "hfToken",
+        "GITHUB_AUTHTOKEN",
+        "VLLM_API_KEY",
+        "client_secret",
+        "SSH_KEY",
+    ],
+)
+def test_secret_names(name: str) -> None:
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "KEYBOARD_LAYOUT",
+        "TOKENIZERS_PARALLELISM",
+        "MAX_TOKENS",
+        "max-total-tokens",
+        "MONKEY_PATCH",
+        "NCCL_ALGO",
+        "CUDA_VISIBLE_DEVICES",
+        "tokenizer-path",
+        "PATH",
+    ],
+)
+def test_not_secret_names(name: str) -> None:
+    assert not is_secret_name(name)
+
+
+def test_probe_and_redact_share_the_marker_and_the_rule() -> None:
+    assert probe.REDACTED == REDACTED
+    assert probe.is_secret_name("HF_TOKEN") and not probe.is_secret_name("MAX_TOKENS")
+
+
+def test_redact_mapping_by_name_everywhere() -> None:
+    data: dict[str, Any] = {
+        "env": {"HF_TOKEN": "hf_abc", "NCCL_ALGO": "Ring", "EMPTY_TOKEN": ""},
+        "secrets": ["HF_TOKEN", "MY_PRIVATE"],
+        "argv": ["python3", "-m", "vllm", "--api-key", "sk-123", "--port", "8000"],
+        "argv2": ["serve", "--api-key=sk-456", "--hf-token", "hf_x"],
+        "command": "HF_TOKEN=hf_abc python3 serve.py --api-key sk-789 --tp 8",
+        "nested": [{"password": 1234, "enabled": True, "ok": None}],
+        "custom": {"MY_PRIVATE": "v1"},
+        "flag": "--my-private v2 --x=1",
+        "tuple": ("--api-key", "sk-tuple"),
+    }
+    out = redact_mapping(data, ["MY_PRIVATE"])
+    assert out["env"] == {"HF_TOKEN": REDACTED, "NCCL_ALGO": "Ring", "EMPTY_TOKEN": ""}
+    assert out["secrets"] == ["HF_TOKEN", "MY_PRIVATE"]  # names are not secrets
+    assert out["argv"] == ["python3", "-m", "vllm", "--api-key", REDACTED, "--port", "8000"]
+    assert out["argv2"] == ["serve", f"--api-key={REDACTED}", "--hf-token", REDACTED]
+    assert out["command"] == f"HF_TOKEN={REDACTED} python3 serve.py --api-key {REDACTED} --tp 8"
+    assert out["nested"] == [{"password": REDACTED, "enabled": True, "ok": None}]
+    assert out["custom"] == {"MY_PRIVATE": REDACTED}
+    assert out["flag"] == f"--my-private {REDACTED} --x=1"
+    assert out["tuple"] == ("--api-key", REDACTED)
+    assert data["env"]["HF_TOKEN"] == "hf_abc"  # a copy: the input is untouched
+
+
+def test_secret_values_and_redact_text() -> None:
+    env = {"HF_TOKEN": "hf_longer_value", "X_TOKEN": "abc", "MINE": 'p@ss"word', "A": "hf_x"}
+    values = secret_values(env, ["MINE"])
+    assert values == ["hf_longer_value", 'p@ss"word']  # short ones left out, longest first
+    text = 'token hf_longer_value and {"v": "p@ss\\"word"} and raw p@ss"word'
+    assert (
+        redact_text(text, values)
+        == f'token {REDACTED} and {{"v": "{REDACTED}"}} and raw {REDACTED}'
+    )
+    assert redact_text("héllo ünïcode-secret", ["ünïcode-secret"]) == f"héllo {REDACTED}"
+
+
+def test_redact_tree_leaves_the_planted_token_in_no_file(tmp_path: Path) -> None:
+    cell = make_cell_dir(tmp_path, "cell-1")
+    (cell / "binary.bin").write_bytes(b"\x00\x01\xff" + PLANTED.encode() + b"\x00\xfe")
+    (cell / "latin1.log").write_bytes(b"caf\xe9 " + PLANTED.encode() + b"\n")
+    outside = tmp_path / "outside.txt"
+    outside.write_text(PLANTED)
+    (cell / "link.txt").symlink_to(outside)
+    untouched = cell / "setup.log"
+    before = untouched.stat().st_mtime_ns
+    assert len(files_containing(cell, PLANTED)) >= 4
+
+    report = redact_tree(cell, [PLANTED])
+
+    assert files_containing(cell, PLANTED) == []
+    assert report.replacements >= 5 and cell / "server.log" in report.files
+    assert outside.read_text() == PLANTED  # links are not followed
+    assert untouched.stat().st_mtime_ns == before  # files without secrets are not rewritten
+    for path in cell.rglob("*.json"):
+        json.loads(path.read_text())  # still valid JSON
+    check = json.loads((cell / "env_check.json").read_text())
+    assert check["processes"][0]["vars"]["HF_TOKEN"]["observed"] == REDACTED
+    assert (cell / "binary.bin").read_bytes() == b"\x00\x01\xff" + REDACTED.encode() + b"\x00\xfe"
+    assert not [p for p in cell.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_redact_file_catches_a_value_straddling_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redact, "_CHUNK", 7)
+    path = tmp_path / "big.log"
+    body = ("x" * 5 + PLANTED + "y" * 3) * 20
+    path.write_text(body)
+    os.chmod(path, 0o640)
+    assert redact_file(path, [PLANTED]) == 20
+    assert path.read_text() == ("x" * 5 + REDACTED + "y" * 3) * 20
+    assert path.stat().st_mode & 0o777 == 0o640
+
+
+def test_nothing_to_redact_changes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "a").write_text("abc")
+    assert redact_tree(tmp_path, []).files == []
+    assert redact_tree(tmp_path, ["ab"]).files == []  # too short to be treated as a secret
+    assert (tmp_path / "a").read_text() == "abc"
