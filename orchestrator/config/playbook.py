@@ -644,10 +644,10 @@ class ExpectSection(_Section):
 
     @model_validator(mode="after")
     def _bounds(self) -> ExpectSection:
-        if self.min is None and self.max is None and self.ref is None:
-            raise _Problem("give min, max, or ref with tolerance")
         if self.tolerance is not None and self.ref is None:
             raise _Problem("tolerance needs ref", sub_path=("tolerance",), at_key=True)
+        if self.min is None and self.max is None and self.ref is None:
+            raise _Problem("give min, max, or ref with tolerance")
         if self.ref is not None and self.tolerance is None:
             raise _Problem(
                 "ref needs a tolerance", sub_path=("ref",), at_key=True, hint="e.g. tolerance: '5%'"
