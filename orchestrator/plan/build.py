@@ -27,10 +27,14 @@ Speed: each section is rendered once per distinct value of the matrix axes it re
 from __future__ import annotations
 
 import difflib
+import gc
+import json
 import math
 import re
 import sys
 from collections.abc import Callable, Mapping
+from hashlib import sha256
+from operator import itemgetter
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -42,12 +46,14 @@ from orchestrator.config.patterns import select_hosts_checked
 from orchestrator.config.playbook import is_secret_name
 from orchestrator.errors import InputError, SourceLocation
 from orchestrator.plan.cell import (
+    CELL_SCHEMA_VERSION,
     BenchSpec,
     Cell,
     Expectation,
     RepoPin,
     ServerSpec,
-    cell_id,
+    _slug_part,
+    canonical_json,
 )
 from orchestrator.plan.matrix import Matrix, MatrixPoint, parse_matrix
 from orchestrator.plan.render import Locate, TemplateEngine, VarDecl, VariableScope
@@ -67,6 +73,25 @@ def build_cells(
     playbook: LoadedPlaybook, inventory: Inventory, *, limit: str | None = None
 ) -> list[Cell]:
     """Every cell of `playbook` on the hosts of `inventory` it selects (see the module doc)."""
+    # Building 100k cells allocates millions of objects and no cycles: GC passes only cost time.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _build_cells(playbook, inventory, limit)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def cell_spec(cell: Cell) -> dict[str, Any]:
+    """What a cell's id hashes: the Cell's JSON without `id`, `playbook` and `schema_version`.
+
+    `cell.id == cell_id(cell.axes, cell.host, cell_spec(cell))` holds for every built cell.
+    """
+    return cell.model_dump(mode="json", exclude={"id", "playbook", "schema_version", "host"})
+
+
+def _build_cells(playbook: LoadedPlaybook, inventory: Inventory, limit: str | None) -> list[Cell]:
     data = playbook.data
     locate = playbook.locate
     hosts = _select_hosts(data, inventory, limit, locate)
@@ -81,7 +106,10 @@ def build_cells(
         )
     _check_var_names(playbook)
     engine = TemplateEngine()
-    planners = {h: _HostPlanner(playbook, inventory, inventory.hosts[h], engine) for h in hosts}
+    raw_safe = _raw_safe_axes(data.get("matrix"), matrix)
+    planners = {
+        h: _HostPlanner(playbook, inventory, inventory.hosts[h], engine, raw_safe) for h in hosts
+    }
 
     assigned: dict[str, list[MatrixPoint]] = {h: [] for h in hosts}
     kept_total = 0
@@ -162,14 +190,42 @@ def _value_key(value: Any) -> Any:
     return ("id", id(value))  # axis values are kept alive by the matrix for the whole build
 
 
-def _key_function(axes: AxisDeps, all_axes: tuple[str, ...]) -> Callable[[dict[str, Any]], Any]:
+def _key_function(
+    axes: AxisDeps, all_axes: tuple[str, ...], raw_safe: frozenset[str]
+) -> Callable[[dict[str, Any]], Any]:
+    """The memo key of a point: the values of the axes a section reads.
+
+    Axes in `raw_safe` (hashable values, no two of different types equal, unlike 1 and True)
+    are keyed by their raw values through a C-level itemgetter; others through `_value_key`.
+    """
     names = tuple(all_axes) if axes is None else tuple(a for a in all_axes if a in axes)
     if not names:
         return lambda values: ()
+    if all(n in raw_safe for n in names):
+        return itemgetter(*names)
     if len(names) == 1:
         (only,) = names
         return lambda values: _value_key(values.get(only))
     return lambda values: tuple([_value_key(values.get(a)) for a in names])
+
+
+def _raw_safe_axes(raw_matrix: Any, matrix: Matrix) -> frozenset[str]:
+    """Axes whose raw values can be dict keys without conflating different values."""
+    if not isinstance(raw_matrix, Mapping):
+        return frozenset()
+    safe: set[str] = set()
+    for axis in matrix.axes:
+        declared = raw_matrix.get(axis)
+        values = [
+            *(declared if isinstance(declared, list) else []),
+            *(p.values[axis] for p in matrix.includes),
+        ]
+        try:
+            if len(set(values)) == len({(type(v), v) for v in values}):
+                safe.add(axis)
+        except TypeError:  # a mapping value: not hashable
+            continue
+    return frozenset(safe)
 
 
 def _union(a: AxisDeps, b: AxisDeps) -> AxisDeps:
@@ -183,8 +239,8 @@ class _Unit:
 
     __slots__ = ("cache", "key")
 
-    def __init__(self, axes: AxisDeps, all_axes: tuple[str, ...]) -> None:
-        self.key = _key_function(axes, all_axes)
+    def __init__(self, axes: AxisDeps, all_axes: tuple[str, ...], raw_safe: frozenset[str]) -> None:
+        self.key = _key_function(axes, all_axes, raw_safe)
         self.cache: dict[Any, Any] = {}
 
     def store(self, values: dict[str, Any], result: Any) -> Any:
@@ -221,9 +277,15 @@ class _HostPlanner:
     """Renders one host's cells, caching sections across points that read the same axes."""
 
     def __init__(
-        self, playbook: LoadedPlaybook, inventory: Inventory, host: Host, engine: TemplateEngine
+        self,
+        playbook: LoadedPlaybook,
+        inventory: Inventory,
+        host: Host,
+        engine: TemplateEngine,
+        raw_safe: frozenset[str] = frozenset(),
     ) -> None:
         self.playbook = playbook
+        self.raw_safe = raw_safe
         self.data = playbook.data
         self.locate = playbook.locate
         self.host = host
@@ -243,8 +305,10 @@ class _HostPlanner:
         self.var_axes = self._variable_axes()
         self.matrix_vars = frozenset(n for n, ax in self.var_axes.items() if ax is None or ax)
         self._units: dict[str, _Unit] = {}
-        self._dumps: dict[int, Any] = {}
-        self._secrets_by_env: dict[int, tuple[str, ...]] = {}
+        self._alive: list[Any] = []
+        self._value_texts: dict[Any, tuple[str, str]] = {}
+        self._axis_order: dict[tuple[str, ...], list[tuple[int, str]]] = {}
+        self._host_prefix = "[" + json.dumps(host.name, ensure_ascii=False) + ',{"axes":{'
         listed = self.data.get("secrets") or []
         self.listed_secrets = {str(s) for s in listed} if isinstance(listed, list) else set()
         self.secret_vars = {
@@ -313,7 +377,7 @@ class _HostPlanner:
             axes = _union(self.section_axes(self.data.get(name), (name,)), timeouts)
         else:
             axes = self.section_axes(self.data.get(name), (name,))
-        found = self._units[name] = _Unit(axes, matrix.axes)
+        found = self._units[name] = _Unit(axes, matrix.axes, self.raw_safe)
         return found
 
     # -- where and cells -----------------------------------------------------------------------
@@ -353,76 +417,129 @@ class _HostPlanner:
         for point in points:
             values = point.values
             ps = _PointScope(self, values)
-            timeouts = u_timeouts.cache.get(u_timeouts.key(values), _MISSING)
-            if timeouts is _MISSING:
-                timeouts = u_timeouts.store(values, self._timeouts(ps))
-            repo = u_repo.cache.get(u_repo.key(values), _MISSING)
-            if repo is _MISSING:
-                repo = u_repo.store(values, self._repo(ps, timeouts))
-            env = u_env.cache.get(u_env.key(values), _MISSING)
-            if env is _MISSING:
-                env = u_env.store(values, self._env(ps))
-            server = u_server.cache.get(u_server.key(values), _MISSING)
-            if server is _MISSING:
-                server = u_server.store(values, self._server(ps, timeouts))
-            bench = u_bench.cache.get(u_bench.key(values), _MISSING)
-            if bench is _MISSING:
-                bench = u_bench.store(values, self._bench(ps, timeouts, server))
-            expect = u_expect.cache.get(u_expect.key(values), _MISSING)
-            if expect is _MISSING:
-                expect = u_expect.store(values, self._expect(ps))
-            secrets = self._secrets(env)
-            cell_timeout = timeouts.get("cell", DEFAULT_CELL_TIMEOUT)
-            spec = {
-                "axes": values,
-                "repo": self._dump(repo),
-                "env": env,
-                "secrets": secrets,
-                "server": self._dump(server),
-                "bench": self._dump(bench),
-                "expect": self._dump_expect(expect),
-                "cell_timeout": cell_timeout,
-            }
-            cell = Cell.model_construct(
-                id=cell_id(values, host, spec),
-                playbook=name,
-                host=host,
-                axes=dict(values),
-                repo=repo,
-                env=dict(env),
-                secrets=secrets,
-                server=server,
-                bench=bench,
-                expect=dict(expect),
-                cell_timeout=cell_timeout,
+            found = u_timeouts.cache.get(u_timeouts.key(values), _MISSING)
+            if found is _MISSING:
+                found = u_timeouts.store(values, self._timeouts_entry(ps))
+            timeouts, cell_timeout, timeout_text = found
+            found = u_repo.cache.get(u_repo.key(values), _MISSING)
+            if found is _MISSING:
+                found = u_repo.store(values, self._entry(self._repo(ps, timeouts)))
+            repo, repo_text = found
+            found = u_env.cache.get(u_env.key(values), _MISSING)
+            if found is _MISSING:
+                found = u_env.store(values, self._env_entry(self._env(ps)))
+            env, env_text, secrets, secrets_text = found
+            found = u_server.cache.get(u_server.key(values), _MISSING)
+            if found is _MISSING:
+                found = u_server.store(values, self._entry(self._server(ps, timeouts)))
+            server, server_text = found
+            found = u_bench.cache.get(u_bench.key(values), _MISSING)
+            if found is _MISSING:
+                found = u_bench.store(values, self._entry(self._bench(ps, timeouts, server)))
+            bench, bench_text = found
+            found = u_expect.cache.get(u_expect.key(values), _MISSING)
+            if found is _MISSING:
+                found = u_expect.store(values, self._entry(self._expect(ps)))
+            expect, expect_text = found
+            tail = "".join(
+                [
+                    '},"bench":',
+                    bench_text,
+                    ',"cell_timeout":',
+                    timeout_text,
+                    ',"env":',
+                    env_text,
+                    ',"expect":',
+                    expect_text,
+                    ',"repo":',
+                    repo_text,
+                    ',"secrets":',
+                    secrets_text,
+                    ',"server":',
+                    server_text,
+                    "}]",
+                ]
+            )
+            ident = self._cell_id(values, tail)
+            cell = _new_cell(
+                {
+                    "schema_version": CELL_SCHEMA_VERSION,
+                    "id": ident,
+                    "playbook": name,
+                    "host": host,
+                    "axes": dict(values),
+                    "repo": repo,
+                    "env": dict(env),
+                    "secrets": secrets,
+                    "server": server,
+                    "bench": bench,
+                    "expect": dict(expect),
+                    "cell_timeout": cell_timeout,
+                }
             )
             out.append((cell, point))
         return out
 
-    def _dump(self, model: BaseModel | None) -> Any:
-        if model is None:
-            return None
-        key = id(model)
-        found = self._dumps.get(key)
+    @staticmethod
+    def _entry(piece: Any) -> tuple[Any, str]:
+        """A section's result with its canonical JSON (what the cell id hashes)."""
+        if isinstance(piece, BaseModel):
+            data: Any = piece.model_dump(mode="json")
+        elif isinstance(piece, dict):
+            data = {
+                k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v
+                for k, v in piece.items()
+            }
+        else:
+            data = piece
+        return piece, canonical_json(data)
+
+    def _timeouts_entry(self, ps: _PointScope) -> tuple[dict[str, float], float, str]:
+        timeouts = self._timeouts(ps)
+        cell_timeout = timeouts.get("cell", DEFAULT_CELL_TIMEOUT)
+        return timeouts, cell_timeout, canonical_json(cell_timeout)
+
+    def _env_entry(self, env: dict[str, str]) -> tuple[dict[str, str], str, tuple[str, ...], str]:
+        names = set(self.secret_vars)
+        names.update(k for k in env if k in self.listed_secrets or is_secret_name(k))
+        secrets = tuple(sorted(names))
+        return env, canonical_json(env), secrets, canonical_json(list(secrets))
+
+    def _value_text(self, value: Any) -> tuple[str, str]:
+        """(canonical JSON, slug part) of one axis value, cached."""
+        key = _value_key(value)
+        found = self._value_texts.get(key)
         if found is None:
-            found = self._dumps[key] = model.model_dump(mode="json")
+            found = self._value_texts[key] = (canonical_json(value), _slug_part(value))
+            self._alive.append(value)  # ids in `_value_key` stay unique while values live
         return found
 
-    def _dump_expect(self, expect: dict[str, Expectation]) -> Any:
-        key = id(expect)
-        found = self._dumps.get(key)
-        if found is None:
-            found = self._dumps[key] = {m: e.model_dump(mode="json") for m, e in expect.items()}
-        return found
+    def _cell_id(self, values: dict[str, Any], tail: str) -> str:
+        """`cell_id(values, host, spec)` from cached JSON fragments (same text, same digest).
 
-    def _secrets(self, env: dict[str, str]) -> tuple[str, ...]:
-        key = id(env)
-        found = self._secrets_by_env.get(key)
-        if found is None:
-            names = set(self.secret_vars)
-            names.update(k for k in env if k in self.listed_secrets or is_secret_name(k))
-            found = self._secrets_by_env[key] = tuple(sorted(names))
-        return found
+        canonical_json sorts keys, so the spec's text is assembled in sorted-key order
+        (axes, bench, cell_timeout, env, expect, repo, secrets, server); the tests check it
+        against cell.py's `cell_id` over `cell_spec`.
+        """
+        value_texts = self._value_texts
+        parts: list[tuple[str, str]] = []
+        for value in values.values():
+            found = value_texts.get(value if type(value) is str else _value_key(value))
+            parts.append(found if found is not None else self._value_text(value))
+        order = self._axis_order.get(tuple(values))
+        if order is None:
+            order = self._axis_order_for(tuple(values))
+        axes = ",".join([prefix + parts[i][0] for i, prefix in order])
+        slug = "-".join([p[1] for p in parts]) or "cell"
+        digest = sha256((self._host_prefix + axes + tail).encode()).hexdigest()[:8]
+        return f"{slug[:80]}-{digest}"
+
+    def _axis_order_for(self, names: tuple[str, ...]) -> list[tuple[int, str]]:
+        """For axes in declared order: (index, '"name":') pairs in canonical (sorted) order."""
+        order = [(i, json.dumps(names[i], ensure_ascii=False) + ":") for i in range(len(names))]
+        order.sort(key=lambda item: names[item[0]])
+        self._axis_order[names] = order
+        return order
 
     # -- sections ----------------------------------------------------------------------------
 
@@ -666,6 +783,27 @@ class _HostPlanner:
         return number
 
 
+_CELL_FIELDS = tuple(Cell.model_fields)
+_SET_ATTRIBUTE = object.__setattr__
+_PLAIN_CELL = not (Cell.__pydantic_post_init__ or Cell.__pydantic_root_model__)
+
+
+def _new_cell(fields: dict[str, Any]) -> Cell:
+    """`Cell.model_construct(**fields)` for fields this module validated, every field given.
+
+    Does what model_construct does for a plain model (no aliases, defaults, post-init or
+    extras to resolve) at a quarter of its cost; the tests compare both.
+    """
+    if not _PLAIN_CELL or tuple(fields) != _CELL_FIELDS:
+        return Cell.model_construct(**fields)
+    cell = Cell.__new__(Cell)
+    _SET_ATTRIBUTE(cell, "__dict__", fields)
+    _SET_ATTRIBUTE(cell, "__pydantic_fields_set__", set(_CELL_FIELDS))
+    _SET_ATTRIBUTE(cell, "__pydantic_extra__", None)
+    _SET_ATTRIBUTE(cell, "__pydantic_private__", None)
+    return cell
+
+
 def _kind(value: Any) -> str:
     if value is None:
         return "null"
@@ -683,17 +821,17 @@ def _suggest(name: str, known: tuple[str, ...]) -> str:
 
 def _group_by_repo(cells: list[Cell]) -> list[Cell]:
     """Cells of one host with the same repo pin made adjacent, in order of first appearance."""
-    order: dict[Any, int] = {}
-    keyed: list[tuple[int, int, Cell]] = []
-    for i, cell in enumerate(cells):
+    groups: dict[Any, list[Cell]] = {}
+    for cell in cells:
         repo = cell.repo
         key = None if repo is None else (repo.url, repo.dest, repo.version)
-        rank = order.setdefault(key, len(order))
-        keyed.append((rank, i, cell))
-    if len(order) <= 1:
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = []
+        group.append(cell)
+    if len(groups) <= 1:
         return cells
-    keyed.sort(key=lambda t: (t[0], t[1]))
-    return [c for _, _, c in keyed]
+    return [c for group in groups.values() for c in group]
 
 
 def _duplicate_error(
