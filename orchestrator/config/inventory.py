@@ -430,13 +430,13 @@ def load_inventory(path: Path | None) -> Inventory:
     doc = load_yaml(path, what="inventory")
     reader = _Reader(doc)
     reader.read()
+    _check_cycles(reader)
     if not reader.hosts:
         raise InputError(
             "the inventory declares no hosts",
             location=SourceLocation(str(path), 1, 1),
             hint="add hosts under a group, e.g. all: {hosts: {gpu01: {ansible_host: 10.0.0.1}}}",
         )
-    _check_cycles(reader)
     groups = reader.groups
     # Hosts listed only under `all` belong to `ungrouped`, as in Ansible.
     direct: dict[str, list[str]] = {h: [] for h in reader.hosts}
