@@ -52,7 +52,7 @@ import copy
 import json
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,7 +192,7 @@ def _ring_fraction(tp: int) -> float:
     return 2.0 * (tp - 1) / tp if tp > 0 else 0.0
 
 
-def common_env(envs: list[Mapping[str, str]]) -> dict[str, str]:
+def common_env(envs: Sequence[Mapping[str, str]]) -> dict[str, str]:
     """The (name, value) pairs every worker has: what a collective across all ranks sees."""
     if not envs:
         return {}

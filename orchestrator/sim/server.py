@@ -441,6 +441,10 @@ class SimServer:
         accept = self.engine.avg_accept_length()
         if self.cfg.speculating and accept is not None:
             internal["avg_spec_accept_length"] = accept
+            # Cumulative counters (SGLang keeps them internally) let a client difference two
+            # snapshots into a per-run accept length.
+            internal["spec_verify_ct"] = self.engine.spec_forwards
+            internal["spec_num_accepted_tokens"] = self.engine.spec_tokens
         return {
             **self.server_args(),
             "version": SIM_VERSION,
