@@ -10,11 +10,10 @@ from typing import Any
 
 from orchestrator.adapters import bench_adapter, server_adapter
 from orchestrator.analyze.expect import check_all
-from orchestrator.analyze.metrics import summarize
+from orchestrator.analyze.metrics import metrics_document, summarize
 from orchestrator.errors import OrchError
 from orchestrator.plan.cell import Cell
 
-METRICS_SCHEMA_VERSION = 1
 _REPEAT_DIR = re.compile(r"^\d+$")
 
 
@@ -48,13 +47,17 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
     problems: list[str] = []
 
     repeats: list[dict[str, Any]] = []
+    sources: dict[str, Any] = {}
+    notes: list[str] = []
     for rdir in repeat_dirs(cell_dir):
         try:
-            values = bench_adapter(cell.bench.adapter).parse_repeat(rdir, cell)
+            result = bench_adapter(cell.bench.adapter).parse_repeat_with_sources(rdir, cell)
         except (OrchError, OSError, ValueError) as exc:
             problems.append(f"bench repeat {rdir.name}: cannot parse results: {exc}")
             continue
-        repeats.append({"n": int(rdir.name), **values})
+        repeats.append({"n": int(rdir.name), **result.metrics})
+        sources.update(result.sources)
+        notes.extend(n for n in result.notes if n not in notes)
 
     checks: list[dict[str, Any]] = []
     server_facts: dict[str, Any] = {}
@@ -84,16 +87,14 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
         if problems:
             status, reason = "failed", "; ".join(problems)
 
-    metrics = {
-        "schema_version": METRICS_SCHEMA_VERSION,
-        "repeats": repeats,
-        "summary": summary,
-        "server": server_metrics,
-        "server_facts": server_facts,
-        "checks": checks,
-        "expectations": expectations,
-        "problems": problems,
-    }
+    metrics = metrics_document(repeats, sources=sources, expectations=expectations)
+    metrics.update(
+        notes=notes,
+        server=server_metrics,
+        server_facts=server_facts,
+        checks=checks,
+        problems=problems,
+    )
     return Verdict(status=status, reason=reason, metrics=metrics)
 
 

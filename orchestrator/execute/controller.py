@@ -27,7 +27,13 @@ from orchestrator.execute.progress import Progress
 from orchestrator.execute.ship import ensure_runner
 from orchestrator.plan.cell import Cell
 from orchestrator.results.bundle import BundleWriter, extract_archive
-from orchestrator.results.redact import REDACTED, is_secret_name, redact_mapping
+from orchestrator.results.redact import (
+    REDACTED,
+    is_secret_name,
+    redact_mapping,
+    redact_text,
+    redact_tree,
+)
 
 RUN_SCHEMA_VERSION = 1
 PROTOCOL_VERSION = 1
@@ -100,9 +106,7 @@ def secret_values(cells: Sequence[Cell], extra: dict[str, Any]) -> list[str]:
 def _scrub(data: Any, secrets: Sequence[str]) -> Any:
     """Replace secret values anywhere inside JSON-ready data."""
     if isinstance(data, str):
-        for s in secrets:
-            data = data.replace(s, REDACTED)
-        return data
+        return redact_text(data, secrets)
     if isinstance(data, list):
         return [_scrub(v, secrets) for v in data]
     if isinstance(data, dict):
@@ -132,7 +136,10 @@ class Run:
         self.stop = threading.Event()
         self.secrets = secret_values(self.cells, secret_vars or {})
         self.writer = BundleWriter(
-            options.results_dir, options.run_id or "", new=not options.resume
+            options.results_dir,
+            options.run_id or "",
+            new=not options.resume,
+            playbook=playbook_name,
         )
         self.run_id = self.writer.run_id
         self.outcomes: dict[str, CellOutcome] = {}
@@ -241,6 +248,8 @@ class Run:
             if self.stop.is_set():
                 status = "interrupted"
             self._write_run_json(status)
+            # Last sweep: playbook copies, facts and logs alike never keep a secret value.
+            redact_tree(self.writer.path, self.secrets)
             self.writer.finalize()
         return RunOutcome(self.run_id, self.writer.path, status, dict(self.outcomes))
 

@@ -43,7 +43,8 @@ def ensure_runner(conn: Connection) -> str:
         return path
     if check.rc != 3:
         raise ExecutionError(
-            f"{host.name}: cannot run {host.python!r} (rc {check.rc}): {check.stderr.strip()[-300:]}",
+            f"{host.name}: cannot run {host.python!r} (rc {check.rc}): "
+            f"{check.stderr.strip()[-300:]}",
             hint="set python / ansible_python_interpreter for this host in the inventory",
         )
     with tempfile.TemporaryDirectory() as tmp:

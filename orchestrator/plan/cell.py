@@ -45,7 +45,7 @@ class Capture(_Frozen):
     """A JSON document fetched from the server after readiness and after each repeat."""
 
     name: str  # file stem in the cell dir: captures/<name>.<moment>.json
-    urls: tuple[str, ...]  # tried in order; the first 200 wins (e.g. /server_info, /get_server_info)
+    urls: tuple[str, ...]  # full URLs tried in order; the first 200 wins
 
 
 class ServerSpec(_Frozen):

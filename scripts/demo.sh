@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The main job on the built-in default: localhost, the simulator, no GPU, no hosts to configure.
+# Sets up .venv, generates a simulated serving repo, runs playbooks/demo.yml and reports on it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+orch=.venv/bin/orch
+repo=${ORCH_DEMO_REPO:-$PWD/results/demo-repo}
+if [ ! -d "$repo/.git" ]; then
+  "$orch" sim init-repo "$repo" --commits 32 --regress-at 21 >/dev/null
+fi
+set +e
+"$orch" apply playbooks/demo.yml -e "sim_repo=$repo" "$@"
+rc=$?
+set -e
+run=$(ls -1td results/*/ 2>/dev/null | grep -v demo-repo | head -n 1)
+run=${run%/}
+if [ -n "$run" ] && [ -f "$run/run.json" ]; then
+  echo
+  "$orch" report "$run" --by spec || true
+  cat <<NEXT
+
+Next, try:
+  $orch show $run
+  $orch report $run --by commit --format md
+  $orch diff $run/cells/<a cell at commit good> $run/cells/<the same cell at commit bad>
+  $orch audit $run
+  $orch bisect playbooks/demo.yml -e sim_repo=$repo --cell 'nccl=tuned,spec=eagle3-2' --good good --bad bad
+NEXT
+fi
+exit "$rc"
