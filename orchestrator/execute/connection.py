@@ -483,8 +483,11 @@ class SSHConnection(Connection):
         timed_out = False
         try:
             while True:
-                with contextlib.suppress(OSError, ValueError):
-                    select.select([channel], [], [], _POLL_SECONDS)
+                if channel.eof_received:  # no more data: wake on the exit status, not the pipe
+                    channel.status_event.wait(_POLL_SECONDS)
+                else:
+                    with contextlib.suppress(OSError, ValueError):
+                        select.select([channel], [], [], _POLL_SECONDS)
                 _drain(channel, out, err)
                 if _has_exit_status(channel):
                     exited_at = exited_at or time.monotonic()
@@ -764,6 +767,7 @@ def _open_ssh(
     while isinstance(hop, fabric.Connection):  # ProxyJump hops get the same key checks
         _prepare_client(hop, host, timeout)
         hop = hop.gateway
+    started = time.monotonic()
     try:
         conn.open()
     except _UnknownHostKey as exc:
@@ -789,12 +793,23 @@ def _open_ssh(
             f"authentication to {host.name} ({_where(host, conn)}) as {conn.user} failed: {exc}",
             hint="check ansible_user and ansible_ssh_private_key_file",
         ) from exc
-    except BaseException:
+    except Exception as exc:
+        # paramiko may report a dead transport as "No existing session": use its real cause
+        failed = conn.client.get_transport()
+        saved = getattr(failed, "saved_exception", None) if failed is not None else None
         conn.close()
+        if isinstance(saved, Exception) and saved is not exc:
+            raise saved from exc
+        if "No existing session" in str(exc) and time.monotonic() - started >= 0.9 * timeout:
+            raise TimeoutError(f"no SSH handshake within {timeout:g} s") from exc
         raise
     transport = conn.client.get_transport()
     if transport is not None:
         transport.set_keepalive(keepalive)
+        if isinstance(transport.sock, socket.socket):  # a ProxyJump hop gives a Channel
+            # Nagle + delayed ACK cost ~40 ms on every channel open; small packets here
+            with contextlib.suppress(OSError):
+                transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return SSHConnection(host, conn, verified=host.host_key_checking)
 
 

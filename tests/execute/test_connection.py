@@ -1,7 +1,7 @@
 """Connections against real processes and real sshd hosts (no mocks).
 
-`python tests/execute/test_connection.py` measures per-command latency over one reused SSH
-connection (printed, never asserted).
+`PYTHONPATH=tests python tests/execute/test_connection.py` measures per-command latency
+over one reused SSH connection (printed, never asserted).
 """
 
 from __future__ import annotations
