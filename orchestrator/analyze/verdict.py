@@ -103,3 +103,20 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def record_verdict(cell_dir: Path, verdict: Verdict) -> None:
+    """Write metrics.json and make cell.json carry the final verdict (the runner's kept beside).
+
+    Every reader (show, report, diff) then sees one status: the runner may say passed while an
+    expectation or an NCCL check failed the cell.
+    """
+    (cell_dir / "metrics.json").write_text(json.dumps(verdict.metrics, indent=2) + "\n")
+    path = cell_dir / "cell.json"
+    doc = _read_json(path)
+    if not isinstance(doc, dict):
+        return
+    doc.setdefault("runner_status", doc.get("status"))
+    doc.setdefault("runner_reason", doc.get("reason"))
+    doc["status"], doc["reason"] = verdict.status, verdict.reason
+    path.write_text(json.dumps(doc, indent=2) + "\n")

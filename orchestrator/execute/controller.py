@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import __version__
-from orchestrator.analyze.verdict import score_cell
+from orchestrator.analyze.verdict import record_verdict, score_cell
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import ConnectionFailure, OrchError
 from orchestrator.execute.connection import Connection, connect
@@ -383,7 +383,7 @@ class Run:
             extract_archive(local, staged)
             verdict = score_cell(staged, cell)
             cell_json = json.loads((staged / "cell.json").read_text())
-            (staged / "metrics.json").write_text(json.dumps(verdict.metrics, indent=2) + "\n")
+            record_verdict(staged, verdict)
             self.writer.add_cell_dir(cell.id, staged, self.secrets)
             shutil.rmtree(staged, ignore_errors=True)
         return CellOutcome(
