@@ -56,7 +56,13 @@ from orchestrator.plan.cell import (
     canonical_json,
 )
 from orchestrator.plan.matrix import Matrix, MatrixPoint, parse_matrix
-from orchestrator.plan.render import Locate, TemplateEngine, VarDecl, VariableScope
+from orchestrator.plan.render import (
+    Locate,
+    TemplateEngine,
+    VarDecl,
+    VariableScope,
+    expression_source,
+)
 
 BUILTIN_NAMES = ("matrix", "inventory_hostname", "group_names", "groups", "hostvars", "orch_python")
 TIMEOUT_KEYS = ("cell", "setup", "ready", "bench")
@@ -369,7 +375,9 @@ class _HostPlanner:
             return found
         timeouts = self.section_axes(self.data.get("timeouts"), ("timeouts",))
         if name == "where":
-            axes = self.section_axes(matrix.where, ("matrix", "where"))
+            where = matrix.where
+            source = expression_source(where) if isinstance(where, str) else where
+            axes = self.section_axes(source, ("matrix", "where"))
         elif name == "bench":
             axes = _union(self.section_axes(self.data.get("bench"), ("bench",)), timeouts)
             axes = _union(axes, self.section_axes(self.data.get("server"), ("server",)))

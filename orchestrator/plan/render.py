@@ -95,6 +95,14 @@ class _StrictUndefined(StrictUndefined):
         raise _UndefinedName(self._undefined_message, self._undefined_name, self._undefined_obj)
 
 
+# Undefined binds its operators (`<`, `+`, `==`, ...) to the base method at class creation: point
+# them at the override too, so every use of an undefined value says which name it was.
+for _base in (Undefined, StrictUndefined):
+    for _name, _value in list(vars(_base).items()):
+        if _value is Undefined._fail_with_undefined_error and _name.startswith("__"):
+            setattr(_StrictUndefined, _name, _StrictUndefined._fail_with_undefined_error)
+
+
 class _CodeGenerator(NativeCodeGenerator):
     def _output_const_repr(self, group: Iterable[Any]) -> str:
         # A lone constant keeps its type ("{{ 30000 }}" is an int), as a lone variable does.
@@ -352,8 +360,12 @@ class TemplateEngine:
         self, expression: str, scope: VariableScope, path: KeyPath, locate: Locate
     ) -> Any:
         """Evaluate a bare Jinja expression (`where:`); `{{ }}`-wrapped text is accepted too."""
-        source = expression if has_template(expression) else "{{ (" + expression + ") }}"
-        return self.render_text(source, scope, path, locate)
+        return self.render_text(expression_source(expression), scope, path, locate)
+
+
+def expression_source(expression: str) -> str:
+    """The template text a bare `where:` expression is rendered (and analysed) as."""
+    return expression if has_template(expression) else "{{ (" + expression + ") }}"
 
 
 def _template_strings(value: Any, path: KeyPath) -> Iterator[tuple[str, KeyPath]]:
