@@ -1,8 +1,8 @@
 """Bad-input corpus for loading: each tests/corpus/config-*/ case must fail with one message.
 
-A case is a directory with `playbook.yml` (and maybe `inventory.yml` and other files) and
-`expect.yml` naming the file, line and column the error points at, the key path, and a substring
-of the message. `args: ["-e", ...]` are extra vars, with paths relative to the case directory.
+A case is a directory with `playbook.yml` (maybe `inventory.yml` or `inventory.json`, and other
+files) and `expect.yml` naming the file, line and column the error points at, the key path, and a
+substring of the message. `args: ["-e", ...]` are extra vars, paths relative to the case.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def _extra_vars_args(args: list[str]) -> list[str]:
 
 def _load_case(case: Path, expect: dict[str, Any]) -> None:
     extra = parse_extra_vars(_extra_vars_args(list(expect.get("args", []))))
-    inventory_file = case / "inventory.yml"
-    inventory = load_inventory(inventory_file if inventory_file.exists() else None)
+    found = [case / n for n in ("inventory.yml", "inventory.json") if (case / n).exists()]
+    inventory = load_inventory(found[0] if found else None)
     playbook = load_playbook(case / "playbook.yml", extra)
     select_hosts_checked(
         inventory,
