@@ -167,7 +167,8 @@ class Connection(ABC):
         stdout lines go to `on_stdout_line` as they arrive; the whole output is also returned.
 
         Raises `CommandTimeout` (with the partial output) when `timeout` seconds pass: the local
-        process group is killed / the SSH session is signalled (TERM) and its channel closed.
+        process group is killed / over SSH, every remote process of the command is sent TERM,
+        then KILL, and the channel closed.
         Raises `ConnectionFailure` when the connection is lost or closed while it runs.
         """
 
@@ -438,9 +439,10 @@ class SSHConnection(Connection):
     ) -> RunResult:
         """See `Connection.run`. argv is quoted with `shlex.join` for the remote login shell.
 
-        On timeout the session is sent a TERM signal (sshd signals the session's process
-        group; best effort) and the channel closed; a remote program that ignores both keeps
-        running: remote cleanup is the runner's job (REFERENCE.md).
+        With a timeout the command runs as `env ORCH_COMMAND_TOKEN=<random> argv...`; on
+        timeout the session gets a `signal` request (sshd honours it only for non-root users),
+        the channel is closed, and a second command TERMs, then KILLs, every process on the host
+        whose environment carries the token (descendants too, unless they scrubbed it).
         """
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
