@@ -125,10 +125,12 @@ class RunnerProcess:
         self,
         home: Path,
         data: dict[str, Any],
-        python: str = sys.executable,
+        python: str | None = None,
         wrapper: list[str] | None = None,
     ) -> None:
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the runner)
+        # ORCH_TEST_RUNNER_PYTHON runs every runner test under another interpreter (e.g. 3.8).
+        python = python or os.environ.get("ORCH_TEST_RUNNER_PYTHON") or sys.executable
         argv = [*(wrapper or []), python, str(RUNNER), "run"]
         self.proc = subprocess.Popen(
             argv,

@@ -319,3 +319,29 @@ def test_cell_timeout_stops_a_long_bench(home: Path) -> None:
     cell_json = load(cell_dir(home) / "cell.json")
     assert cell_json["steps"]["stop"]["status"] == "ok"
     assert all(not alive(p) for p in _server_pids(home))
+
+
+def test_bench_timeout_fails_the_repeat(home: Path) -> None:
+    port = free_port()
+    runner = run_cell(home, make_cell(port, bench_args=("--sleep", "30"), bench_timeout=1.0))
+    done = runner.done
+    assert done["status"] == "failed" and done["step"] == "bench"
+    assert done["reason"].startswith("bench repeat 1 failed (timed out after 1s)")
+    exit1 = load(cell_dir(home) / "bench" / "1" / "exit.json")
+    assert exit1["timed_out"] is True and exit1["rc"] != 0
+
+
+def test_unwritable_workdir_still_answers(home: Path) -> None:
+    (home / "blocked").write_text("a file where the workdir should be\n")
+    data = payload(make_cell(free_port()), workdir="blocked")
+    proc = subprocess.run(
+        [sys.executable, str(RUNNER), "run"],
+        input=(json.dumps(data) + "\n").encode(),
+        cwd=home,
+        env=runner_env(home),
+        capture_output=True,
+        timeout=30,
+    )
+    done = json.loads(proc.stdout.splitlines()[-1])
+    assert done["event"] == "done" and done["status"] == "failed" and done["archive"] is None
+    assert done["reason"].startswith("runner crashed")

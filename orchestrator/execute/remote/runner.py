@@ -1506,6 +1506,9 @@ class CellRunner:
     def finish(self) -> int:
         """Write cell.json, redact, rename, archive, and emit `done`."""
         end = _now()
+        if self.server_log_fh is not None:
+            self.server_log_fh.close()
+            self.server_log_fh = None
         cell_out = dict(self.cell)
         cell_out["env"] = self.redacted_env()
         write_json(
@@ -1695,7 +1698,13 @@ def cmd_run() -> int:
         runner = CellRunner(payload, out)
     except (KeyError, TypeError, ValueError) as exc:
         return _bad_input(out, "bad input: %s: %s" % (type(exc).__name__, exc))
-    return runner.execute()
+    try:
+        return runner.execute()
+    except Exception as exc:
+        # Only reachable when the cell directory itself cannot be made or finished.
+        return _bad_input(
+            out, "runner crashed: %s: %s\n%s" % (type(exc).__name__, exc, traceback.format_exc())
+        )
 
 
 def cmd_collect(run_id: str, workdir: str) -> int:
