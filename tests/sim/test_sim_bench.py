@@ -114,7 +114,7 @@ def test_bench_without_speculation_and_with_concurrency(tmp_path: Path) -> None:
             "--random-input-len",
             "64",
             "--random-output-len",
-            "128",
+            "256",
             "--num-prompts",
             "4",
             "--max-concurrency",
@@ -139,7 +139,7 @@ def test_bench_without_speculation_and_with_concurrency(tmp_path: Path) -> None:
     r4 = json.loads((tmp_path / "c4/result.jsonl").read_text())
     assert r1["accept_length"] is None
     assert r1["output_throughput"] == pytest.approx(
-        m.predict_output_throughput(m.model_params(), m.ServingConfig(tp=8), {}, 64, 128),
+        m.predict_output_throughput(m.model_params(), m.ServingConfig(tp=8), {}, 64, 256),
         rel=0.08,
     )
     # Batching: four requests at once give nearly four times the throughput.
