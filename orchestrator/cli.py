@@ -241,6 +241,204 @@ def _print_summary(cells: dict[str, Any]) -> None:
     click.echo(tabulate(rows, headers=["cell", "host", "status", "seconds", "reason"]))
 
 
+results_option = click.option(
+    "--results",
+    "results_dir",
+    type=click.Path(path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Where run bundles live (run ids are looked up here).",
+)
+
+
+@main.command()
+@inventory_option
+@limit_option
+@click.option("--json", "as_json", is_flag=True, help="The full snapshots as JSON.")
+@reports_errors
+def facts(inventory: Path | None, limit: str | None, as_json: bool) -> None:
+    """Snapshot hosts now (the same probe as a run), without running anything."""
+    from orchestrator.config.inventory import load_inventory
+    from orchestrator.config.patterns import select_hosts_checked
+    from orchestrator.execute.facts import SUMMARY_HEADERS, probe_hosts, summary_row
+
+    inv = load_inventory(inventory)
+    names = select_hosts_checked(inv, limit or "all", key_path="--limit")
+    found = probe_hosts([inv.hosts[n] for n in names])
+    if as_json:
+        click.echo(json.dumps(found, indent=2, sort_keys=True))
+    else:
+        rows = [summary_row(n, f) for n, f in found.items()]
+        click.echo(tabulate(rows, headers=SUMMARY_HEADERS))
+    if any("absent" in f and len(f) <= 2 for f in found.values()):
+        sys.exit(EXIT_FAILED)
+
+
+@main.command()
+@click.argument("results_dir", type=click.Path(path_type=Path), default=Path("results"))
+@reports_errors
+def runs(results_dir: Path) -> None:
+    """List runs with time, playbook, hosts and cells passed/failed."""
+    from orchestrator.results.bundle import list_runs
+
+    rows = [
+        [
+            r.run_id,
+            r.started or "",
+            r.playbook or "",
+            r.status or "",
+            ",".join(r.hosts),
+            f"{r.passed}/{r.cells}",
+            r.failed or "",
+        ]
+        for r in list_runs(results_dir)
+    ]
+    if not rows:
+        click.echo(f"no runs under {results_dir}")
+        return
+    click.echo(
+        tabulate(
+            rows, headers=["run", "started", "playbook", "status", "hosts", "passed", "failed"]
+        )
+    )
+
+
+@main.command()
+@click.argument("ref")
+@results_option
+@reports_errors
+def show(ref: str, results_dir: Path) -> None:
+    """What ran, where, its status and failure reason, metrics, and paths to the full logs.
+
+    REF is a run (directory, .tar.gz or id) or a cell (its directory or RUN/CELL-ID-PREFIX).
+    """
+    from orchestrator.results.bundle import open_cell, open_run
+    from orchestrator.results.show import describe_cell, describe_run
+
+    path = Path(ref)
+    is_run = (path / "run.json").is_file() or ref.endswith((".tar.gz", ".tgz"))
+    if not is_run and "/" not in ref.rstrip("/") and not (path / "cell.json").is_file():
+        is_run = True
+    if is_run:
+        click.echo(describe_run(open_run(ref, results_dir)))
+    else:
+        click.echo(describe_cell(open_cell(ref, results_dir)))
+
+
+@main.command()
+@click.argument("ref")
+@results_option
+@click.option("--by", "by", default=None, help="Pivot: this axis's values become columns.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "md", "csv", "json"]),
+    default="table",
+    show_default=True,
+)
+@click.option("--plot", "plot", type=click.Path(path_type=Path), default=None, help="PNG file.")
+@reports_errors
+def report(ref: str, results_dir: Path, by: str | None, fmt: str, plot: Path | None) -> None:
+    """Cells x metrics (median and spread over repeats), optionally pivoted by an axis.
+
+    CSV and JSON are tidy: one row per cell x repeat x metric.
+    """
+    from orchestrator.analyze.evidence import load_cells
+    from orchestrator.analyze.report import build_report, plot_report, render_report
+
+    bundle = _open_run_or_cell(ref, results_dir)
+    rep = build_report(load_cells(bundle), by=by)
+    click.echo(render_report(rep, fmt))  # type: ignore[arg-type]
+    if plot is not None:
+        axis = by or next(iter(rep.axes), None)
+        if not axis:
+            raise InputError("--plot needs an axis to draw against", hint="add --by AXIS")
+        click.echo(f"plot: {plot_report(rep, axis, plot)}", err=True)
+
+
+def _open_run_or_cell(ref: str, results_dir: Path) -> Path:
+    """A local directory for a run or cell reference (a packed run is extracted)."""
+    from orchestrator.results.bundle import open_cell, open_run
+
+    path = Path(ref)
+    if path.is_dir():
+        return path
+    if "/" in ref.rstrip("/") and not ref.endswith((".tar.gz", ".tgz")):
+        return open_cell(ref, results_dir).path
+    return open_run(ref, results_dir).path
+
+
+@main.command()
+@click.argument("a")
+@click.argument("b")
+@results_option
+@click.option("--json", "as_json", is_flag=True, help="The complete diff as JSON.")
+@click.option(
+    "--repo",
+    "repo",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A clone of the serving repo, for the commits between A and B.",
+)
+@click.option(
+    "--out",
+    "spill_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where long sections are written whole (default: a folder named after A and B).",
+)
+@reports_errors
+def diff(
+    a: str, b: str, results_dir: Path, as_json: bool, repo: Path | None, spill_dir: Path | None
+) -> None:
+    """What changed between A and B (two runs, or two cells), most likely causes first."""
+    from orchestrator.analyze.diff import diff_cells, diff_runs, render_diff
+    from orchestrator.analyze.evidence import load_cells
+
+    pa, pb = _open_run_or_cell(a, results_dir), _open_run_or_cell(b, results_dir)
+    ca, cb = load_cells(pa), load_cells(pb)
+    both_cells = (pa / "cell.json").is_file() and (pb / "cell.json").is_file()
+    result: Any = (
+        diff_cells(ca[0], cb[0], repo_path=repo)
+        if both_cells
+        else diff_runs(ca, cb, repo_path=repo)
+    )
+    if as_json:
+        click.echo(render_diff(result, "json"))
+        return
+    spill = spill_dir or Path(tempfile_dir(f"orch-diff-{pa.name}-vs-{pb.name}"))
+    click.echo(render_diff(result, "text", spill_dir=spill))
+
+
+def tempfile_dir(name: str) -> str:
+    """A fresh folder for spilled diff sections, under the system temp dir."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix=f"{name[:80]}-")
+
+
+@main.command()
+@click.argument("ref")
+@results_option
+@click.option("-o", "--out", type=click.Path(path_type=Path), default=None)
+@reports_errors
+def pack(ref: str, results_dir: Path, out: Path | None) -> None:
+    """Write RUN as one .tar.gz to share; every reader accepts it."""
+    from orchestrator.results.bundle import pack as pack_run
+    from orchestrator.results.bundle import resolve_run
+
+    click.echo(str(pack_run(resolve_run(ref, results_dir), out)))
+
+
+def _attach_sim() -> None:
+    from orchestrator.sim.cli import sim
+
+    main.add_command(sim)
+
+
+_attach_sim()
+
+
 def run() -> None:
     """Entry point that also maps a stray KeyboardInterrupt to 130 without a traceback."""
     try:

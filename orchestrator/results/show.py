@@ -1,0 +1,88 @@
+"""`orch show`: a run or a cell described for a person, with paths to everything whole."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tabulate import tabulate
+
+from orchestrator.results.bundle import CellRecord, RunBundle
+
+
+def _first_line(text: Any) -> str:
+    return str(text).strip().splitlines()[0] if text else ""
+
+
+def describe_run(run: RunBundle) -> str:
+    """Header facts of the run and one line per cell (status and the reason's first line)."""
+    doc = run.run or {}
+    lines = [
+        f"run       {run.run_id}",
+        f"path      {run.source}",
+        f"playbook  {doc.get('playbook')}",
+        f"status    {doc.get('status')}",
+        f"started   {doc.get('started')}   finished {doc.get('finished')}",
+        f"hosts     {', '.join(doc.get('hosts') or [])}",
+        f"argv      {' '.join(doc.get('argv') or [])}",
+    ]
+    for key in ("replay_of", "resumed"):
+        if doc.get(key):
+            lines.append(f"{key:<9} {doc[key]}")
+    rows = []
+    for cid, entry in (doc.get("cells") or {}).items():
+        present = "" if cid in run.cells else "(no cell dir)"
+        rows.append(
+            [cid, entry.get("host"), entry.get("status"), _first_line(entry.get("reason")), present]
+        )
+    lines += ["", tabulate(rows, headers=["cell", "host", "status", "reason", ""])]
+    return "\n".join(lines)
+
+
+def describe_cell(cell: CellRecord) -> str:
+    """What ran where, the verdict and its whole reason, metrics, and the paths of the logs."""
+    spec = cell.cell
+    repo = cell.repo or {}
+    lines = [
+        f"cell      {cell.id}",
+        f"path      {cell.path}",
+        f"host      {cell.host}",
+        f"axes      {json.dumps(cell.axes, sort_keys=True)}",
+        f"status    {cell.status}"
+        + (f" (failed at {cell.failed_step})" if cell.failed_step else ""),
+    ]
+    if repo:
+        lines.append(
+            f"repo      {repo.get('requested')} -> {repo.get('sha')}"
+            f" ({repo.get('describe')}, dirty: {repo.get('dirty')})"
+        )
+    server = spec.get("server") or {}
+    if server.get("argv"):
+        lines.append(f"server    {' '.join(server['argv'])}")
+    bench = spec.get("bench") or {}
+    if bench.get("argv"):
+        lines.append(f"bench     {' '.join(bench['argv'])}")
+    if cell.reason:
+        lines += ["", "reason:", str(cell.reason)]
+    metrics = cell.metrics or {}
+    summary = metrics.get("summary") or {}
+    if summary:
+        rows = [
+            [m, s.get("median"), s.get("min"), s.get("max"), s.get("n")] for m, s in summary.items()
+        ]
+        lines += ["", tabulate(rows, headers=["metric", "median", "min", "max", "n"])]
+    for exp in metrics.get("expectations") or []:
+        mark = "ok  " if exp.get("ok") else "MISS"
+        lines.append(f"expect {mark} {exp.get('metric')} {exp.get('bound')}: {exp.get('detail')}")
+    for check in metrics.get("checks") or []:
+        if not check.get("ok", True):
+            lines.append(f"check FAIL {check.get('name')}: {check.get('detail')}")
+    env = cell.env_check or {}
+    if env:
+        lines.append(f"\nenv check {env.get('mode')}: {'ok' if env.get('ok') else 'MISMATCH'}")
+    lines.append("\nfiles:")
+    for name, path in cell.logs.items():
+        lines.append(f"  {name:<12} {path}")
+    for rep in cell.repeats:
+        lines.append(f"  bench {rep.path.name:<6} {rep.path}")
+    return "\n".join(lines)
