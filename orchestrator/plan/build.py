@@ -845,16 +845,17 @@ def _group_by_repo(cells: list[Cell]) -> list[Cell]:
 def _duplicate_error(
     cell: Cell, first: MatrixPoint, second: MatrixPoint, raw_matrix: Any, locate: Locate
 ) -> InputError:
+    where = f"the points at {format_key_path(first.origin)} and {format_key_path(second.origin)}"
     path: KeyPath = second.origin
     if second.origin == ("matrix",) and isinstance(raw_matrix, Mapping):
         for axis, value in second.values.items():  # point at an axis that lists a value twice
             declared = raw_matrix.get(axis)
             if isinstance(declared, list) and declared.count(value) > 1:
                 path = ("matrix", axis)
+                where = f"axis {axis!r} lists {value!r} more than once, so two points"
                 break
     return InputError(
-        f"duplicate cell {cell.id!r} on host {cell.host!r}: the points at "
-        f"{format_key_path(first.origin)} and {format_key_path(second.origin)} are identical "
+        f"duplicate cell {cell.id!r} on host {cell.host!r}: {where} are identical "
         f"({second.values})",
         location=locate(path),
         key_path=format_key_path(path),
