@@ -8,6 +8,7 @@ later write removes it again (a manifest present always describes the bundle as 
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import json
 import os
@@ -16,7 +17,6 @@ import secrets
 import shutil
 import tarfile
 import tempfile
-import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -503,7 +503,8 @@ class RunBundle:
         self.path = Path(path)
         self.source = source or self.path  # the archive it came from, when packed
         self._tmpdir = tmpdir
-        self._cleanup = weakref.finalize(self, shutil.rmtree, str(tmpdir), True) if tmpdir else None
+        if tmpdir is not None:
+            _EXTRACTED.add(tmpdir)
         data = _read_json(self.path / "run.json")
         if data is None:
             raise BundleError(
@@ -530,8 +531,9 @@ class RunBundle:
 
     def close(self) -> None:
         """Remove the extraction of a packed run now (otherwise at exit)."""
-        if self._cleanup is not None:
-            self._cleanup()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            _EXTRACTED.discard(self._tmpdir)
 
     @property
     def packed(self) -> bool:
@@ -614,6 +616,17 @@ class RunBundle:
     def verify(self) -> ManifestReport:
         """Check the bundle against its manifest (BundleError when it has none)."""
         return verify_manifest(self.path)
+
+
+# Extractions of packed runs live until close() or process exit: callers may keep only a path.
+_EXTRACTED: set[Path] = set()
+
+
+@atexit.register
+def _remove_extracted() -> None:
+    for tmp in list(_EXTRACTED):
+        shutil.rmtree(tmp, ignore_errors=True)
+    _EXTRACTED.clear()
 
 
 def _is_archive(path: Path) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import re
@@ -279,6 +280,10 @@ def test_pack_and_open_the_archive_gives_the_same_cells(run: BundleWriter, tmp_p
         extracted = packed.path
         assert extracted.is_dir()
     assert not extracted.exists()  # removed on leaving the block
+
+    kept = open_run(archive).path  # a caller holding only the path: kept until exit
+    gc.collect()
+    assert (kept / "run.json").is_file()
 
 
 def test_pack_refuses_a_non_run_and_writing_inside_the_run(
