@@ -52,8 +52,8 @@ from orchestrator.plan.cell import (
     Expectation,
     RepoPin,
     ServerSpec,
-    _slug_part,
     canonical_json,
+    slug_part,
 )
 from orchestrator.plan.matrix import Matrix, MatrixPoint, parse_matrix
 from orchestrator.plan.render import (
@@ -518,7 +518,7 @@ class _HostPlanner:
         key = _value_key(value)
         found = self._value_texts.get(key)
         if found is None:
-            found = self._value_texts[key] = (canonical_json(value), _slug_part(value))
+            found = self._value_texts[key] = (canonical_json(value), slug_part(value))
             self._alive.append(value)  # ids in `_value_key` stay unique while values live
         return found
 

@@ -109,7 +109,8 @@ def canonical_json(data: Any) -> str:
 _SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def _slug_part(value: Any) -> str:
+def slug_part(value: Any) -> str:
+    """One axis value as a short, filesystem-safe piece of a cell id."""
     if isinstance(value, dict | list):
         value = canonical_json(value)
     text = _SLUG_BAD.sub("-", str(value)).strip("-.")
@@ -122,6 +123,6 @@ def cell_id(axes: dict[str, Any], host: str, spec: Any) -> str:
     `spec` is everything that defines the cell except its id (canonical JSON is hashed), so the
     same cell gets the same id in every run and on every machine.
     """
-    slug = "-".join(_slug_part(axes[k]) for k in axes) or "cell"
+    slug = "-".join(slug_part(axes[k]) for k in axes) or "cell"
     digest = hashlib.sha256(canonical_json([host, spec]).encode()).hexdigest()[:8]
     return f"{slug[:80]}-{digest}"

@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
-CASES = sorted(p for p in CORPUS.iterdir() if (p / "expect.yml").is_file()) if CORPUS.is_dir() else []
+CASES = (
+    sorted(p for p in CORPUS.iterdir() if (p / "expect.yml").is_file()) if CORPUS.is_dir() else []
+)
 
 
 def test_corpus_is_big_enough() -> None:

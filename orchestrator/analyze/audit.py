@@ -1,0 +1,193 @@
+"""`orch audit`: is this bundle intact, are its hosts still as recorded, does it reproduce?
+
+Three questions, each answered with the machinery the rest of orch uses: the manifest check,
+the diff engine (`orch diff`) over a fresh snapshot against the recorded one, and a rerun of the
+bundle's own rendered cells compared metric by metric (`stats.compare`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.analyze.diff import Section, diff_cells
+from orchestrator.analyze.evidence import CellEvidence
+from orchestrator.analyze.stats import compare
+from orchestrator.results.bundle import RunBundle
+from orchestrator.results.manifest import ManifestReport, verify_manifest
+
+# Sections of the diff that say a host drifted; metrics and flags cannot differ here.
+DRIFT_SECTIONS = ("code", "packages", "system", "hardware")
+
+
+@dataclass
+class HostDrift:
+    """What differs on one host between the run's record and now."""
+
+    host: str
+    sections: list[Section]
+    error: str | None = None
+
+    @property
+    def drifted(self) -> bool:
+        """True when the host could not be checked or any drift section differs."""
+        return self.error is not None or any(s.differs for s in self.sections)
+
+
+@dataclass
+class MetricReproduction:
+    """One metric of one cell: recorded vs rerun."""
+
+    metric: str
+    recorded_median: float
+    rerun_median: float
+    ratio: float | None
+    within_tolerance: bool
+    significant: bool
+    method: str
+
+    @property
+    def reproduces(self) -> bool:
+        """Within tolerance and not a significant change."""
+        return self.within_tolerance and not self.significant
+
+
+@dataclass
+class CellReproduction:
+    """A rerun cell's verdict."""
+
+    cell_id: str
+    status: str  # the rerun's status
+    metrics: list[MetricReproduction] = field(default_factory=list)
+    reason: str | None = None
+
+    @property
+    def reproduces(self) -> bool:
+        """The rerun passed and every metric reproduces."""
+        passed = self.status == "passed" and bool(self.metrics)
+        return passed and all(m.reproduces for m in self.metrics)
+
+
+def integrity(run_dir: Path) -> ManifestReport:
+    """Every file against MANIFEST.sha256: changed, missing and extra files."""
+    return verify_manifest(run_dir)
+
+
+def _recorded_evidence(run: RunBundle, host: str) -> CellEvidence | None:
+    """The last cell the run recorded on `host`: its repo state is the host's last known HEAD."""
+    last: CellEvidence | None = None
+    for rec in run.cells.values():
+        if rec.host == host:
+            last = CellEvidence.load(rec.path, run_id=run.run_id)
+    return last
+
+
+def host_drift(run: RunBundle, host: str, now: Mapping[str, Any]) -> HostDrift:
+    """Diff what the run recorded on `host` against a snapshot `now` (probe output)."""
+    if "absent" in now and len(now) <= 2:
+        return HostDrift(host, [], error=f"cannot snapshot {host} now: {now['absent']}")
+    recorded = _recorded_evidence(run, host)
+    facts = run.hosts.get(host) or {}
+    before = CellEvidence(
+        path=run.path,
+        id=f"{host}@run",
+        host=host,
+        axes={},
+        status=None,
+        reason=None,
+        failed_step=None,
+        cell=recorded.cell if recorded else {},
+        cell_json={},
+        repo=recorded.repo if recorded else {},
+        server={},
+        env_check={},
+        snapshot_pre=(recorded.snapshot_post or recorded.snapshot_pre) if recorded else facts,
+        snapshot_post={},
+        metrics={},
+        captures={},
+        run_id=run.run_id,
+    )
+    git = now.get("git") if isinstance(now.get("git"), dict) else {}
+    repo_now: dict[str, Any] = {}
+    if before.repo:
+        repo_now = {
+            "requested": before.repo.get("requested"),
+            "sha": git.get("head") if git else None,
+            "describe": git.get("describe") if git else None,
+            "dirty": git.get("dirty") if git else None,
+            "status_porcelain": git.get("status_porcelain") if git else None,
+        }
+    after = CellEvidence(
+        path=run.path,
+        id=f"{host}@now",
+        host=host,
+        axes={},
+        status=None,
+        reason=None,
+        failed_step=None,
+        cell=before.cell,
+        cell_json={},
+        repo=repo_now,
+        server={},
+        env_check={},
+        snapshot_pre=dict(now),
+        snapshot_post={},
+        metrics={},
+        captures={},
+        run_id=None,
+    )
+    result = diff_cells(before, after)
+    return HostDrift(host, [s for s in result.sections if s.name in DRIFT_SECTIONS])
+
+
+def reproduction(
+    recorded: CellEvidence, rerun: CellEvidence, *, tolerance: float
+) -> CellReproduction:
+    """Per metric: does the rerun's sample sit with the recorded one?"""
+    out = CellReproduction(recorded.id, str(rerun.status), reason=rerun.reason)
+    for metric in recorded.metric_names:
+        a, b = recorded.values(metric), rerun.values(metric)
+        if not a or not b:
+            continue
+        cmp = compare(a, b, ratio_threshold=tolerance)
+        within = cmp.ratio is not None and abs(cmp.ratio - 1) <= tolerance
+        out.metrics.append(
+            MetricReproduction(
+                metric,
+                cmp.median_a,
+                cmp.median_b,
+                cmp.ratio,
+                within,
+                cmp.significant,
+                cmp.method,
+            )
+        )
+    return out
+
+
+def render_reproductions(items: Sequence[CellReproduction]) -> list[list[str]]:
+    """Rows for a table: cell, metric, recorded, rerun, ratio, verdict."""
+    rows: list[list[str]] = []
+    for item in items:
+        if not item.metrics:
+            rows.append([item.cell_id, "-", "-", "-", "-", f"NO ({item.status}: {item.reason})"])
+        for m in item.metrics:
+            ratio = f"{m.ratio:.3f}" if m.ratio is not None else "-"
+            verdict = "yes" if m.reproduces else "NO"
+            if not m.reproduces:
+                why = [] if m.within_tolerance else ["outside tolerance"]
+                why += [f"significant ({m.method})"] if m.significant else []
+                verdict += f" ({', '.join(why)})"
+            rows.append(
+                [
+                    item.cell_id,
+                    m.metric,
+                    f"{m.recorded_median:.4g}",
+                    f"{m.rerun_median:.4g}",
+                    ratio,
+                    verdict,
+                ]
+            )
+    return rows

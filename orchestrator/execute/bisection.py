@@ -1,0 +1,247 @@
+"""`orch bisect`: run one cell at commits between good and bad until the first bad one is named.
+
+Every step is a one-cell run into the same bundle (resume mode), so each measurement is a
+complete cell directory like any other, the per-commit setup cache on the host is reused, and a
+bisect that stopped can be resumed: measurements already in the bundle are read back instead of
+run again, and the search, being deterministic given them, retraces its path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.analyze.bisect import BisectPolicy, BisectResult, bisect
+from orchestrator.config.host import Host, Inventory
+from orchestrator.errors import ExecutionError, InputError, OrchError
+from orchestrator.execute.connection import Connection, connect
+from orchestrator.execute.controller import ApplyOptions, Run
+from orchestrator.plan.cell import Cell, cell_id
+from orchestrator.results.bundle import BundleWriter
+
+BISECT_FILE = "bisect.json"
+# A commit that fails before the benchmark produced numbers cannot be placed: skip it.
+SKIP_STEPS = (
+    *("repo", "setup", "preflight", "server_start", "ready", "verify_env", "bench", "runner"),
+)
+
+
+@dataclass
+class BisectSetup:
+    """What a bisect needs besides the measurements."""
+
+    base: Cell  # the selected cell, as planned
+    host: Host
+    inventory: Inventory
+    good: str
+    bad: str
+    metric: str
+    results_dir: Path
+    playbook_name: str
+    playbook_files: Sequence[Path]
+    playbook_dir: Path
+    argv: Sequence[str]
+    first_parent: bool = True
+    policy: BisectPolicy = field(default_factory=BisectPolicy)
+
+
+def _git(conn: Connection, dest: str, *args: str, timeout: float = 300) -> str:
+    res = conn.run(["git", "-c", "safe.directory=*", "-C", dest, *args], timeout=timeout)
+    if res.rc != 0:
+        raise ExecutionError(
+            f"{conn.host.name}: git {' '.join(args)} failed in {dest} (rc {res.rc}): "
+            f"{res.stderr.strip()[-500:]}"
+        )
+    return res.stdout
+
+
+def commit_range(
+    conn: Connection, cell: Cell, good: str, bad: str, first_parent: bool
+) -> list[str]:
+    """Full SHAs from good to bad (oldest first), read from the host's clone of the repo."""
+    if cell.repo is None:
+        raise InputError("bisect needs a playbook with a repo:", key_path="repo")
+    dest, url = cell.repo.dest, cell.repo.url
+    probe = conn.run(["git", "-C", dest, "rev-parse", "--git-dir"], timeout=60)
+    if probe.rc != 0:
+        res = conn.run(["git", "clone", "--quiet", url, dest], timeout=3600)
+        if res.rc != 0:
+            raise ExecutionError(f"{conn.host.name}: git clone {url} failed: {res.stderr[-500:]}")
+
+    def resolve(ref: str) -> str:
+        argv = ["git", "-C", dest, "rev-parse", "--verify", f"{ref}^{{commit}}"]
+        res = conn.run(argv, timeout=60)
+        if res.rc != 0:
+            _git(conn, dest, "fetch", "--quiet", "--tags", "origin", timeout=3600)
+            res = conn.run(argv, timeout=60)
+        if res.rc != 0:
+            raise InputError(f"{ref!r} is not a commit in {url}", hint="check --good/--bad")
+        return res.stdout.strip()
+
+    good_sha, bad_sha = resolve(good), resolve(bad)
+    args = ["rev-list", "--reverse"] + (["--first-parent"] if first_parent else [])
+    between = _git(conn, dest, *args, f"{good_sha}..{bad_sha}").split()
+    if not between or between[-1] != bad_sha:
+        raise InputError(f"bad ({bad}) is not a descendant of good ({good})")
+    return [good_sha, *between]
+
+
+def commit_story(conn: Connection, cell: Cell, sha: str) -> str:
+    """The commit's full message and --stat, never truncated."""
+    assert cell.repo is not None
+    return _git(conn, cell.repo.dest, "show", "--stat", "--format=fuller", "--no-color", sha)
+
+
+class Bisection:
+    """One `orch bisect`, backed by a bundle."""
+
+    def __init__(self, setup: BisectSetup, *, run_id: str | None = None) -> None:
+        self.setup = setup
+        self.run_id = run_id
+        self.cells: list[Cell] = []
+        self.doc: dict[str, Any] = {}
+        self.log: Callable[[str], None] = lambda _msg: None
+
+    def _step_cell(self, sha: str, repeats: int, attempt: int) -> Cell:
+        base = self.setup.base
+        assert base.repo is not None
+        axes = {**base.axes, "bisect_commit": sha[:12], "bisect_run": attempt}
+        data = base.model_dump(mode="json")
+        data["axes"] = axes
+        data["repo"] = {**data["repo"], "version": sha}
+        data["bench"] = {**data["bench"], "repeats": repeats}
+        spec = {k: v for k, v in data.items() if k != "id"}
+        data["id"] = cell_id(axes, base.host, spec)
+        return Cell.model_validate(data)
+
+    def _run(self, cell: Cell) -> dict[str, Any]:
+        if cell.id not in {c.id for c in self.cells}:
+            self.cells.append(cell)
+        run = Run(
+            playbook_name=self.setup.playbook_name,
+            playbook_files=self.setup.playbook_files,
+            playbook_dir=self.setup.playbook_dir,
+            inventory=self.setup.inventory,
+            cells=self.cells,
+            options=ApplyOptions(
+                results_dir=self.setup.results_dir,
+                run_id=self.run_id,
+                resume=self.run_id is not None,
+                argv=self.setup.argv,
+                extra_run_fields={"bisect": True},
+            ),
+        )
+        self.run_id = run.run_id
+        run.execute()
+        return self._recorded(cell.id) or {}
+
+    def _recorded(self, cid: str) -> dict[str, Any] | None:
+        path = self.setup.results_dir / str(self.run_id) / "cells" / cid
+        try:
+            return {
+                "cell": json.loads((path / "cell.json").read_text()),
+                "metrics": json.loads((path / "metrics.json").read_text()),
+            }
+        except (OSError, ValueError):
+            return None
+
+    def measure(self, sha: str, repeats: int) -> list[float] | None:
+        """Run (or read back) one measurement of the cell at `sha`."""
+        attempt = sum(1 for c in self.cells if c.axes.get("bisect_commit") == sha[:12]) + 1
+        cell = self._step_cell(sha, repeats, attempt)
+        got = self._recorded(cell.id) if self.run_id else None
+        if got is None:
+            self.log(f"measuring {sha[:12]} (run {attempt}, {repeats} repeats)")
+            got = self._run(cell)
+        elif cell.id not in {c.id for c in self.cells}:
+            self.cells.append(cell)
+        cell_doc = got.get("cell") or {}
+        status, step = cell_doc.get("status"), cell_doc.get("failed_step")
+        values = [
+            float(r[self.setup.metric])
+            for r in (got.get("metrics") or {}).get("repeats", [])
+            if isinstance(r.get(self.setup.metric), int | float)
+        ]
+        if values:
+            return values
+        if status != "passed" and (step in SKIP_STEPS or step is None):
+            self.log(f"{sha[:12]}: cannot be measured ({step}): skipped")
+            return None
+        raise ExecutionError(
+            f"{sha[:12]} produced no {self.setup.metric!r} values",
+            hint="pick a metric the bench reports with --metric",
+        )
+
+    def execute(self, conn_factory: Callable[[Host], Connection] = connect) -> BisectResult:
+        """Bisect; writes bisect.json (progress and result) into the bundle."""
+        conn = conn_factory(self.setup.host)
+        try:
+            commits = commit_range(
+                conn, self.setup.base, self.setup.good, self.setup.bad, self.setup.first_parent
+            )
+        finally:
+            conn.close()
+        self.log(f"{len(commits)} commits from {commits[0][:12]} to {commits[-1][:12]}")
+        result = bisect(commits, self.measure, self.setup.policy)
+        story = ""
+        if result.first_bad:
+            conn = conn_factory(self.setup.host)
+            try:
+                story = commit_story(conn, self.setup.base, result.first_bad)
+            except OrchError as exc:
+                story = f"(could not read the commit: {exc})"
+            finally:
+                conn.close()
+        self.doc = {
+            "schema_version": 1,
+            "good": self.setup.good,
+            "bad": self.setup.bad,
+            "metric": self.setup.metric,
+            "host": self.setup.host.name,
+            "base_cell": self.setup.base.id,
+            "commits": commits,
+            "result": result.to_json(),
+            "first_bad_story": story,
+        }
+        writer = BundleWriter(self.setup.results_dir, str(self.run_id), new=False)
+        writer.write_json(BISECT_FILE, self.doc)
+        writer.finalize()
+        return result
+
+
+def render_bisect(doc: dict[str, Any]) -> str:
+    """The answer first, then the table of tested commits, then the whole commit story."""
+    from tabulate import tabulate
+
+    result = doc["result"]
+    lines = [result["message"], ""]
+    rows = []
+    for p in result["points"]:
+        values = p.get("values") or []
+        mean = sum(values) / len(values) if values else None
+        rows.append(
+            [
+                p["index"],
+                p["commit"][:12],
+                p.get("verdict") or "",
+                "uncertain" if p.get("uncertain") else "",
+                len(values),
+                f"{mean:.4g}" if mean is not None else "-",
+                f"{p['z']:.1f}" if p.get("z") is not None else "",
+                p.get("runs"),
+            ]
+        )
+    lines.append(
+        tabulate(rows, headers=["#", "commit", "verdict", "", "n", doc["metric"], "z", "runs"])
+    )
+    lines.append(
+        f"\ngood mean {result['good_mean']:.4g}, bad mean {result['bad_mean']:.4g}, "
+        f"noise (stdev) {result['noise']:.3g}; {len(result['points'])} commits tested of "
+        f"{len(doc['commits'])}, {result['cell_runs']} cell runs"
+    )
+    if doc.get("first_bad_story"):
+        lines += ["", doc["first_bad_story"].rstrip()]
+    return "\n".join(lines)
