@@ -311,7 +311,8 @@ class Run:
     def _collect(self, conn: Connection, runner: str, cells: list[Cell], done: set[str]) -> None:
         """Fetch cells a runner finished after the previous controller died."""
         self.progress.host_step(conn.host.name, "collecting finished cells")
-        res = conn.run([conn.host.python, runner, "collect", self.run_id], timeout=120)
+        argv = [conn.host.python, runner, "collect", self.run_id, "--workdir", conn.host.workdir]
+        res = conn.run(argv, timeout=120)
         wanted = {c.id: c for c in cells}
         for line in res.stdout.splitlines():
             try:
