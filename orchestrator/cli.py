@@ -430,6 +430,252 @@ def pack(ref: str, results_dir: Path, out: Path | None) -> None:
     click.echo(str(pack_run(resolve_run(ref, results_dir), out)))
 
 
+def _tolerance(text: str) -> float:
+    """`5%` or `0.05` -> 0.05."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise InputError(f"bad tolerance {text!r}", hint="write 5% or 0.05") from None
+    if not 0 <= value < 1:
+        raise InputError(f"tolerance {text!r} must be between 0% and 100%")
+    return value
+
+
+@main.command()
+@click.argument("ref")
+@results_option
+@inventory_option
+@click.option("--no-drift", is_flag=True, help="Skip re-snapshotting the hosts.")
+@click.option("--rerun", is_flag=True, help="Run the cells again and check they reproduce.")
+@click.option("--cells", "selector", default=None, help="Which cells to rerun (axis=v,... or id).")
+@click.option("--tolerance", default="5%", show_default=True, help="Allowed relative change.")
+@reports_errors
+def audit(
+    ref: str,
+    results_dir: Path,
+    inventory: Path | None,
+    no_drift: bool,
+    rerun: bool,
+    selector: str | None,
+    tolerance: str,
+) -> None:
+    """Is RUN intact (manifest), are its hosts as recorded (drift), does it reproduce (--rerun)?
+
+    Exit 0 only when every check asked for passes.
+    """
+    from orchestrator.analyze.audit import (
+        host_drift,
+        integrity,
+        recorded_probe_args,
+        render_reproductions,
+        reproduction,
+    )
+    from orchestrator.analyze.diff import render_diff
+    from orchestrator.analyze.evidence import CellEvidence
+    from orchestrator.config.inventory import load_inventory
+    from orchestrator.execute.facts import probe_host
+    from orchestrator.execute.replay import (
+        inventory_from_bundle,
+        pick_cells,
+        retarget,
+        run_recorded,
+    )
+    from orchestrator.results.bundle import open_run
+
+    tol = _tolerance(tolerance)
+    run = open_run(ref, results_dir)
+    ok = True
+    manifest = integrity(run.path)
+    click.echo(f"integrity: {'ok' if manifest.ok else 'FAILED'} ({manifest.checked} files)")
+    for label, items in (
+        ("changed", manifest.mismatched),
+        ("missing", manifest.missing),
+        ("extra", manifest.extra),
+    ):
+        for item in items:
+            click.echo(f"  {label}: {item}")
+    ok &= manifest.ok
+
+    inv = load_inventory(inventory) if inventory else inventory_from_bundle(run)
+    hosts = list((run.run or {}).get("hosts") or [])
+    if not no_drift:
+        for name in hosts:
+            if name not in inv.hosts:
+                click.echo(f"drift {name}: not in the inventory; give -i", err=True)
+                ok = False
+                continue
+            repo, python = recorded_probe_args(run, name)
+            now = probe_host(inv.hosts[name], repo=repo, python=python)
+            drift = host_drift(run, name, now)
+            if drift.error:
+                click.echo(f"drift {name}: cannot check: {drift.error}")
+            elif not drift.drifted:
+                click.echo(f"drift {name}: none (code, packages, system, hardware as recorded)")
+            else:
+                click.echo(f"drift {name}: DRIFTED")
+                if drift.diff is not None:
+                    click.echo(render_diff(drift.diff, "text"))
+            ok &= not drift.drifted
+
+    if rerun:
+        picked = pick_cells(run, selector)
+        cells = retarget(picked, inv, None)
+        outcome = run_recorded(
+            run,
+            cells,
+            inv,
+            results_dir=results_dir,
+            argv=["orch", *sys.argv[1:]],
+            provenance={"audit_of": run.run_id},
+        )
+        verdicts = []
+        for cell in cells:
+            old = run.cells.get(cell.id)
+            new_dir = outcome.path / "cells" / cell.id
+            if old is None or not new_dir.is_dir():
+                continue
+            verdicts.append(
+                reproduction(CellEvidence.load(old.path), CellEvidence.load(new_dir), tolerance=tol)
+            )
+        headers = ["cell", "metric", "recorded", "rerun", "ratio", "reproduces"]
+        click.echo(tabulate(render_reproductions(verdicts), headers=headers))
+        click.echo(f"rerun bundle: {outcome.path}")
+        good = bool(verdicts) and all(v.reproduces for v in verdicts)
+        click.echo(f"reproduction: {'ok' if good else 'FAILED'}")
+        ok &= good
+    click.echo(f"audit: {'PASSED' if ok else 'FAILED'}")
+    sys.exit(EXIT_OK if ok else EXIT_FAILED)
+
+
+@main.command()
+@click.argument("ref")
+@results_option
+@inventory_option
+@limit_option
+@reports_errors
+def replay(ref: str, results_dir: Path, inventory: Path | None, limit: str | None) -> None:
+    """Run RUN/CELL again from its bundle alone, on its host or on the hosts --limit picks."""
+    from orchestrator.config.inventory import load_inventory
+    from orchestrator.execute.replay import inventory_from_bundle, retarget, run_recorded
+    from orchestrator.results.bundle import open_cell
+
+    record = open_cell(ref, results_dir)
+    if record.run is None:
+        raise InputError(f"{ref}: not inside a run bundle", hint="pass RUN/CELL")
+    inv = load_inventory(inventory) if inventory else inventory_from_bundle(record.run)
+    cells = retarget([record.cell], inv, limit)
+    outcome = run_recorded(
+        record.run,
+        cells,
+        inv,
+        results_dir=results_dir,
+        argv=["orch", *sys.argv[1:]],
+        provenance={"replay_of": f"{record.run.run_id}/{record.id}"},
+    )
+    _print_summary(outcome.cells)
+    click.echo(f"\nbundle: {outcome.path}  (replay of {record.run.run_id}/{record.id})")
+    sys.exit(EXIT_OK if outcome.ok else EXIT_FAILED)
+
+
+@main.command()
+@click.argument("playbook", type=click.Path(path_type=Path), required=False)
+@inventory_option
+@extra_vars_option
+@limit_option
+@results_option
+@click.option("--cell", "selector", default=None, help="The cell to bisect (axis=v,... or id).")
+@click.option("--good", default=None, help="A good revision.")
+@click.option("--bad", default=None, help="A bad revision (a descendant of --good).")
+@click.option(
+    "--metric", default=None, help="Default: the first expected metric, else output_throughput."
+)
+@click.option("--repeats", default=3, show_default=True, help="Repeats per run at inner commits.")
+@click.option("--end-repeats", default=5, show_default=True, help="Repeats at good and bad.")
+@click.option("--max-runs", default=4, show_default=True, help="Cap on runs per commit.")
+@click.option("--all-parents", is_flag=True, help="Walk every commit, not first-parent only.")
+@click.option("--show", "show_run", default=None, help="Re-print a finished bisect from RUN.")
+@click.option("--resume", "resume_run", default=None, help="Continue the bisect in RUN.")
+@reports_errors
+def bisect(
+    playbook: Path | None,
+    inventory: Path | None,
+    extra_vars: tuple[str, ...],
+    limit: str | None,
+    results_dir: Path,
+    selector: str | None,
+    good: str | None,
+    bad: str | None,
+    metric: str | None,
+    repeats: int,
+    end_repeats: int,
+    max_runs: int,
+    all_parents: bool,
+    show_run: str | None,
+    resume_run: str | None,
+) -> None:
+    """Find the first bad commit for one cell of PLAYBOOK, noise-aware."""
+    from orchestrator.analyze.bisect import BisectError, BisectPolicy
+    from orchestrator.execute.bisection import BISECT_FILE, Bisection, BisectSetup, render_bisect
+    from orchestrator.plan.select import select_cells
+    from orchestrator.results.bundle import open_run
+
+    if show_run:
+        run = open_run(show_run, results_dir)
+        doc = (
+            json.loads((run.path / BISECT_FILE).read_text())
+            if (run.path / BISECT_FILE).is_file()
+            else None
+        )
+        if doc is None:
+            raise InputError(f"{show_run}: no finished bisect here", hint="use --resume")
+        click.echo(render_bisect(doc))
+        return
+    if playbook is None or not selector or not good or not bad:
+        raise InputError("bisect needs PLAYBOOK, --cell, --good and --bad")
+    planned = Planned(playbook, inventory, extra_vars, limit)
+    picked = select_cells(
+        planned.cells,
+        selector,
+        cell_id=lambda c: c.id,
+        axes=lambda c: c.axes,
+        host=lambda c: c.host,
+    )
+    base = picked[0]
+    if len({c.id for c in picked}) > 1 and len({c.host for c in picked}) == 1:
+        names = ", ".join(c.id for c in picked[:6])
+        raise InputError(
+            f"--cell {selector!r} matches {len(picked)} cells: {names}", hint="name more axes"
+        )
+    if metric is None:
+        metric = next(iter(base.expect), "output_throughput")
+    run_id = None
+    if resume_run:
+        run_id = open_run(resume_run, results_dir).path.name
+    setup = BisectSetup(
+        base=base,
+        host=planned.inventory.hosts[base.host],
+        inventory=planned.inventory,
+        good=good,
+        bad=bad,
+        metric=metric,
+        results_dir=results_dir,
+        playbook_name=planned.playbook.name,
+        playbook_files=planned.playbook.files,
+        playbook_dir=planned.playbook.path.parent,
+        argv=["orch", *sys.argv[1:]],
+        first_parent=not all_parents,
+        policy=BisectPolicy(end_repeats=end_repeats, repeats=repeats, max_runs_per_point=max_runs),
+    )
+    job = Bisection(setup, run_id=run_id)
+    job.log = lambda msg: click.echo(f"bisect: {msg}", err=True)
+    try:
+        job.execute()
+    except BisectError as exc:
+        raise OrchError(f"bisect cannot decide: {exc}") from None
+    click.echo(render_bisect(job.doc))
+    click.echo(f"\nbundle: {results_dir / str(job.run_id)}")
+
+
 def _attach_sim() -> None:
     from orchestrator.sim.cli import sim
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.analyze.diff import Section, diff_cells
+from orchestrator.analyze.diff import CellDiff, Section, diff_cells
 from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.analyze.stats import compare
 from orchestrator.results.bundle import RunBundle
@@ -29,6 +29,7 @@ class HostDrift:
     host: str
     sections: list[Section]
     error: str | None = None
+    diff: CellDiff | None = None  # the drift sections as `orch diff` renders them
 
     @property
     def drifted(self) -> bool:
@@ -82,6 +83,27 @@ def _recorded_evidence(run: RunBundle, host: str) -> CellEvidence | None:
         if rec.host == host:
             last = CellEvidence.load(rec.path, run_id=run.run_id)
     return last
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def recorded_probe_args(run: RunBundle, host: str) -> tuple[str | None, str | None]:
+    """The repo dir and the server's python the run's last snapshot on `host` looked at.
+
+    A fresh snapshot must look at the same things, or every package would read as drift.
+    """
+    last = _recorded_evidence(run, host)
+    if last is None:
+        return None, None
+    snap = last.snapshot_post or last.snapshot_pre
+    git, python = _dict(snap.get("git")), _dict(snap.get("python"))
+    repo = git.get("path") or (last.repo or {}).get("dest")
+    return (
+        str(repo) if repo else None,
+        str(python.get("requested") or python.get("executable") or "") or None,
+    )
 
 
 def host_drift(run: RunBundle, host: str, now: Mapping[str, Any]) -> HostDrift:
@@ -139,7 +161,8 @@ def host_drift(run: RunBundle, host: str, now: Mapping[str, Any]) -> HostDrift:
         run_id=None,
     )
     result = diff_cells(before, after)
-    return HostDrift(host, [s for s in result.sections if s.name in DRIFT_SECTIONS])
+    result.sections = [s for s in result.sections if s.name in DRIFT_SECTIONS]
+    return HostDrift(host, result.sections, diff=result)
 
 
 def reproduction(
