@@ -337,8 +337,22 @@ def show(ref: str, results_dir: Path) -> None:
     show_default=True,
 )
 @click.option("--plot", "plot", type=click.Path(path_type=Path), default=None, help="PNG file.")
+@click.option(
+    "-m",
+    "--metric",
+    "metrics",
+    multiple=True,
+    help="Metrics to show (repeatable). Default: the headline ones; `all` for every metric.",
+)
 @reports_errors
-def report(ref: str, results_dir: Path, by: str | None, fmt: str, plot: Path | None) -> None:
+def report(
+    ref: str,
+    results_dir: Path,
+    by: str | None,
+    fmt: str,
+    plot: Path | None,
+    metrics: tuple[str, ...],
+) -> None:
     """Cells x metrics (median and spread over repeats), optionally pivoted by an axis.
 
     CSV and JSON are tidy: one row per cell x repeat x metric.
@@ -348,12 +362,49 @@ def report(ref: str, results_dir: Path, by: str | None, fmt: str, plot: Path | N
 
     bundle = _open_run_or_cell(ref, results_dir)
     rep = build_report(load_cells(bundle), by=by)
+    if fmt in ("table", "md"):
+        rep.metrics = _chosen_metrics(rep.metrics, metrics, rep)
+    elif metrics and "all" not in metrics:
+        rep.metrics = [m for m in rep.metrics if m in metrics]
     click.echo(render_report(rep, fmt))  # type: ignore[arg-type]
     if plot is not None:
         axis = by or next(iter(rep.axes), None)
         if not axis:
             raise InputError("--plot needs an axis to draw against", hint="add --by AXIS")
         click.echo(f"plot: {plot_report(rep, axis, plot)}", err=True)
+
+
+HEADLINE_METRICS = (
+    "output_throughput",
+    "accept_length",
+    "median_ttft_ms",
+    "median_tpot_ms",
+    "median_e2e_latency_ms",
+)
+
+
+def _chosen_metrics(available: list[str], asked: Sequence[str], rep: Any) -> list[str]:
+    """What a table shows: the asked metrics, else expected ones plus the headline ones.
+
+    A terminal cannot hold every metric of a bench client side by side; CSV/JSON keep all.
+    """
+    if "all" in asked:
+        return available
+    if asked:
+        unknown = [m for m in asked if m not in available]
+        if unknown:
+            raise InputError(
+                f"no metric {unknown[0]!r} in this run", hint=f"metrics: {', '.join(available)}"
+            )
+        return list(asked)
+    expected = [
+        str(e.get("metric"))
+        for row in rep.rows
+        for e in row.cell.expectations
+        if e.get("metric") in available
+    ]
+    chosen = [*dict.fromkeys([*expected, *(m for m in HEADLINE_METRICS if m in available)])]
+    return chosen or available[:4]
 
 
 def _open_run_or_cell(ref: str, results_dir: Path) -> Path:
@@ -641,8 +692,17 @@ def bisect(
         host=lambda c: c.host,
     )
     base = picked[0]
-    if len({c.id for c in picked}) > 1 and len({c.host for c in picked}) == 1:
-        names = ", ".join(c.id for c in picked[:6])
+
+    def without_commit(c: Any) -> str:
+        # Cells that differ only in the repo version are one cell to bisect.
+        data = c.model_dump(mode="json", exclude={"id", "axes", "host"})
+        if data.get("repo"):
+            data["repo"].pop("version", None)
+        return json.dumps(data, sort_keys=True)
+
+    same_host = [c for c in picked if c.host == base.host]
+    if len({without_commit(c) for c in same_host}) > 1:
+        names = ", ".join(c.id for c in same_host[:6])
         raise InputError(
             f"--cell {selector!r} matches {len(picked)} cells: {names}", hint="name more axes"
         )

@@ -17,7 +17,7 @@ run=$(ls -1td results/*/ 2>/dev/null | grep -v demo-repo | head -n 1)
 run=${run%/}
 if [ -n "$run" ] && [ -f "$run/run.json" ]; then
   echo
-  "$orch" report "$run" --by spec || true
+  "$orch" report "$run" --by spec -m output_throughput -m accept_length || true
   cat <<NEXT
 
 Next, try:
