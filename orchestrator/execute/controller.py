@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -152,6 +153,7 @@ class Run:
             by_host[c.host] = by_host.get(c.host, 0) + 1
         self.progress = progress or Progress(by_host)
         self._previous: dict[str, Any] = {}
+        self._conns: set[Connection] = set()
 
     # --- bundle bookkeeping -------------------------------------------------------------
 
@@ -161,12 +163,19 @@ class Run:
         else:
             self.writer.copy_playbook_files(self._playbook_files, self._playbook_dir)
         plan = [_scrub(self._redacted_cell(c), self.secrets) for c in self.cells]
-        self.writer.write_json("plan.json", {"cells": plan})
         hosts = {
             name: _scrub(redact_mapping(_host_json(h), ()), self.secrets)
             for name, h in self.inventory.hosts.items()
             if any(c.host == name for c in self.cells)
         }
+        if self.options.resume:
+            # A resumed bundle may hold cells of other Runs (bisect adds one-cell Runs to one
+            # bundle): keep what they recorded, this Run's version of a cell wins.
+            ours = {c["id"] for c in plan}
+            earlier = (self.writer.read_json("plan.json") or {}).get("cells", [])
+            plan = [c for c in earlier if c.get("id") not in ours] + plan
+            hosts = {**(self.writer.read_json("inventory.json") or {}).get("hosts", {}), **hosts}
+        self.writer.write_json("plan.json", {"cells": plan})
         self.writer.write_json("inventory.json", {"source": self.inventory.source, "hosts": hosts})
         self._write_run_json("running")
 
@@ -196,10 +205,13 @@ class Run:
                 else [],
                 "finished": _iso(time.time()) if status != "running" else None,
                 "status": status,
-                "hosts": sorted({c.host for c in self.cells}),
+                "hosts": sorted({*self._previous.get("hosts", []), *(c.host for c in self.cells)}),
                 "host_key_checking": {
-                    h: self.inventory.hosts[h].host_key_checking
-                    for h in {c.host for c in self.cells}
+                    **self._previous.get("host_key_checking", {}),
+                    **{
+                        h: self.inventory.hosts[h].host_key_checking
+                        for h in {c.host for c in self.cells}
+                    },
                 },
                 "cells": cells,
                 **self.options.extra_run_fields,
@@ -223,35 +235,51 @@ class Run:
             if cell.id in done:
                 continue
             todo.setdefault(cell.host, []).append(cell)
+        for cells in todo.values():
+            cells.sort(key=_checkout_key)  # stable: plan order within one commit
         status = "failed"
+        interrupted = False
+        previous_term = _raise_on_sigterm()
         try:
             with self.progress, ThreadPoolExecutor(max_workers=self.options.max_parallel) as pool:
                 futures = [
                     pool.submit(self._run_host, self.inventory.hosts[h], cells, done)
                     for h, cells in todo.items()
                 ]
-                try:
-                    while not all(f.done() for f in futures):
+                while True:
+                    try:
+                        if all(f.done() for f in futures):
+                            break
                         time.sleep(0.1)
-                except KeyboardInterrupt:
-                    self.stop.set()
-                    for f in futures:
-                        f.result()
-                    raise
+                    except KeyboardInterrupt:
+                        # First Ctrl-C: every runner's stdin is closed; each stops its server
+                        # and archives its cell, which we still fetch. Again: drop the
+                        # connections too (the runners clean up all the same) and stop waiting
+                        # for archives.
+                        if interrupted:
+                            self._close_all()
+                        interrupted = True
+                        self.stop.set()
                 for f in futures:
                     f.result()
             status = "passed" if self._all_passed(done) else "failed"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
         finally:
+            _restore_sigterm(previous_term)
             if self.stop.is_set():
                 status = "interrupted"
             self._write_run_json(status)
             # Last sweep: playbook copies, facts and logs alike never keep a secret value.
             redact_tree(self.writer.path, self.secrets)
             self.writer.finalize()
+        if interrupted:
+            raise KeyboardInterrupt
         return RunOutcome(self.run_id, self.writer.path, status, dict(self.outcomes))
+
+    def _close_all(self) -> None:
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            conn.close()
 
     def _all_passed(self, done: set[str]) -> bool:
         prev = self._previous.get("cells", {})
@@ -266,10 +294,20 @@ class Run:
                 return False
         return True
 
+    def _connect(self, host: Host) -> Connection:
+        conn = connect(host, attempts=self.options.connect_attempts)
+        with self._lock:
+            self._conns.add(conn)
+        return conn
+
     def _run_host(self, host: Host, cells: list[Cell], done: set[str]) -> None:
+        if self.stop.is_set():  # waited for a pool slot until after Ctrl-C
+            for cell in cells:
+                self._record(CellOutcome(cell.id, host.name, "not-run", "interrupted"))
+            return
         self.progress.host_step(host.name, "connecting")
         try:
-            conn = connect(host, attempts=self.options.connect_attempts)
+            conn = self._connect(host)
         except ConnectionFailure as exc:
             for cell in cells:
                 self._record(CellOutcome(cell.id, host.name, "failed", str(exc), "connect"))
@@ -280,17 +318,26 @@ class Run:
             self._facts(conn, runner)
             if self.options.resume:
                 self._collect(conn, runner, cells, done)
+            lost = False
             for cell in cells:
                 if cell.id in done:
                     continue
                 if self.stop.is_set():
                     self._record(CellOutcome(cell.id, host.name, "not-run", "interrupted"))
                     continue
-                self._record(self._run_cell(conn, runner, cell))
+                if lost:
+                    # lost mid-run (network, sshd restart): one fresh connection, same runner
+                    conn.close()
+                    self.progress.host_step(host.name, "reconnecting")
+                    conn = self._connect(host)
+                outcome = self._run_cell(conn, runner, cell)
+                lost = outcome.failed_step == "connection"
+                self._record(outcome)
         except OrchError as exc:
+            step = "connect" if isinstance(exc, ConnectionFailure) else "host"
             for cell in cells:
                 if cell.id not in self.outcomes and cell.id not in done:
-                    self._record(CellOutcome(cell.id, host.name, "failed", str(exc), "host"))
+                    self._record(CellOutcome(cell.id, host.name, "failed", str(exc), step))
         finally:
             conn.close()
 
@@ -359,6 +406,9 @@ class Run:
                 on_stdout_line=on_line,
                 stop=self.stop,
             )
+        except ConnectionFailure as exc:
+            reason = f"lost the connection while the cell ran: {exc}"
+            return CellOutcome(cell.id, host.name, "failed", reason, "connection")
         except OrchError as exc:
             return CellOutcome(cell.id, host.name, "failed", f"lost the runner: {exc}", "runner")
         seconds = time.monotonic() - started
@@ -372,7 +422,17 @@ class Run:
                 "runner",
                 seconds,
             )
-        return self._import_archive(conn, cell, str(final["archive"]), seconds)
+        try:
+            outcome = self._import_archive(conn, cell, str(final["archive"]), seconds)
+        except ConnectionFailure as exc:
+            reason = f"lost the connection fetching the cell's results: {exc}"
+            return CellOutcome(cell.id, host.name, "failed", reason, "connection", seconds)
+        except (OrchError, OSError, ValueError) as exc:
+            reason = f"cannot import the cell's results from {final['archive']}: {exc}"
+            return CellOutcome(cell.id, host.name, "failed", reason, "collect", seconds)
+        if outcome.status == "interrupted" and self.stop.is_set():
+            outcome.reason = "interrupted (Ctrl-C); the server was stopped"
+        return outcome
 
     def _import_archive(
         self, conn: Connection, cell: Cell, archive: str, seconds: float
@@ -439,3 +499,26 @@ def _host_json(host: Host) -> dict[str, Any]:
 
 def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
+
+
+def _checkout_key(cell: Cell) -> tuple[str, str, str]:
+    """Cells of one repo and commit run together: fewer checkouts and setups on a host."""
+    if cell.repo is None:
+        return ("", "", "")
+    return (cell.repo.url, cell.repo.dest, cell.repo.version)
+
+
+def _raise_on_sigterm() -> Any:
+    """SIGTERM (a scheduler, `timeout`) stops like Ctrl-C, so the bundle says interrupted."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, on_term)
+
+
+def _restore_sigterm(previous: Any) -> None:
+    if previous is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, previous)

@@ -92,8 +92,8 @@ class Progress:
             line.cell = cell_id
             if kind == "step":
                 line.step = f"{event.get('step')} {event.get('status')}"
-                if event.get("status") == "start":
-                    return  # the 'ok'/'fail' line says enough in plain logs
+                if event.get("status") in ("start", "skipped"):
+                    return  # the 'ok'/'failed' line says enough in plain logs
                 self._say(f"[{host}] {cell_id}: {line.step}")
             elif kind == "repeat":
                 line.step = f"bench {event.get('kind')} {event.get('n')}"
