@@ -320,7 +320,7 @@ def _resume_and_check(e2e: E2E, run: Path, inventory: Path, playbook: Path) -> N
 def test_controller_killed_then_resume(e2e: E2E) -> None:
     """SIGKILL mid-run: servers gone on every host within seconds; --resume finishes each once."""
     inventory = e2e.inventory()
-    playbook = e2e.playbook({"a": [1, 2], "b": [1, 2]}, bench_extra="--sleep 2.0")
+    playbook = e2e.playbook({"a": [1, 2, 3]}, bench_extra="--sleep 1.5")
     proc = _start_and_wait_mid_bench(e2e, e2e.argv(playbook, inventory), e2e.tmp / "err.log")
     assert marker_pids(e2e.marker), "no server running at the moment of the kill"
     os.kill(proc.pid, signal.SIGKILL)
@@ -335,7 +335,7 @@ def test_controller_killed_then_resume(e2e: E2E) -> None:
 def test_ctrl_c_stops_cleanly_then_resume(e2e: E2E) -> None:
     """SIGINT: exit 130, no server left, run.json says interrupted; --resume completes it."""
     inventory = e2e.inventory()
-    playbook = e2e.playbook({"a": [1, 2], "b": [1, 2]}, bench_extra="--sleep 2.0")
+    playbook = e2e.playbook({"a": [1, 2, 3]}, bench_extra="--sleep 1.5")
     log = e2e.tmp / "err.log"
     proc = _start_and_wait_mid_bench(e2e, e2e.argv(playbook, inventory), log)
     os.kill(proc.pid, signal.SIGINT)
@@ -476,3 +476,59 @@ def test_shell_metacharacters_stay_literal(e2e: E2E) -> None:
     assert {c["status"] for c in doc["cells"].values()} == {"passed"}
     assert doc["hosts"] == ["host1", "host2"]
     assert sorted(p.name for p in (run / "cells").iterdir()) == sorted(doc["cells"])
+
+
+def _ancestors(pid: int) -> list[tuple[int, str]]:
+    """(pid, cmdline) of each ancestor of `pid`, nearest first."""
+    chain = []
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            break
+        chain.append((pid, cmd.strip()))
+    return chain
+
+
+def test_connection_lost_mid_cell(e2e: E2E) -> None:
+    """The SSH connection dies mid-bench: that cell fails with its reason and its server
+    stops; the controller reconnects and the host's next cells pass; --resume redoes it."""
+    inventory = e2e.inventory()
+    playbook = e2e.playbook({"a": [1, 2, 3]}, bench_extra="--sleep 2.0")
+    log = e2e.tmp / "err.log"
+    with log.open("wb") as err:
+        argv = e2e.argv(playbook, inventory, "--limit", "host1")
+        proc = subprocess.Popen(argv, cwd=e2e.tmp, stdout=subprocess.PIPE, stderr=err)
+
+    def benching() -> bool:
+        now = time.time()
+        return any(now - p.stat().st_mtime > 0.3 for p in e2e.records.glob("*.bench.json"))
+
+    wait_for(benching, 30, "the first cell's bench")
+    (server,) = marker_pids(e2e.marker)
+    cut = [
+        pid
+        for pid, cmd in _ancestors(server)
+        if cmd.startswith("sshd:") and "[listener]" not in cmd and " -D " not in cmd
+    ]
+    assert cut, _ancestors(server)
+    for pid in cut:  # the connection's own sshd processes: the TCP connection drops
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not marker_pids(e2e.marker), 8, "the server to stop after the cut")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1, log.read_text()
+    run = e2e.run_dir()
+    cells = run_json(run)["cells"]
+    failed = [cid for cid, c in cells.items() if c["status"] == "failed"]
+    assert len(failed) == 1, cells
+    assert cells[failed[0]]["failed_step"] == "connection"
+    assert "lost the connection" in cells[failed[0]]["reason"]
+    assert "lost the connection" in summary_rows(out.decode())[failed[0]]
+    assert [c["status"] for c in cells.values()].count("passed") == 2
+    assert "reconnecting" in log.read_text()
+    again = e2e.apply(*e2e.argv(playbook, inventory, "--limit", "host1", "--resume", str(run)))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert {c["status"] for c in run_json(run)["cells"].values()} == {"passed"}
+    assert all(e2e.count(cid) == 1 for cid in cells)
