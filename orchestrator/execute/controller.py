@@ -431,7 +431,7 @@ class Run:
             reason = f"cannot import the cell's results from {final['archive']}: {exc}"
             return CellOutcome(cell.id, host.name, "failed", reason, "collect", seconds)
         if outcome.status == "interrupted" and self.stop.is_set():
-            outcome.reason = "interrupted (Ctrl-C); the server was stopped"
+            outcome.reason = "interrupted (Ctrl-C or SIGTERM to orch); the server was stopped"
         return outcome
 
     def _import_archive(
