@@ -20,7 +20,7 @@ from orchestrator.errors import ExecutionError, InputError, OrchError
 from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.controller import ApplyOptions, Run
 from orchestrator.plan.cell import Cell, cell_id
-from orchestrator.results.bundle import BundleWriter
+from orchestrator.results.bundle import FINISHED_STATUSES, BundleWriter
 
 BISECT_FILE = "bisect.json"
 # A commit that fails before the benchmark produced numbers cannot be placed: skip it.
@@ -139,14 +139,21 @@ class Bisection:
         return self._recorded(cell.id) or {}
 
     def _recorded(self, cid: str) -> dict[str, Any] | None:
+        """The step's cell as the bundle holds it, when it finished (passed or failed).
+
+        A step interrupted by Ctrl-C is in the bundle too, but it measured nothing: it must be
+        run again (as `orch apply --resume` does), not read back as a commit that cannot be
+        measured.
+        """
         path = self.setup.results_dir / str(self.run_id) / "cells" / cid
         try:
-            return {
-                "cell": json.loads((path / "cell.json").read_text()),
-                "metrics": json.loads((path / "metrics.json").read_text()),
-            }
+            cell = json.loads((path / "cell.json").read_text())
+            metrics = json.loads((path / "metrics.json").read_text())
         except (OSError, ValueError):
             return None
+        if not isinstance(cell, dict) or cell.get("status") not in FINISHED_STATUSES:
+            return None
+        return {"cell": cell, "metrics": metrics}
 
     def measure(self, sha: str, repeats: int) -> list[float] | None:
         """Run (or read back) one measurement of the cell at `sha`."""
