@@ -197,9 +197,23 @@ def load_run(run_dir: Path) -> RunEvidence:
     return RunEvidence(path=run_dir, run=run, cells=cells)
 
 
+def _in_progress(name: str) -> bool:
+    """`.<id>.tmp` (a bundle's cell being installed) or `.<id>.partial` (a host's cell running)."""
+    return name.startswith(".") and name.endswith((".tmp", ".partial"))
+
+
 def load_cells(path: Path) -> list[CellEvidence]:
-    """Cells of a run directory, or the one cell of a cell directory."""
+    """Cells of a run directory, or the one cell of a cell directory.
+
+    A cell directory still being written (or left behind by an interrupted write) is refused:
+    its files may be half there, so reading it would pass partial evidence off as complete.
+    """
     path = Path(path)
+    if _in_progress(path.resolve().name):
+        raise BundleError(
+            f"{path}: an incomplete cell (a write in progress or interrupted), not read",
+            hint="pass a complete cell (cells/<id>/) or the run directory",
+        )
     if (path / "cells").is_dir():
         return load_run(path).cells
     if (path / "cell.json").is_file():
