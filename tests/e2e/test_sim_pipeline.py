@@ -238,6 +238,10 @@ def test_sim_pipeline_over_ssh(sim_hosts: SSHTestHosts, tmp_path: Path) -> None:
             assert snap["cuda"]["driver"] == "12.8"
             sm_clock = THROTTLED_SM if host == "host2" else 1980
             assert device["clocks.sm"] == sm_clock, device
+            reasons = ["sw_thermal_slowdown"] if host == "host2" else []
+            assert device["clocks_event_reasons.names"] == reasons, device
+            # no simulated GPU process holds memory before the server or after its stop
+            assert snap["compute_apps"] == [], snap["compute_apps"]
             if moment == "post":
                 assert snap["nccl"]["server_log"] == "2.27.5+cuda12.9", snap["nccl"]
 
