@@ -454,6 +454,17 @@ def _environment_section(a: CellEvidence, b: CellEvidence) -> Section:
 
 # --- server flags ------------------------------------------------------------------------------
 
+# the runner's own cell directory on the host, `<workdir>/runs/<run id>/.<cell id>.partial`: a
+# server started there (no repo, no cwd given) has a cwd that differs in every run
+_CELL_DIR_ON_HOST = re.compile(r"/runs/[^/]+/\.[^/]+\.partial(?=/|$)")
+
+
+def _run_neutral_path(value: Any) -> Any:
+    """A path with the run's own cell directory replaced by a placeholder (other values as is)."""
+    if isinstance(value, str):
+        return _CELL_DIR_ON_HOST.sub("/runs/<run>/<cell directory>", value)
+    return value
+
 
 def _server_section(a: CellEvidence, b: CellEvidence) -> Section:
     section = Section("server_flags", SECTION_TITLES["server_flags"])
@@ -474,8 +485,9 @@ def _server_section(a: CellEvidence, b: CellEvidence) -> Section:
                 shlex.join(str(x) for x in argv_b) if isinstance(argv_b, list) else argv_b,
             )
         )
-    if not _same(a.server.get("cwd"), b.server.get("cwd")):
-        section.entries.append(Entry("cwd", a.server.get("cwd"), b.server.get("cwd")))
+    cwd_a, cwd_b = a.server.get("cwd"), b.server.get("cwd")
+    if not _same(_run_neutral_path(cwd_a), _run_neutral_path(cwd_b)):
+        section.entries.append(Entry("cwd", cwd_a, cwd_b))
     # what the server itself reports (e.g. SGLang's server_info): its effective arguments
     for name in sorted(k for k in {*a.captures, *b.captures} if k.endswith(".ready")):
         doc_a, doc_b = _as_dict(a.captures.get(name)), _as_dict(b.captures.get(name))
