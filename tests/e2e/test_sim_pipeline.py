@@ -116,6 +116,8 @@ def sim_hosts(ssh_hosts: SSHTestHosts) -> Iterator[SSHTestHosts]:
             (host.bin_dir / "nvidia-smi").unlink(missing_ok=True)
             host.state_file.unlink(missing_ok=True)
             shutil.rmtree(apps_dir(host.state_file), ignore_errors=True)
+            # checkouts and (loopback mode, one shared $HOME) runner state of this test
+            shutil.rmtree(host.home / ".orch-sim-e2e", ignore_errors=True)
 
 
 def expected_tok_s(commit: str, spec: str, clock: float = 1.0, drop_algo: bool = False) -> float:
