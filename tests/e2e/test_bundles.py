@@ -9,6 +9,8 @@ environment (with planted secrets) into every place it can.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import shutil
 import tarfile
@@ -330,3 +332,57 @@ def test_audit_reports_a_tampered_file_and_passes_an_untouched_bundle(world: Wor
     assert f"changed: {rel}/metrics.json" in out
     assert f"missing: {rel}/server.log" in out
     assert "extra: cells/extra.txt" in out
+
+
+# -- 6. runs, show, report, pack ---------------------------------------------------------------
+
+
+def test_runs_show_report_and_a_packed_run(world: World) -> None:
+    run = world.matrix
+    bad, good = cell_dirs(run)
+    listing = ok(orch("runs", str(world.results), home=world.home))
+    (row,) = [line for line in listing.splitlines() if line.startswith(run.name)]
+    assert "e2e-axis" in row and "localhost" in row and "2/2" in row, listing
+    assert all(r.name in listing for r in (world.good, world.bad, world.env_changed))
+
+    shown = ok(orch("show", str(run), home=world.home))
+    assert f"run       {run.name}" in shown and "playbook  e2e-axis" in shown
+    assert good.name in shown and bad.name in shown
+    cell_text = ok(orch("show", f"{run}/{good.name[:6]}", home=world.home))
+    assert f"cell      {good.name}" in cell_text and '{"commit": "good"}' in cell_text
+    assert f"-> {world.repo.first}" in cell_text
+    assert "output_throughput" in cell_text and str(good / "server.log") in cell_text
+    # by run id under --results, too
+    by_id = ok(orch("show", f"{run.name}/{bad.name}", "--results", str(world.results)))
+    assert f"cell      {bad.name}" in by_id
+
+    md = ok(orch("report", str(run), "--by", "commit", "--format", "md", home=world.home))
+    header = md.splitlines()[0]
+    assert header.startswith("|") and "[commit=good]" in header and "[commit=bad]" in header
+    assert "output_throughput" in header
+
+    metrics = sorted(read_json(good / "metrics.json")["summary"])
+    tidy = list(csv.DictReader(io.StringIO(ok(orch(
+        "report", str(run), "--by", "commit", "--format", "csv", home=world.home)))))  # fmt: skip
+    assert len(tidy) == 2 * 3 * len(metrics)  # cells x repeats x metrics
+    assert {r["cell_id"] for r in tidy} == {good.name, bad.name}
+    assert {r["repeat"] for r in tidy} == {"1", "2", "3"}
+    assert {r["commit"] for r in tidy} == {"good", "bad"}
+    assert sorted({r["metric"] for r in tidy}) == metrics
+    rows = json.loads(ok(orch("report", str(run), "--format", "json", home=world.home)))
+    assert len(rows) == len(tidy)
+    first = next(r for r in rows if r["cell_id"] == good.name and r["repeat"] == 1)
+    assert first["run_id"] == run.name and first["commit"] == "good"
+    recorded = read_json(good / "metrics.json")["repeats"][0][first["metric"]]
+    assert first["value"] == pytest.approx(recorded)
+
+    archive = Path(ok(orch("pack", str(run), home=world.home)).strip())
+    assert archive.name == f"{run.name}.tar.gz" and archive.is_file()
+    assert json.loads(ok(orch("report", str(archive), "--format", "json"))) == rows
+    assert ok(orch("report", str(archive), "--by", "commit", "--format", "md")) == md
+    packed = ok(orch("show", str(archive)))
+    assert f"run       {run.name}" in packed and good.name in packed
+    packed_cell = ok(orch("show", f"{archive}/{good.name[:6]}"))
+    assert f"cell      {good.name}" in packed_cell and "output_throughput" in packed_cell
+    audit = ok(orch("audit", str(archive), "--no-drift"))
+    assert "integrity: ok" in audit, audit
