@@ -76,17 +76,40 @@ def integrity(run_dir: Path) -> ManifestReport:
     return verify_manifest(run_dir)
 
 
-def _recorded_evidence(run: RunBundle, host: str) -> CellEvidence | None:
-    """The last cell the run recorded on `host`: its repo state is the host's last known HEAD."""
-    last: CellEvidence | None = None
-    for rec in run.cells.values():
-        if rec.host == host:
-            last = CellEvidence.load(rec.path, run_id=run.run_id)
-    return last
-
-
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _checked_out_at(evidence: CellEvidence) -> float:
+    """When the cell pinned the repo (its `repo` step), else its latest step time; 0 unknown."""
+    steps = _dict(evidence.cell_json.get("steps"))
+
+    def times(step: Any) -> list[float]:
+        step = _dict(step)
+        return [float(step[k]) for k in ("start", "end") if isinstance(step.get(k), int | float)]
+
+    repo = times(steps.get("repo"))
+    if repo:
+        return max(repo)
+    return max((t for step in steps.values() for t in times(step)), default=0.0)
+
+
+def _recorded_evidence(run: RunBundle, host: str) -> CellEvidence | None:
+    """The cell that ran last on `host`: its repo state is the host's last known HEAD.
+
+    By the time it checked out the repo, not by plan order: the controller runs a host's cells
+    grouped by commit, so the last cell of the plan is often not the last one run, and its
+    commit would read as drift on an untouched host.
+    """
+    found = [
+        CellEvidence.load(rec.path, run_id=run.run_id)
+        for rec in run.cells.values()
+        if rec.host == host
+    ]
+    if not found:
+        return None
+    # max() keeps the first of equal keys: reversed() makes ties go to the later plan entry.
+    return max(reversed(found), key=_checked_out_at)
 
 
 def recorded_probe_args(run: RunBundle, host: str) -> tuple[str | None, str | None]:
@@ -134,12 +157,18 @@ def host_drift(run: RunBundle, host: str, now: Mapping[str, Any]) -> HostDrift:
     git = now.get("git") if isinstance(now.get("git"), dict) else {}
     repo_now: dict[str, Any] = {}
     if before.repo:
+        # The probe gives `git status --porcelain` as a list of lines, repo.json as one text.
+        porcelain = git.get("status_porcelain") if git else None
+        if isinstance(porcelain, list):
+            porcelain = "\n".join(str(line) for line in porcelain)
         repo_now = {
             "requested": before.repo.get("requested"),
             "sha": git.get("head") if git else None,
             "describe": git.get("describe") if git else None,
             "dirty": git.get("dirty") if git else None,
-            "status_porcelain": git.get("status_porcelain") if git else None,
+            "status_porcelain": porcelain,
+            # what the runner did about a dirty tree is the run's policy, not the host's state
+            "dirty_action": before.repo.get("dirty_action"),
         }
     after = CellEvidence(
         path=run.path,
