@@ -20,6 +20,15 @@ from orchestrator.results.manifest import ManifestReport, verify_manifest
 
 # Sections of the diff that say a host drifted; metrics and flags cannot differ here.
 DRIFT_SECTIONS = ("code", "packages", "system", "hardware")
+# What a reproduction is judged on when the cell declares no expectations (as `orch report`'s
+# default columns): tails (p99 of a few requests) and derived counts are shown but not judged.
+JUDGED_METRICS = (
+    "output_throughput",
+    "accept_length",
+    "median_ttft_ms",
+    "median_tpot_ms",
+    "median_e2e_latency_ms",
+)
 
 
 @dataclass
@@ -48,6 +57,7 @@ class MetricReproduction:
     within_tolerance: bool
     significant: bool
     method: str
+    judged: bool = True  # counts toward the cell's verdict
 
     @property
     def reproduces(self) -> bool:
@@ -66,9 +76,10 @@ class CellReproduction:
 
     @property
     def reproduces(self) -> bool:
-        """The rerun passed and every metric reproduces."""
-        passed = self.status == "passed" and bool(self.metrics)
-        return passed and all(m.reproduces for m in self.metrics)
+        """The rerun passed and every judged metric reproduces."""
+        judged = [m for m in self.metrics if m.judged]
+        passed = self.status == "passed" and bool(judged)
+        return passed and all(m.reproduces for m in judged)
 
 
 def integrity(run_dir: Path) -> ManifestReport:
@@ -199,6 +210,7 @@ def reproduction(
 ) -> CellReproduction:
     """Per metric: does the rerun's sample sit with the recorded one?"""
     out = CellReproduction(recorded.id, str(rerun.status), reason=rerun.reason)
+    judged = judged_metrics(recorded)
     for metric in recorded.metric_names:
         a, b = recorded.values(metric), rerun.values(metric)
         if not a or not b:
@@ -214,9 +226,21 @@ def reproduction(
                 within,
                 cmp.significant,
                 cmp.method,
+                judged=metric in judged,
             )
         )
     return out
+
+
+def judged_metrics(recorded: CellEvidence) -> set[str]:
+    """The metrics a reproduction verdict rests on: those the cell set expectations on, else
+    the headline ones it has, else all. A p99 over a few requests never reproduces to 5%, and a
+    verdict that always fails says nothing."""
+    names = recorded.metric_names
+    expected = {str(e.get("metric")) for e in recorded.expectations} & set(names)
+    if expected:
+        return expected
+    return (set(JUDGED_METRICS) & set(names)) or set(names)
 
 
 def render_reproductions(items: Sequence[CellReproduction]) -> list[list[str]]:
@@ -228,7 +252,9 @@ def render_reproductions(items: Sequence[CellReproduction]) -> list[list[str]]:
         for m in item.metrics:
             ratio = f"{m.ratio:.3f}" if m.ratio is not None else "-"
             verdict = "yes" if m.reproduces else "NO"
-            if not m.reproduces:
+            if not m.judged:
+                verdict = "yes (not judged)" if m.reproduces else "differs (not judged)"
+            elif not m.reproduces:
                 why = [] if m.within_tolerance else ["outside tolerance"]
                 why += [f"significant ({m.method})"] if m.significant else []
                 verdict += f" ({', '.join(why)})"
