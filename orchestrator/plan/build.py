@@ -52,6 +52,7 @@ from orchestrator.plan.cell import (
     Expectation,
     RepoPin,
     ServerSpec,
+    SnapshotSpec,
     canonical_json,
     slug_part,
 )
@@ -94,7 +95,9 @@ def cell_spec(cell: Cell) -> dict[str, Any]:
 
     `cell.id == cell_id(cell.axes, cell.host, cell_spec(cell))` holds for every built cell.
     """
-    return cell.model_dump(mode="json", exclude={"id", "playbook", "schema_version", "host"})
+    return cell.model_dump(
+        mode="json", exclude={"id", "playbook", "schema_version", "host", "snapshot"}
+    )
 
 
 def _build_cells(playbook: LoadedPlaybook, inventory: Inventory, limit: str | None) -> list[Cell]:
@@ -421,6 +424,7 @@ class _HostPlanner:
         u_server, u_bench, u_expect = units["server"], units["bench"], units["expect"]
         name = self.playbook.name
         host = self.host.name
+        snapshot = _snapshot_spec(self.data.get("snapshot"))
         out: list[tuple[Cell, MatrixPoint]] = []
         for point in points:
             values = point.values
@@ -483,6 +487,7 @@ class _HostPlanner:
                     "bench": bench,
                     "expect": dict(expect),
                     "cell_timeout": cell_timeout,
+                    "snapshot": snapshot,
                 }
             )
             out.append((cell, point))
@@ -794,6 +799,14 @@ class _HostPlanner:
 _CELL_FIELDS = tuple(Cell.model_fields)
 _SET_ATTRIBUTE = object.__setattr__
 _PLAIN_CELL = not (Cell.__pydantic_post_init__ or Cell.__pydantic_root_model__)
+
+
+def _snapshot_spec(raw: Any) -> SnapshotSpec:
+    """The playbook's `snapshot:` options (plain booleans; anything else keeps the default)."""
+    raw = raw if isinstance(raw, dict) else {}
+    return SnapshotSpec(
+        **{k: v for k, v in raw.items() if k in SnapshotSpec.model_fields and isinstance(v, bool)}
+    )
 
 
 def _new_cell(fields: dict[str, Any]) -> Cell:

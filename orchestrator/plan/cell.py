@@ -84,6 +84,13 @@ class Expectation(_Frozen):
     tolerance: float | None = None
 
 
+class SnapshotSpec(_Frozen):
+    """What the host snapshots record besides the defaults (observation only: not in the id)."""
+
+    pip_freeze: bool = True
+    topo: bool = True
+
+
 class Cell(_Frozen):
     """One matrix point on one host, fully rendered."""
 
@@ -99,6 +106,7 @@ class Cell(_Frozen):
     bench: BenchSpec
     expect: dict[str, Expectation] = Field(default_factory=dict)
     cell_timeout: float = 4 * 3600.0
+    snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
 
 
 def canonical_json(data: Any) -> str:

@@ -491,8 +491,12 @@ def take_snapshot(
     server_log: Optional[str],
     timeout: float = PROBE_TIMEOUT,
     cancelled: Optional[Callable[[], bool]] = None,
+    options: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """probe.snapshot(...) in a thread with a timeout; never raises."""
+    """probe.snapshot(...) in a thread with a timeout; never raises.
+
+    `options` are the cell's snapshot options (pip_freeze, topo): the slow parts can be off.
+    """
     probe, why = load_probe()
     if probe is None:
         return {"absent": why}
@@ -500,7 +504,14 @@ def take_snapshot(
 
     def work() -> None:
         try:
-            box["result"] = probe.snapshot(repo_dir, python, server_log)
+            opts = options or {}
+            box["result"] = probe.snapshot(
+                repo_dir,
+                python,
+                server_log,
+                pip_freeze=bool(opts.get("pip_freeze", True)),
+                topo=bool(opts.get("topo", True)),
+            )
         except BaseException as exc:
             box["error"] = "%s: %s\n%s" % (type(exc).__name__, exc, traceback.format_exc())
 
@@ -992,6 +1003,7 @@ class CellRunner:
             server_log,
             timeout,
             cancelled=None if self.cleaning else self.stop_event.is_set,
+            options=self.cell.get("snapshot") or {},
         )
         write_json(self.path(name), data)
         if self.stop_event.is_set() and not self.cleaning:
