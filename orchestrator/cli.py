@@ -210,7 +210,10 @@ def apply(
         argv=["orch", *sys.argv[1:]],
     )
 
+    run_path: list[Path] = []
+
     def started(run_id: str, path: Path) -> None:
+        run_path.append(path)
         click.echo(f"run {run_id}: {len(planned.cells)} cells -> {path}", err=True)
 
     secret_vars = {**dict(planned.playbook.data.get("vars") or {}), **planned.extra}
@@ -226,7 +229,11 @@ def apply(
             on_start=started,
         )
     except KeyboardInterrupt:
-        click.echo("interrupted: servers stopped; continue with --resume", err=True)
+        where = f" {run_path[0]}" if run_path else " RUN"
+        click.echo(
+            f"interrupted: servers stopped; finish it with: orch apply {playbook} --resume{where}",
+            err=True,
+        )
         sys.exit(130)
     _print_summary(outcome.cells)
     click.echo(f"\nbundle: {outcome.path}")
@@ -235,10 +242,12 @@ def apply(
 
 def _print_summary(cells: dict[str, Any]) -> None:
     rows = []
-    for cid, o in cells.items():
+    for cid, o in sorted(cells.items(), key=lambda item: (item[1].host, item[0])):
         reason = (o.reason or "").splitlines()[0] if o.reason else ""
-        rows.append([cid, o.host, o.status, o.seconds if o.seconds is not None else "", reason])
-    click.echo(tabulate(rows, headers=["cell", "host", "status", "seconds", "reason"]))
+        seconds = o.seconds if o.seconds is not None else ""
+        rows.append([o.host, cid, o.status, o.failed_step or "", seconds, reason])
+    headers = ["host", "cell", "status", "failed at", "seconds", "reason"]
+    click.echo(tabulate(rows, headers=headers))
 
 
 results_option = click.option(

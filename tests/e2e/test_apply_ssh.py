@@ -180,9 +180,9 @@ def summary_rows(stdout: str) -> dict[str, str]:
     """cell id -> its line in the CLI's summary table."""
     rows = {}
     for line in stdout.splitlines():
-        words = line.split()
-        if words and "-" in words[0].strip("-") and len(words) >= 3:
-            rows[words[0]] = line
+        words = line.split()  # host, cell, status, ...
+        if len(words) >= 3 and "-" in words[1].strip("-"):
+            rows[words[1]] = line
     return rows
 
 
