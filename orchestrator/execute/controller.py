@@ -91,14 +91,20 @@ class RunOutcome:
 
 
 def secret_values(cells: Sequence[Cell], extra: dict[str, Any]) -> list[str]:
-    """Every secret value we know of: env values of secret names and secret-named vars."""
+    """Every secret value we know of: env values and vars that are secret by name or listed.
+
+    `extra` holds the playbook's vars and -e values; a var listed under `secrets:` is in every
+    cell's `secrets` even when its name looks harmless.
+    """
     values: set[str] = set()
+    listed: set[str] = set()
     for cell in cells:
+        listed.update(cell.secrets)
         for name, value in cell.env.items():
             if name in cell.secrets or is_secret_name(name):
                 values.add(value)
     for name, value in extra.items():
-        if is_secret_name(name) and isinstance(value, str | int):
+        if (name in listed or is_secret_name(name)) and isinstance(value, str | int):
             values.add(str(value))
     # Short values would shred unrelated text; they are still never written in JSON fields.
     return sorted(v for v in values if len(v) >= 4)
