@@ -1,0 +1,267 @@
+"""`orch bisect` end to end: the real CLI, a real `orch sim init-repo` repository, the simulated
+SGLang server and bench client on localhost, one one-cell run per step into one bundle.
+
+Two full bisects over 32 commits (about 7 cell runs each), at time scale 0.05 (0.02 reads too
+noisy on a loaded 2-core machine: the client's overheads are magnified by 1 / scale) and short
+outputs: one with a failing setup on the search path that the search goes around, interrupted with
+Ctrl-C after a few steps and resumed; one where the failing setup is the regressing commit
+itself, so the honest answer is a range.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator.sim.repo import RepoInfo, init_repo
+
+pytestmark = [pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_playbook(path: Path, repo: Path, port: int, *, time_scale: str = "0.05") -> Path:
+    """A one-cell sim playbook (tuned NCCL, EAGLE-3 2-step, tp 8) over the `good`/`bad` tags."""
+    data: dict[str, Any] = {
+        "name": "bisect-e2e",
+        "vars": {"sim_repo": str(repo), "port": port, "time_scale": time_scale},
+        "matrix": {"commit": ["good", "bad"], "spec": ["eagle3-2"]},
+        "repo": {
+            "url": "{{ sim_repo }}",
+            "dest": ".orch/e2e/sglang-sim",
+            "version": "{{ matrix.commit }}",
+            "setup": "sh setup.sh",
+        },
+        "env": {
+            "ORCH_SIM_TIME_SCALE": "{{ time_scale }}",
+            "NCCL_MIN_NCHANNELS": 32,
+            "NCCL_CROSS_NIC": 1,
+            "NCCL_ALGO": "Ring",
+        },
+        "server": {
+            "adapter": "sglang",
+            "launcher": ["{{ orch_python }}", "-m", "orchestrator.sim", "serve"],
+            "args": {
+                "model-path": "/models/Kimi-K2.5",
+                "host": "127.0.0.1",
+                "port": "{{ port }}",
+                "tp-size": 8,
+                "disable-custom-all-reduce": True,
+                "speculative-algorithm": "EAGLE3",
+                "speculative-draft-model-path": "/models/Kimi-K2.5-EAGLE3",
+                "speculative-num-steps": 2,
+                "speculative-eagle-topk": 1,
+                "speculative-num-draft-tokens": 3,
+            },
+            "ready": {"timeout": 60},
+        },
+        "bench": {
+            "adapter": "sglang.bench_serving",
+            "launcher": ["{{ orch_python }}", "-m", "orchestrator.sim", "bench"],
+            "args": {
+                "dataset-name": "random-ids",
+                "random-input-len": 1024,
+                "random-output-len": 128,
+                "random-range-ratio": 1,
+                "num-prompts": 2,
+                "max-concurrency": 1,
+            },
+            "warmup": 1,
+            "repeats": 2,
+        },
+        "snapshot": {"pip_freeze": False, "topo": False},
+        "timeouts": {"cell": 120},
+    }
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+class Bisect:
+    """One test's repo, playbook, HOME and results directory."""
+
+    def __init__(self, tmp: Path, repo: RepoInfo) -> None:
+        self.tmp = tmp
+        self.repo = repo
+        self.results = tmp / "results"
+        self.home = tmp / "home"
+        self.home.mkdir()
+        self.playbook = write_playbook(tmp / "playbook.yml", repo.path, free_port())
+        self.env = {**os.environ, "HOME": str(self.home), "PYTHONUNBUFFERED": "1"}
+        self.env.pop("ORCH_SIM_STATE", None)
+
+    def argv(self, *more: str) -> list[str]:
+        """`orch bisect` with the policy the tests use (end repeats 3, repeats 2)."""
+        return [sys.executable, "-m", "orchestrator", "bisect", str(self.playbook),
+                "--cell", "spec=eagle3-2", "--good", "good", "--bad", "bad",
+                "--end-repeats", "3", "--repeats", "2", "--results", str(self.results),
+                *more]  # fmt: skip
+
+    def orch(self, *argv: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+        """Run the CLI to the end."""
+        return subprocess.run(
+            list(argv),
+            cwd=self.tmp,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def run_dir(self) -> Path:
+        """The only run under results/."""
+        runs = [p for p in self.results.iterdir() if p.is_dir()] if self.results.is_dir() else []
+        assert len(runs) == 1, runs
+        return runs[0]
+
+    def cell_dirs(self) -> dict[str, Path]:
+        """Recorded cell directories (hidden staging dirs excluded)."""
+        cells = self.run_dir() / "cells"
+        if not cells.is_dir():
+            return {}
+        return {d.name: d for d in cells.iterdir() if d.is_dir() and not d.name.startswith(".")}
+
+    def doc(self) -> dict[str, Any]:
+        """bisect.json."""
+        data: dict[str, Any] = json.loads((self.run_dir() / "bisect.json").read_text())
+        return data
+
+
+def finished_cells(b: Bisect) -> dict[str, str]:
+    """cell id -> status, for cells whose cell.json says they finished."""
+    out = {}
+    for cid, path in b.cell_dirs().items() if b.results.is_dir() else []:
+        try:
+            status = json.loads((path / "cell.json").read_text()).get("status")
+        except (OSError, ValueError):
+            continue
+        if status in ("passed", "failed"):
+            out[cid] = status
+    return out
+
+
+def check_story(stdout: str, repo: RepoInfo) -> None:
+    """The first bad commit's full message and --stat, never cut."""
+    assert f"{repo.regress} is the first bad commit" in stdout
+    assert f"commit {repo.regress}" in stdout
+    assert "Refactor EAGLE verify to share the target's attention metadata" in stdout
+    # the body, whole, on its two lines
+    body = (
+        "Build the verify batch through the generic forward path instead of the dedicated\n"
+        "    cuda-graph runner, so EAGLE and EAGLE-3 share one code path for attention metadata."
+    )
+    assert body in stdout
+    assert "orch_sim_model.json" in stdout and "2 files changed" in stdout
+
+
+def test_bisect_goes_around_failed_setup_then_resumes_after_ctrl_c(tmp_path: Path) -> None:
+    """32 commits, regression at #13, setup broken at #16 (the first inner point tested).
+
+    Ctrl-C once three steps are recorded (the good end, the bad end, the skipped commit); then
+    `--resume RUN` reuses them, finishes, and names the regressing commit within
+    ceil(log2 32) + 2 measured points; `--show RUN` prints the same answer from the bundle.
+    """
+    repo = init_repo(tmp_path / "repo", commits=32, regress_at=13, setup_fail_at=16, seed=5)
+    b = Bisect(tmp_path, repo)
+    log = (tmp_path / "first.log").open("w")
+    started = time.monotonic()
+    proc = subprocess.Popen(b.argv(), cwd=tmp_path, env=b.env, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 120
+        while len(finished_cells(b)) < 3 and proc.poll() is None:
+            assert time.monotonic() < deadline, (tmp_path / "first.log").read_text()
+            time.sleep(0.1)
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()
+        time.sleep(1.0)  # the fourth step is under way
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+    first_log = (tmp_path / "first.log").read_text()
+    # 130 is what `orch apply` gives on Ctrl-C; `orch bisect` does not catch KeyboardInterrupt
+    # yet, so click answers "Aborted!" with 1. Either way it stopped, and said so.
+    assert rc in (1, 130), first_log
+    assert "INTERRUPTED" in first_log
+    run = b.run_dir()
+    assert not (run / "bisect.json").exists()
+    before = finished_cells(b)
+    assert len(before) >= 3, first_log
+    assert list(before.values()).count("failed") == 1  # the broken setup, recorded as a cell
+    stamps = {cid: (b.cell_dirs()[cid] / "cell.json").stat().st_mtime_ns for cid in before}
+
+    resumed = b.orch(*b.argv("--resume", run.name))
+    wall = time.monotonic() - started
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    check_story(resumed.stdout, repo)
+    for cid, stamp in stamps.items():  # finished steps were read back, not run again
+        assert (b.cell_dirs()[cid] / "cell.json").stat().st_mtime_ns == stamp, cid
+
+    doc = b.doc()
+    result = doc["result"]
+    assert result["first_bad"] == repo.regress
+    assert result["last_good"] == repo.shas[repo.regress_at - 2]
+    assert result["skipped"] == [repo.setup_fail]
+    measured = [p for p in result["points"] if p["verdict"] != "skip"]
+    n = len(doc["commits"])
+    assert n == 32
+    assert len(measured) <= math.ceil(math.log2(n)) + 2, result["points"]
+    # one cell directory per cell run: nothing ran twice, the interrupted step was redone once
+    cells = b.cell_dirs()
+    assert len(cells) == result["cell_runs"], sorted(cells)
+    ran_again = resumed.stderr.count("bisect: measuring ")
+    assert ran_again == result["cell_runs"] - len(before), resumed.stderr
+    statuses = {json.loads((d / "cell.json").read_text())["status"] for d in cells.values()}
+    assert statuses == {"passed", "failed"}
+    run_doc = json.loads((run / "run.json").read_text())
+    assert run_doc.get("bisect") is True
+    assert (run / "MANIFEST.sha256").is_file()
+
+    shown = b.orch(sys.executable, "-m", "orchestrator", "bisect", "--show", run.name,
+                   "--results", str(b.results))  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    check_story(shown.stdout, repo)
+    assert shown.stdout.strip() == resumed.stdout.split("\nbundle:")[0].strip()
+    print(
+        f"bisect 32 commits: {len(result['points'])} points ({len(measured)} measured), "
+        f"{result['cell_runs']} cell runs, {wall:.1f} s with the interruption"
+    )
+
+
+def test_failed_setup_at_the_regression_gives_the_honest_range(tmp_path: Path) -> None:
+    """The regressing commit itself cannot be built: as `git bisect skip`, say it is one of two."""
+    repo = init_repo(tmp_path / "repo", commits=32, regress_at=16, setup_fail_at=16, seed=9)
+    b = Bisect(tmp_path, repo)
+    started = time.monotonic()
+    proc = b.orch(*b.argv())
+    wall = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    regress, after = repo.shas[15], repo.shas[16]
+    assert f"could be any of 2: {regress}, {after}" in proc.stdout
+    assert "is the first bad commit" not in proc.stdout
+    result = b.doc()["result"]
+    assert result["first_bad"] is None
+    assert result["last_good"] == repo.shas[14]
+    assert result["skipped"] == [regress]
+    measured = [p for p in result["points"] if p["verdict"] != "skip"]
+    assert len(measured) <= math.ceil(math.log2(32)) + 2, result["points"]
+    print(f"adjacent skip: {len(result['points'])} points, {wall:.1f} s")
