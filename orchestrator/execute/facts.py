@@ -62,11 +62,13 @@ def summary_row(name: str, facts: dict[str, Any]) -> list[str]:
             cur, top = d.get("clocks.sm"), d.get("clocks.max.sm")
             if isinstance(cur, int | float) and isinstance(top, int | float) and top:
                 lows.append(cur / top)
-            reasons = [r for r in d.get("clocks_event_reasons.names") or [] if r != "gpu_idle"]
-            if reasons:
-                notes.append(f"gpu{d.get('index')}: {','.join(map(str, reasons))}")
+            flags = _gpu_flags(d)
+            if flags:
+                notes.append(f"gpu{d.get('index')}: {', '.join(flags)}")
         if lows:
             clocks = f"sm {min(lows) * 100:.0f}%..{max(lows) * 100:.0f}% of max"
+        if len(notes) > 3:
+            notes[3:] = [f"+{len(notes) - 3} more GPUs flagged (--json)"]
     elif gpus.get("absent"):
         gpu_text = f"absent ({str(gpus['absent'])[:40]})"
     driver, cuda, kernel = (_section(facts, k) for k in ("driver", "cuda", "kernel"))
@@ -77,8 +79,33 @@ def summary_row(name: str, facts: dict[str, Any]) -> list[str]:
         gpu_text,
         str(driver.get("version") or "-"),
         str(cuda.get("driver") or "-"),
-        "; ".join([clocks, *notes[:3]]),
+        "; ".join([clocks, *notes]),
     ]
+
+
+def _below(current: Any, top: Any) -> bool:
+    num = (int, float)
+    return isinstance(current, num) and isinstance(top, num) and current < top
+
+
+def _gpu_flags(device: dict[str, Any]) -> list[str]:
+    """What is wrong with one GPU: clock event reasons, and (unless it is idle, when clocks and
+    the PCIe generation drop by design) an SM clock under 90% of max or a PCIe link below max.
+    A narrower PCIe link than max is flagged even when idle."""
+    names = [str(r) for r in device.get("clocks_event_reasons.names") or []]
+    flags = [r for r in names if r != "gpu_idle"]
+    idle = "gpu_idle" in names
+    cur, top = device.get("clocks.sm"), device.get("clocks.max.sm")
+    if not idle and _below(cur, 0.9 * top if isinstance(top, int | float) else None):
+        flags.append(f"sm {cur}/{top} MHz")
+    gen = device.get("pcie.link.gen.gpucurrent", device.get("pcie.link.gen.current"))
+    gen_max = device.get("pcie.link.gen.max")
+    width, width_max = device.get("pcie.link.width.current"), device.get("pcie.link.width.max")
+    if not idle and _below(gen, gen_max):
+        flags.append(f"pcie gen{gen}/{gen_max}")
+    if _below(width, width_max):
+        flags.append(f"pcie x{width}/x{width_max}")
+    return flags
 
 
 SUMMARY_HEADERS = ["host", "hostname", "kernel", "gpus", "driver", "cuda", "state"]
