@@ -76,7 +76,7 @@ def test_facts_show_the_gpus_and_flag_the_throttled_one(gpu_host: GpuHost) -> No
     table = _facts(gpu_host)
     (row,) = [line for line in table.splitlines() if line.startswith(HOST)]
     assert "8x NVIDIA H200" in row and "570.133.20" in row, table
-    assert f"gpu{SLOW_GPU}" in row and "hw_slowdown" in row, table
+    assert f"gpu{SLOW_GPU}: hw_slowdown, sm 1095/1980 MHz, pcie gen4/5" in row, table
     assert "55%" in row, table  # sm 1095 of 1980 MHz
     assert "gpu0" not in row
 
