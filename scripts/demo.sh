@@ -9,12 +9,14 @@ repo=${ORCH_DEMO_REPO:-$PWD/results/demo-repo}
 if [ ! -d "$repo/.git" ]; then
   "$orch" sim init-repo "$repo" --commits 32 --regress-at 21 >/dev/null
 fi
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
 set +e
-"$orch" apply playbooks/demo.yml -e "sim_repo=$repo" "$@"
-rc=$?
+"$orch" apply playbooks/demo.yml -e "sim_repo=$repo" "$@" | tee "$out"
+rc=${PIPESTATUS[0]}
 set -e
-run=$(ls -1td results/*/ 2>/dev/null | grep -v demo-repo | head -n 1)
-run=${run%/}
+# Report the run this apply made (its last line names the bundle), never an older one.
+run=$(sed -n 's/^bundle: //p' "$out" | tail -n 1)
 if [ -n "$run" ] && [ -f "$run/run.json" ]; then
   echo
   "$orch" report "$run" --by spec -m output_throughput -m accept_length || true

@@ -1576,13 +1576,26 @@ class CellRunner:
         return {"passed": 0, "failed": 1}.get(self.status, 3)
 
 
+def _short_cmdline(cmd: str, width: int = 60) -> str:
+    """A command line that fits a table cell, keeping its end (where ranks and roles are).
+
+    The interpreter's directory is dropped first: `/long/venv/bin/python -m x worker --rank 1`
+    must still say `--rank 1`.
+    """
+    words = cmd.split(" ")
+    if words and "/" in words[0]:
+        words[0] = os.path.basename(words[0])
+    short = " ".join(words)
+    return short if len(short) <= width else "..." + short[-(width - 3) :]
+
+
 def env_table(rows: List[Tuple[int, str, List[str], List[str]]]) -> str:
     """A plain-text table: pid | cmdline | missing | mismatched."""
     header = ("pid", "cmdline", "missing", "mismatched")
     body = [
         (
             str(pid),
-            cmd if len(cmd) <= 60 else cmd[:57] + "...",
+            _short_cmdline(cmd),
             ", ".join(miss) or "-",
             ", ".join(bad) or "-",
         )
