@@ -131,14 +131,27 @@ def bisect(
     if good.verdict == "skip" or bad.verdict == "skip":
         which = "good" if good.verdict == "skip" else "bad"
         raise BisectError(f"the {which} end could not be measured: nothing to compare against")
+
+    def separated() -> bool:
+        g_mean, b_mean = statistics.fmean(good.values), statistics.fmean(bad.values)
+        noise = pooled_stdev(good.values, bad.values)
+        return (
+            classify(good.values, g_mean, b_mean, noise, policy.z_threshold)[0] == "good"
+            and classify(bad.values, g_mean, b_mean, noise, policy.z_threshold)[0] == "bad"
+        )
+
+    # The ends must differ clearly, or any answer would be noise. A small change in a noisy
+    # measurement may need more than one run of each end to show: take them, up to the cap,
+    # before giving up (as for inner commits).
+    while not separated() and good.runs < policy.max_runs_per_point:
+        for end in (0, len(commits) - 1):
+            if run(end, policy.end_repeats).verdict == "skip":
+                which = "good" if end == 0 else "bad"
+                raise BisectError(f"the {which} end could not be measured on a later run")
     g_mean, b_mean = statistics.fmean(good.values), statistics.fmean(bad.values)
     noise = pooled_stdev(good.values, bad.values)
     good.verdict, bad.verdict = "good", "bad"
-    verdict, z = classify(good.values, g_mean, b_mean, noise, policy.z_threshold)
-    # The ends must differ clearly, or any answer would be noise.
-    if classify(bad.values, g_mean, b_mean, noise, policy.z_threshold)[0] != "bad" or verdict != (
-        "good"
-    ):
+    if not separated():
         raise BisectError(
             f"good ({g_mean:.4g}) and bad ({b_mean:.4g}) do not differ beyond the noise "
             f"({noise:.3g}); add repeats or check the range"
