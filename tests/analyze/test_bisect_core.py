@@ -8,7 +8,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from orchestrator.analyze.bisect import BisectError, BisectPolicy, bisect, classify
+from orchestrator.analyze.bisect import BisectError, BisectPolicy, Measure, bisect, classify
+from orchestrator.sim.model import ServingConfig, model_params, predict_output_throughput
+from orchestrator.sim.repo import apply_bug
 
 
 def synthetic(
@@ -95,3 +97,117 @@ def test_classify_direction_follows_the_ends() -> None:
     assert classify([11.0, 10.5], 10.0, 20.0, 0.5, 3.0)[0] == "good"
     assert classify([19.0, 20.5], 10.0, 20.0, 0.5, 3.0)[0] == "bad"
     assert classify([15.0], 10.0, 20.0, 5.0, 3.0)[0] is None
+
+
+# -- measurements from the simulator's performance model ------------------------------------
+
+TUNED_NCCL = {"NCCL_MIN_NCHANNELS": "32", "NCCL_CROSS_NIC": "1", "NCCL_ALGO": "Ring"}
+EAGLE3_2 = ServingConfig(
+    tp=8,
+    speculative_algorithm="EAGLE3",
+    num_steps=2,
+    eagle_topk=1,
+    num_draft_tokens=3,
+    disable_custom_all_reduce=True,
+)
+
+
+def model_range(
+    n: int, regress_at: int, noise: float, seed: int, bug: str = "verify"
+) -> tuple[list[str], Measure]:
+    """n commits; those from `regress_at` on carry `bug` (as `orch sim init-repo` writes it).
+
+    Each repeat is the model's predicted output throughput (1024 in, 512 out) for the commit's
+    parameters times (1 + a seeded gaussian of relative stdev `noise`).
+    """
+    good = model_params()
+    tps = [
+        predict_output_throughput(p, EAGLE3_2, TUNED_NCCL, 1024, 512)
+        for p in (good, apply_bug(good, bug))
+    ]
+    commits = [f"{i:040x}" for i in range(n)]
+    index = {c: i for i, c in enumerate(commits)}
+    rng = random.Random(f"{seed}-{noise}-{bug}")
+
+    def measure(commit: str, repeats: int) -> list[float]:
+        mean = tps[index[commit] >= regress_at]
+        return [mean * (1 + rng.gauss(0.0, noise)) for _ in range(repeats)]
+
+    return commits, measure
+
+
+def test_model_numbers_are_the_demo_story() -> None:
+    good = model_params()
+    tps = [
+        predict_output_throughput(p, EAGLE3_2, TUNED_NCCL, 1024, 512)
+        for p in (good, apply_bug(good, "verify"), apply_bug(good, "verify:20"))
+    ]
+    assert tps[0] == pytest.approx(93.6, abs=0.5)
+    assert tps[1] == pytest.approx(63.2, abs=0.5)
+    assert tps[2] / tps[0] == pytest.approx(0.954, abs=0.005)  # the small regression: -4.6%
+
+
+@pytest.mark.parametrize("noise", [0.01, 0.02, 0.05])
+@pytest.mark.parametrize("n", [32, 64])
+@pytest.mark.parametrize("seed", range(8))
+def test_model_regression_found_at_every_noise_level(n: int, noise: float, seed: int) -> None:
+    """EAGLE-3's verify 19 -> 29 ms (-33%): right, within ceil(log2 N) + 2 points, no extra runs
+    at 1-2% noise."""
+    regress_at = random.Random(f"pos-{seed}-{n}").randrange(1, n)
+    commits, measure = model_range(n, regress_at, noise, seed)
+    result = bisect(commits, measure)
+    assert result.first_bad == commits[regress_at]
+    assert result.last_good == commits[regress_at - 1]
+    assert len(result.points) <= math.ceil(math.log2(n)) + 2
+    assert not any(p.uncertain for p in result.points)
+    if noise <= 0.02:
+        assert result.cell_runs == len(result.points)  # one run per commit was always enough
+
+
+@pytest.mark.parametrize("noise", [0.01, 0.02])
+def test_small_regression_found_with_adaptive_runs(noise: float) -> None:
+    """verify 19 -> 20 ms (-4.6%): at 2% noise the ends and some points need more runs."""
+    outcomes = []
+    for seed in range(20):
+        regress_at = random.Random(f"small-{seed}").randrange(1, 48)
+        commits, measure = model_range(48, regress_at, noise, seed, bug="verify:20")
+        try:
+            result = bisect(commits, measure)
+        except BisectError:
+            outcomes.append("refused")
+            continue
+        outcomes.append("right" if result.first_bad == commits[regress_at] else "wrong")
+        assert len(result.points) <= math.ceil(math.log2(48)) + 2
+    assert outcomes.count("right") >= 18, outcomes
+    assert outcomes.count("wrong") <= 1, outcomes
+
+
+def test_ends_are_measured_again_before_giving_up() -> None:
+    """A first run of each end that does not separate them is followed by another, not a refusal."""
+    calls: list[str] = []
+    first = {"g": [100.0, 96.0, 98.0], "b": [96.0, 92.0, 94.0]}  # z 1.7 on the first run
+
+    def measure(commit: str, repeats: int) -> list[float]:
+        calls.append(commit)
+        if commit in first and calls.count(commit) == 1:
+            return first[commit]
+        centre = {"g": 100.0, "m": 100.0, "b": 90.0}[commit]
+        return [centre + d for d in (-0.5, 0.0, 0.5)][:repeats]
+
+    result = bisect(["g", "m", "b"], measure, BisectPolicy(end_repeats=3, repeats=3))
+    assert calls[:4] == ["g", "b", "g", "b"]
+    assert result.points[0].runs == 2 and result.points[1].runs == 2
+    assert result.first_bad == "b"
+
+
+def test_ends_that_never_separate_are_refused_after_the_cap() -> None:
+    calls: list[str] = []
+    rng = random.Random(4)
+
+    def flat(commit: str, repeats: int) -> list[float]:
+        calls.append(commit)
+        return [90 + rng.gauss(0, 1) for _ in range(repeats)]
+
+    with pytest.raises(BisectError, match="do not differ"):
+        bisect(["g", "m", "b"], flat, BisectPolicy(max_runs_per_point=3))
+    assert calls == ["g", "b"] * 3  # never an inner commit
