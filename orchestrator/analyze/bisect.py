@@ -192,6 +192,14 @@ def bisect(
         )
     else:
         message = f"{commits[hi]} is the first bad commit"
+    unsure = [p for p in order if p.uncertain]
+    if unsure:
+        # Called by the nearer side after the cap on runs: the answer may be wrong; say so.
+        message += (
+            f" (uncertain: {len(unsure)} tested commit(s) stayed ambiguous after "
+            f"{policy.max_runs_per_point} runs and were called by the nearer side: "
+            f"{', '.join(p.commit[:12] for p in unsure)}; add --repeats or --max-runs)"
+        )
     return BisectResult(
         first_bad=commits[hi] if not between else None,
         last_good=commits[lo],
