@@ -211,3 +211,18 @@ def test_ends_that_never_separate_are_refused_after_the_cap() -> None:
     with pytest.raises(BisectError, match="do not differ"):
         bisect(["g", "m", "b"], flat, BisectPolicy(max_runs_per_point=3))
     assert calls == ["g", "b"] * 3  # never an inner commit
+
+
+def test_an_uncertain_call_is_said_in_the_answer() -> None:
+    """A point still ambiguous after the cap is called by the nearer side, and the message says
+    the answer rests on it."""
+    rng = random.Random(2)
+
+    def measure(commit: str, repeats: int) -> list[float]:
+        centre = {"g": 100.0, "m": 95.2, "b": 90.0}[commit]
+        return [centre + rng.gauss(0, 1.0) for _ in range(repeats)]
+
+    result = bisect(["g", "m", "b"], measure, BisectPolicy(max_runs_per_point=2))
+    (middle,) = [p for p in result.points if p.commit == "m"]
+    assert middle.uncertain and middle.runs == 2
+    assert "uncertain: 1 tested commit(s)" in result.message and "m" in result.message
