@@ -242,7 +242,11 @@ class Run:
                 continue
             todo.setdefault(cell.host, []).append(cell)
         for cells in todo.values():
-            cells.sort(key=_checkout_key)  # stable: plan order within one commit
+            # One commit's cells together, commits in order of first appearance (matrix order).
+            first: dict[tuple[str, str, str], int] = {}
+            for c in cells:
+                first.setdefault(_checkout_key(c), len(first))
+            cells.sort(key=lambda c: first[_checkout_key(c)])
         status = "failed"
         interrupted = False
         previous_term = _raise_on_sigterm()

@@ -31,12 +31,33 @@ def describe_run(run: RunBundle) -> str:
             lines.append(f"{key:<9} {doc[key]}")
     rows = []
     for cid, entry in (doc.get("cells") or {}).items():
-        present = "" if cid in run.cells else "(no cell dir)"
+        record = run.cells.get(cid)
+        headline = _headline(record.metrics if record else None)
         rows.append(
-            [cid, entry.get("host"), entry.get("status"), _first_line(entry.get("reason")), present]
+            [
+                cid,
+                entry.get("host"),
+                entry.get("status"),
+                headline,
+                _first_line(entry.get("reason")) or ("" if record else "(no cell directory)"),
+            ]
         )
-    lines += ["", tabulate(rows, headers=["cell", "host", "status", "reason", ""])]
+    lines += ["", tabulate(rows, headers=["cell", "host", "status", "headline metric", "reason"])]
+    lines.append(f"\ncells: {run.path / 'cells'}  (orch show RUN/CELL for one cell's logs)")
     return "\n".join(lines)
+
+
+_HEADLINE = ("output_throughput", "request_throughput")
+
+
+def _headline(metrics: dict[str, Any] | None) -> str:
+    """`output_throughput 93.9` (median), or the first metric there is."""
+    summary = (metrics or {}).get("summary") or {}
+    if not summary:
+        return ""
+    name = next((m for m in _HEADLINE if m in summary), next(iter(summary)))
+    median = summary[name].get("median")
+    return f"{name} {median:.4g}" if isinstance(median, int | float) else name
 
 
 def describe_cell(cell: CellRecord) -> str:
