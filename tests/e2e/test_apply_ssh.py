@@ -266,7 +266,7 @@ def test_scrubbed_child_env_is_caught(e2e: E2E) -> None:
     assert cell_json(run, bad)["reason"] == reason
     # the table: which process misses which variable
     assert "missing" in reason and "MSG" in reason
-    child = [line for line in reason.splitlines() if "-c import time" in line]
+    child = [line for line in reason.splitlines() if "time.sleep(600)" in line]
     assert child and "MSG" in child[0], reason
     check = json.loads((run / "cells" / bad / "env_check.json").read_text())
     assert not check["ok"]
