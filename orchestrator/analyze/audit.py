@@ -73,13 +73,24 @@ class CellReproduction:
     status: str  # the rerun's status
     metrics: list[MetricReproduction] = field(default_factory=list)
     reason: str | None = None
+    recorded_status: str | None = None
+    ran: bool = False  # the rerun's runner finished the benchmark (runner status passed)
 
     @property
     def reproduces(self) -> bool:
-        """The rerun passed and every judged metric reproduces."""
+        """The rerun gave the recorded verdict and every judged metric reproduces.
+
+        A cell that missed its expectation (failed by its verdict, not by its run) reproduces
+        when it misses it again with the same numbers; a rerun that did not run never does.
+        """
         judged = [m for m in self.metrics if m.judged]
-        passed = self.status == "passed" and bool(judged)
-        return passed and all(m.reproduces for m in judged)
+        return self.same_verdict and bool(judged) and all(m.reproduces for m in judged)
+
+    @property
+    def same_verdict(self) -> bool:
+        """Passed as recorded, or failed as recorded after a run that finished its benchmark."""
+        recorded = self.recorded_status or "passed"
+        return self.status == recorded and (self.status == "passed" or self.ran)
 
 
 def integrity(run_dir: Path) -> ManifestReport:
@@ -209,7 +220,13 @@ def reproduction(
     recorded: CellEvidence, rerun: CellEvidence, *, tolerance: float
 ) -> CellReproduction:
     """Per metric: does the rerun's sample sit with the recorded one?"""
-    out = CellReproduction(recorded.id, str(rerun.status), reason=rerun.reason)
+    out = CellReproduction(
+        recorded.id,
+        str(rerun.status),
+        reason=rerun.reason,
+        recorded_status=recorded.status,
+        ran=rerun.cell_json.get("runner_status", rerun.status) == "passed",
+    )
     judged = judged_metrics(recorded)
     for metric in recorded.metric_names:
         a, b = recorded.values(metric), rerun.values(metric)
@@ -249,6 +266,13 @@ def render_reproductions(items: Sequence[CellReproduction]) -> list[list[str]]:
     for item in items:
         if not item.metrics:
             rows.append([item.cell_id, "-", "-", "-", "-", f"NO ({item.status}: {item.reason})"])
+        elif item.status != "passed" or item.recorded_status not in (None, "passed"):
+            # the verdict, when it is not a plain pass: a missed expectation missed again is
+            # reproduced; anything else is not
+            verdict = "yes" if item.same_verdict else "NO"
+            rows.append(
+                [item.cell_id, "(status)", str(item.recorded_status), item.status, "-", verdict]
+            )
         for m in item.metrics:
             ratio = f"{m.ratio:.3f}" if m.ratio is not None else "-"
             verdict = "yes" if m.reproduces else "NO"
