@@ -383,15 +383,6 @@ def report(
         click.echo(f"plot: {plot_report(rep, axis, plot)}", err=True)
 
 
-HEADLINE_METRICS = (
-    "output_throughput",
-    "accept_length",
-    "median_ttft_ms",
-    "median_tpot_ms",
-    "median_e2e_latency_ms",
-)
-
-
 def _chosen_metrics(available: list[str], asked: Sequence[str], rep: Any) -> list[str]:
     """What a table shows: the asked metrics, else expected ones plus the headline ones.
 
@@ -412,6 +403,8 @@ def _chosen_metrics(available: list[str], asked: Sequence[str], rep: Any) -> lis
         for e in row.cell.expectations
         if e.get("metric") in available
     ]
+    from orchestrator.analyze.metrics import HEADLINE_METRICS
+
     chosen = [*dict.fromkeys([*expected, *(m for m in HEADLINE_METRICS if m in available)])]
     return chosen or available[:4]
 
@@ -741,6 +734,8 @@ def bisect(
         job.execute()
     except BisectError as exc:
         raise OrchError(f"bisect cannot decide: {exc}") from None
+    except KeyboardInterrupt:
+        _interrupted(f"orch bisect ... --resume {job.run_id}" if job.run_id else None)
     click.echo(render_bisect(job.doc))
     click.echo(f"\nbundle: {results_dir / str(job.run_id)}")
 
@@ -754,12 +749,23 @@ def _attach_sim() -> None:
 _attach_sim()
 
 
+def _interrupted(resume: str | None) -> None:
+    """Ctrl-C: servers were stopped by their runners; say how to go on, exit 130."""
+    tail = f"; continue with: {resume}" if resume else ""
+    click.echo(f"interrupted: servers stopped{tail}", err=True)
+    sys.exit(130)
+
+
 def run() -> None:
-    """Entry point that also maps a stray KeyboardInterrupt to 130 without a traceback."""
+    """Entry point: Ctrl-C anywhere exits 130 without a traceback (click's own says 1)."""
     try:
-        main()
-    except KeyboardInterrupt:
-        sys.exit(130)
+        code = main.main(standalone_mode=False)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        _interrupted(None)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 __all__ = ["EXIT_BAD_INPUT", "main", "run"]

@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator.analyze.diff import CellDiff, Section, diff_cells
 from orchestrator.analyze.evidence import CellEvidence
+from orchestrator.analyze.metrics import HEADLINE_METRICS
 from orchestrator.analyze.stats import compare
 from orchestrator.results.bundle import RunBundle
 from orchestrator.results.manifest import ManifestReport, verify_manifest
@@ -22,13 +23,7 @@ from orchestrator.results.manifest import ManifestReport, verify_manifest
 DRIFT_SECTIONS = ("code", "packages", "system", "hardware")
 # What a reproduction is judged on when the cell declares no expectations (as `orch report`'s
 # default columns): tails (p99 of a few requests) and derived counts are shown but not judged.
-JUDGED_METRICS = (
-    "output_throughput",
-    "accept_length",
-    "median_ttft_ms",
-    "median_tpot_ms",
-    "median_e2e_latency_ms",
-)
+JUDGED_METRICS = HEADLINE_METRICS
 
 
 @dataclass
