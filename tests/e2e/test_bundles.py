@@ -286,7 +286,7 @@ def test_interrupted_cell_dir_is_never_read_as_complete(world: World) -> None:
     shown = ok(orch("show", str(run), home=world.home))
     assert "ghost" not in shown
     (bad_line,) = [line for line in shown.splitlines() if line.startswith(bad.name)]
-    assert "(no cell dir)" in bad_line, shown
+    assert "(no cell directory)" in bad_line, shown
     listing = ok(orch("runs", str(run.parent), home=world.home))
     # `runs` summarizes run.json (which the controller writes after a cell is installed)
     assert run.name in listing and "ghost" not in listing, listing
