@@ -187,8 +187,7 @@ def apply(
     max_parallel: int,
 ) -> None:
     """Run every cell of PLAYBOOK and write a result bundle."""
-    from orchestrator.execute.controller import ApplyOptions
-    from orchestrator.execute.controller import apply as run_apply
+    from orchestrator.execute.controller import ApplyOptions, Run
 
     planned = Planned(playbook, inventory, extra_vars, limit)
     run_id = None
@@ -210,31 +209,21 @@ def apply(
         argv=["orch", *sys.argv[1:]],
     )
 
-    run_path: list[Path] = []
-
-    def started(run_id: str, path: Path) -> None:
-        run_path.append(path)
-        click.echo(f"run {run_id}: {len(planned.cells)} cells -> {path}", err=True)
-
     secret_vars = {**dict(planned.playbook.data.get("vars") or {}), **planned.extra}
+    run = Run(
+        playbook_name=planned.playbook.name,
+        playbook_files=planned.playbook.files,
+        playbook_dir=planned.playbook.path.parent,
+        inventory=planned.inventory,
+        cells=planned.cells,
+        options=options,
+        secret_vars=secret_vars,
+    )
+    click.echo(f"run {run.run_id}: {len(planned.cells)} cells -> {run.writer.path}", err=True)
     try:
-        outcome = run_apply(
-            playbook_name=planned.playbook.name,
-            playbook_files=planned.playbook.files,
-            playbook_dir=planned.playbook.path.parent,
-            inventory=planned.inventory,
-            cells=planned.cells,
-            options=options,
-            secret_vars=secret_vars,
-            on_start=started,
-        )
+        outcome = run.execute()
     except KeyboardInterrupt:
-        where = f" {run_path[0]}" if run_path else " RUN"
-        click.echo(
-            f"interrupted: servers stopped; finish it with: orch apply {playbook} --resume{where}",
-            err=True,
-        )
-        sys.exit(130)
+        _interrupted(f"orch apply {playbook} --resume {run.writer.path}")
     _print_summary(outcome.cells)
     click.echo(f"\nbundle: {outcome.path}")
     sys.exit(EXIT_OK if outcome.ok else EXIT_FAILED)

@@ -13,7 +13,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -465,32 +465,6 @@ class Run:
             cell_json.get("failed_step"),
             round(seconds, 3),
         )
-
-
-def apply(
-    *,
-    playbook_name: str,
-    playbook_files: Sequence[Path],
-    playbook_dir: Path,
-    inventory: Inventory,
-    cells: Sequence[Cell],
-    options: ApplyOptions,
-    secret_vars: dict[str, Any] | None = None,
-    on_start: Callable[[str, Path], None] | None = None,
-) -> RunOutcome:
-    """Run `cells` and write a result bundle; see `Run`."""
-    run = Run(
-        playbook_name=playbook_name,
-        playbook_files=playbook_files,
-        playbook_dir=playbook_dir,
-        inventory=inventory,
-        cells=cells,
-        options=options,
-        secret_vars=secret_vars,
-    )
-    if on_start is not None:
-        on_start(run.run_id, run.writer.path)
-    return run.execute()
 
 
 def _host_json(host: Host) -> dict[str, Any]:
