@@ -231,7 +231,7 @@ def apply(
 
 def _print_summary(cells: dict[str, Any]) -> None:
     rows = []
-    for cid, o in sorted(cells.items(), key=lambda item: (item[1].host, item[0])):
+    for cid, o in sorted(cells.items(), key=lambda item: item[1].host):  # stable: run order
         reason = (o.reason or "").splitlines()[0] if o.reason else ""
         seconds = o.seconds if o.seconds is not None else ""
         rows.append([o.host, cid, o.status, o.failed_step or "", seconds, reason])
