@@ -448,15 +448,16 @@ def diff(
     if as_json:
         click.echo(render_diff(result, "json"))
         return
-    spill = spill_dir or Path(tempfile_dir(f"orch-diff-{pa.name}-vs-{pb.name}"))
+    spill = spill_dir or _spill_dir(f"orch-diff-{pa.name}-vs-{pb.name}")
     click.echo(render_diff(result, "text", spill_dir=spill))
 
 
-def tempfile_dir(name: str) -> str:
-    """A fresh folder for spilled diff sections, under the system temp dir."""
+def _spill_dir(name: str) -> Path:
+    """Where long diff sections go whole; created only when a section needs it."""
+    import os
     import tempfile
 
-    return tempfile.mkdtemp(prefix=f"{name[:80]}-")
+    return Path(tempfile.gettempdir()) / f"{name[:80]}-{os.getpid()}"
 
 
 @main.command()
