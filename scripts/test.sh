@@ -3,13 +3,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The SSH tests start real OpenSSH sshd test hosts: install the server when it is missing.
-if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
+# The SSH tests start real OpenSSH sshd test hosts (in network namespaces when root, which needs
+# iproute2) and the runner pins git repos: install what is missing.
+need=()
+{ command -v sshd || [ -x /usr/sbin/sshd ]; } >/dev/null 2>&1 || need+=(openssh-server)
+command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+command -v git >/dev/null 2>&1 || need+=(git)
+if [ "$(id -u)" = 0 ]; then
+  { command -v ip || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ]; } >/dev/null 2>&1 || need+=(iproute2)
+fi
+if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client iproute2 git >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   else
-    echo "openssh-server is missing; install it (e.g. sudo apt-get install openssh-server)" >&2
+    echo "missing: ${need[*]}; install them (e.g. sudo apt-get install ${need[*]})" >&2
     exit 1
   fi
 fi
