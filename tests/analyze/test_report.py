@@ -6,6 +6,7 @@ import csv
 import importlib.util
 import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -137,8 +138,12 @@ def test_errors(tmp_path: Path) -> None:
     assert len(load_cells(cells[0].path)) == 1
 
 
-@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is not None, reason="has matplotlib")
-def test_plot_without_matplotlib_says_how_to_install(tmp_path: Path) -> None:
+def test_plot_without_matplotlib_says_how_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # None in sys.modules makes `import matplotlib` fail as if it were not installed.
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     report = build_report(load_run(_run(tmp_path)).cells)
     with pytest.raises(InputError, match=r"install orch\[plot\]"):
         plot_report(report, "spec", tmp_path / "p.png")
