@@ -146,65 +146,71 @@ def recorded_probe_args(run: RunBundle, host: str) -> tuple[str | None, str | No
     )
 
 
+def _host_state(
+    run: RunBundle,
+    ident: str,
+    host: str,
+    *,
+    cell: dict[str, Any],
+    repo: dict[str, Any],
+    snapshot: dict[str, Any],
+    run_id: str | None,
+) -> CellEvidence:
+    """A host's state as evidence the diff engine reads (a cell with only repo and snapshot)."""
+    return CellEvidence(
+        path=run.path,
+        id=ident,
+        host=host,
+        axes={},
+        status=None,
+        reason=None,
+        failed_step=None,
+        cell=cell,
+        cell_json={},
+        repo=repo,
+        server={},
+        env_check={},
+        snapshot_pre=snapshot,
+        snapshot_post={},
+        metrics={},
+        captures={},
+        run_id=run_id,
+    )
+
+
 def host_drift(run: RunBundle, host: str, now: Mapping[str, Any]) -> HostDrift:
     """Diff what the run recorded on `host` against a snapshot `now` (probe output)."""
     if "absent" in now and len(now) <= 2:
         return HostDrift(host, [], error=f"cannot snapshot {host} now: {now['absent']}")
     recorded = _recorded_evidence(run, host)
     facts = run.hosts.get(host) or {}
-    before = CellEvidence(
-        path=run.path,
-        id=f"{host}@run",
-        host=host,
-        axes={},
-        status=None,
-        reason=None,
-        failed_step=None,
+    before = _host_state(
+        run,
+        f"{host}@run",
+        host,
         cell=recorded.cell if recorded else {},
-        cell_json={},
         repo=recorded.repo if recorded else {},
-        server={},
-        env_check={},
-        snapshot_pre=(recorded.snapshot_post or recorded.snapshot_pre) if recorded else facts,
-        snapshot_post={},
-        metrics={},
-        captures={},
+        snapshot=(recorded.snapshot_post or recorded.snapshot_pre) if recorded else facts,
         run_id=run.run_id,
     )
-    git = now.get("git") if isinstance(now.get("git"), dict) else {}
+    git = _dict(now.get("git"))
     repo_now: dict[str, Any] = {}
     if before.repo:
         # The probe gives `git status --porcelain` as a list of lines, repo.json as one text.
-        porcelain = git.get("status_porcelain") if git else None
+        porcelain = git.get("status_porcelain")
         if isinstance(porcelain, list):
             porcelain = "\n".join(str(line) for line in porcelain)
         repo_now = {
             "requested": before.repo.get("requested"),
-            "sha": git.get("head") if git else None,
-            "describe": git.get("describe") if git else None,
-            "dirty": git.get("dirty") if git else None,
+            "sha": git.get("head"),
+            "describe": git.get("describe"),
+            "dirty": git.get("dirty"),
             "status_porcelain": porcelain,
             # what the runner did about a dirty tree is the run's policy, not the host's state
             "dirty_action": before.repo.get("dirty_action"),
         }
-    after = CellEvidence(
-        path=run.path,
-        id=f"{host}@now",
-        host=host,
-        axes={},
-        status=None,
-        reason=None,
-        failed_step=None,
-        cell=before.cell,
-        cell_json={},
-        repo=repo_now,
-        server={},
-        env_check={},
-        snapshot_pre=dict(now),
-        snapshot_post={},
-        metrics={},
-        captures={},
-        run_id=None,
+    after = _host_state(
+        run, f"{host}@now", host, cell=before.cell, repo=repo_now, snapshot=dict(now), run_id=None
     )
     result = diff_cells(before, after)
     result.sections = [s for s in result.sections if s.name in DRIFT_SECTIONS]
