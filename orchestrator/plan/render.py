@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import operator
+import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -236,7 +237,7 @@ class TemplateEngine:
             try:
                 tmpl = env.from_string(source)
             except TemplateSyntaxError as exc:
-                raise _syntax_error(exc, where, key_path) from None
+                raise _syntax_error(exc, where, key_path, env) from None
             except Exception as exc:  # a sandbox refusal while compiling, or similar
                 raise InputError(
                     f"cannot compile template: {exc}", location=where, key_path=key_path
@@ -254,9 +255,10 @@ class TemplateEngine:
             return _NO_REFS
         try:
             ast = self.plain.parse(source)
+            # Compiles the template: an unknown filter or test is found here, not by parse().
+            names = frozenset(find_undeclared_variables(ast))
         except TemplateSyntaxError as exc:
-            raise _syntax_error(exc, where, key_path) from None
-        names = frozenset(find_undeclared_variables(ast))
+            raise _syntax_error(exc, where, key_path, self.plain) from None
         axes: frozenset[str] | None = frozenset()
         if "matrix" in names:
             named: set[str] = set()
@@ -451,8 +453,22 @@ class VariableScope(Mapping[str, Any]):
         return sum(1 for _ in self)
 
 
-def _syntax_error(exc: TemplateSyntaxError, where: SourceLocation, key_path: str) -> InputError:
+_UNKNOWN = re.compile(r"No (filter|test) named '([^']+)'")
+
+
+def _syntax_error(
+    exc: TemplateSyntaxError, where: SourceLocation, key_path: str, env: Any = None
+) -> InputError:
     line = f" (line {exc.lineno} of the template)" if exc.lineno and exc.lineno > 1 else ""
+    unknown = _UNKNOWN.search(exc.message or "")
+    if unknown and env is not None:
+        kind, name = unknown.groups()
+        known = env.filters if kind == "filter" else env.tests
+        close = _close(name, known)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else None
+        return InputError(
+            f"unknown {kind} {name!r}{line}", location=where, key_path=key_path, hint=hint
+        )
     return InputError(
         f"template syntax error: {exc.message}{line}",
         location=where,
