@@ -6,6 +6,7 @@ This is the only place that turns an OrchError into a message and an exit code.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from functools import wraps
@@ -119,8 +120,6 @@ def plan(
     verbose: bool,
 ) -> None:
     """Show the cells PLAYBOOK expands to: cells x axes x host."""
-    import shlex
-
     planned = Planned(playbook, inventory, extra_vars, limit)
     cells = planned.cells
     if as_json:
@@ -201,12 +200,14 @@ def apply(
             raise InputError(
                 f"no run {run_id!r} under {results_dir}", hint="`orch runs` lists the runs"
             )
+        _check_resume_plan(results_dir / run_id, [c.id for c in planned.cells])
+    argv = ["orch", *sys.argv[1:]]
     options = ApplyOptions(
         results_dir=results_dir,
         run_id=run_id,
         resume=resume is not None,
         max_parallel=max_parallel,
-        argv=["orch", *sys.argv[1:]],
+        argv=argv,
     )
 
     secret_vars = {**dict(planned.playbook.data.get("vars") or {}), **planned.extra}
@@ -223,10 +224,45 @@ def apply(
     try:
         outcome = run.execute()
     except KeyboardInterrupt:
-        _interrupted(f"orch apply {playbook} --resume {run.writer.path}")
+        _interrupted(shlex.join([*_without_resume(argv), "--resume", str(run.writer.path)]))
     _print_summary(outcome.cells)
     click.echo(f"\nbundle: {outcome.path}")
     sys.exit(EXIT_OK if outcome.ok else EXIT_FAILED)
+
+
+def _check_resume_plan(run_dir: Path, planned_ids: Sequence[str]) -> None:
+    """Refuse a resume whose arguments plan other cells than the run holds.
+
+    Resuming with a different inventory, -e or --limit would mix two experiments in one bundle.
+    """
+    try:
+        recorded = json.loads((run_dir / "plan.json").read_text())
+        original = json.loads((run_dir / "run.json").read_text()).get("argv") or []
+    except (OSError, ValueError):
+        return
+    known = {c.get("id") for c in recorded.get("cells", []) if isinstance(c, dict)}
+    new = [cid for cid in planned_ids if cid not in known]
+    if new:
+        again = shlex.join([*_without_resume(original), "--resume", str(run_dir)])
+        raise InputError(
+            f"these arguments plan {len(new)} cell(s) that run {run_dir.name} does not hold "
+            f"(e.g. {new[0]}): a resume must use the run's own playbook, inventory, -e and --limit",
+            hint=f"resume with: {again}",
+        )
+
+
+def _without_resume(argv: Sequence[str]) -> list[str]:
+    """argv with any `--resume X` / `--resume=X` removed."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--resume":
+            skip = True
+        elif not arg.startswith("--resume="):
+            out.append(arg)
+    return out
 
 
 def _print_summary(cells: dict[str, Any]) -> None:

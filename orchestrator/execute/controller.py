@@ -13,7 +13,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,11 +90,12 @@ class RunOutcome:
         return all(c.status == "passed" for c in self.cells.values())
 
 
-def secret_values(cells: Sequence[Cell], extra: dict[str, Any]) -> list[str]:
+def secret_values(cells: Sequence[Cell], *var_sources: Mapping[str, Any]) -> list[str]:
     """Every secret value we know of: env values and vars that are secret by name or listed.
 
-    `extra` holds the playbook's vars and -e values; a var listed under `secrets:` is in every
-    cell's `secrets` even when its name looks harmless.
+    `var_sources` are mappings of variables: the playbook's vars, -e values, each host's
+    inventory vars. A var listed under `secrets:` is in every cell's `secrets` even when its
+    name looks harmless.
     """
     values: set[str] = set()
     listed: set[str] = set()
@@ -103,9 +104,10 @@ def secret_values(cells: Sequence[Cell], extra: dict[str, Any]) -> list[str]:
         for name, value in cell.env.items():
             if name in cell.secrets or is_secret_name(name):
                 values.add(value)
-    for name, value in extra.items():
-        if (name in listed or is_secret_name(name)) and isinstance(value, str | int):
-            values.add(str(value))
+    for source in var_sources:
+        for name, value in source.items():
+            if (name in listed or is_secret_name(name)) and isinstance(value, str | int):
+                values.add(str(value))
     # Short values would shred unrelated text; they are still never written in JSON fields.
     return sorted(v for v in values if len(v) >= 4)
 
@@ -141,7 +143,13 @@ class Run:
         self.cells = list(cells)
         self.options = options
         self.stop = threading.Event()
-        self.secrets = secret_values(self.cells, secret_vars or {})
+        used_hosts = {c.host for c in self.cells}
+        self.secrets = secret_values(
+            self.cells,
+            secret_vars or {},
+            *(h.vars for name, h in inventory.hosts.items() if name in used_hosts),
+        )
+        self._secret_names = sorted({n for c in self.cells for n in c.secrets})
         self.writer = BundleWriter(
             options.results_dir,
             options.run_id or "",
@@ -170,7 +178,7 @@ class Run:
             self.writer.copy_playbook_files(self._playbook_files, self._playbook_dir)
         plan = [_scrub(self._redacted_cell(c), self.secrets) for c in self.cells]
         hosts = {
-            name: _scrub(redact_mapping(_host_json(h), ()), self.secrets)
+            name: _scrub(redact_mapping(_host_json(h), self._secret_names), self.secrets)
             for name, h in self.inventory.hosts.items()
             if any(c.host == name for c in self.cells)
         }
@@ -193,12 +201,17 @@ class Run:
         }
         return data
 
+    def _merged_cells(self) -> dict[str, Any]:
+        """Every cell of the bundle: earlier Runs' entries, then this Run's outcomes."""
+        cells = dict(self._previous.get("cells", {}))
+        cells.update({cid: o.to_json() for cid, o in self.outcomes.items()})
+        for c in self.cells:
+            cells.setdefault(c.id, {"host": c.host, "status": "pending"})
+        return cells
+
     def _write_run_json(self, status: str) -> None:
         with self._lock:
-            cells = dict(self._previous.get("cells", {}))
-            cells.update({cid: o.to_json() for cid, o in self.outcomes.items()})
-            for c in self.cells:
-                cells.setdefault(c.id, {"host": c.host, "status": "pending"})
+            cells = self._merged_cells()
             doc = {
                 "orch_version": __version__,
                 "protocol_version": PROTOCOL_VERSION,
@@ -225,6 +238,8 @@ class Run:
             self.writer.write_json("run.json", doc)
 
     def _record(self, outcome: CellOutcome) -> None:
+        if outcome.reason:  # git/ssh errors can quote a URL or argv holding a secret
+            outcome.reason = redact_text(outcome.reason, self.secrets)
         with self._lock:
             self.outcomes[outcome.cell_id] = outcome
         self.progress.cell_done(outcome.host, outcome.cell_id, outcome.status, outcome.reason)
@@ -272,7 +287,7 @@ class Run:
                         self.stop.set()
                 for f in futures:
                     f.result()
-            status = "passed" if self._all_passed(done) else "failed"
+            status = "passed" if self._all_passed() else "failed"
         finally:
             _restore_sigterm(previous_term)
             if self.stop.is_set():
@@ -291,18 +306,11 @@ class Run:
         for conn in conns:
             conn.close()
 
-    def _all_passed(self, done: set[str]) -> bool:
-        prev = self._previous.get("cells", {})
-        for cell in self.cells:
-            if cell.id in self.outcomes:
-                if self.outcomes[cell.id].status != "passed":
-                    return False
-            elif cell.id in done:
-                if prev.get(cell.id, {}).get("status") != "passed":
-                    return False
-            else:
-                return False
-        return True
+    def _all_passed(self) -> bool:
+        """The run passed when every cell it holds passed, this Run's and earlier ones alike."""
+        with self._lock:
+            cells = self._merged_cells()
+        return all(entry.get("status") == "passed" for entry in cells.values())
 
     def _connect(self, host: Host) -> Connection:
         conn = connect(host, attempts=self.options.connect_attempts)
@@ -390,6 +398,8 @@ class Run:
             "run_id": self.run_id,
             "workdir": host.workdir,
             "cell": cell.model_dump(mode="json"),
+            # Values secret by name or listing, not only env: the runner scrubs them on the host.
+            "secret_values": self.secrets,
         }
         final: dict[str, Any] = {}
         noise: list[str] = []
@@ -404,7 +414,7 @@ class Run:
                 return
             if event.get("event") == "done":
                 final.update(event)
-            self.progress.cell_event(host.name, cell.id, event)
+            self.progress.cell_event(host.name, cell.id, _scrub(event, self.secrets))
 
         started = time.monotonic()
         try:
