@@ -165,14 +165,15 @@ def _select_hosts(
     )
     if limit is None:
         return hosts
-    allowed = set(select_hosts_checked(inventory, limit, location=where, key_path="hosts"))
+    # --limit is typed on the command line: its errors have no file location, and only a bad
+    # `hosts:` pattern points at the playbook.
+    allowed = set(select_hosts_checked(inventory, limit, key_path="--limit"))
     limited = [h for h in hosts if h in allowed]
     if not limited:
         raise InputError(
-            f"--limit {limit!r} matches no host of this play",
-            location=where,
-            key_path="hosts",
-            hint=f"hosts {pattern!r} selects {', '.join(hosts)}",
+            f"{limit!r} matches no host of this play",
+            key_path="--limit",
+            hint=f"the play's hosts: {pattern!r} selects {', '.join(hosts)}",
         )
     return limited
 

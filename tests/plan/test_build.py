@@ -232,8 +232,29 @@ def test_limit_narrows_and_a_limit_outside_the_play_is_an_error(tmp_path: Path) 
     assert {c.host for c in plan(tmp_path, BASE, limit="gpu2")} == {"gpu2"}
     with pytest.raises(InputError) as err:
         plan(tmp_path, BASE, limit="cpu1")
-    assert "--limit 'cpu1' matches no host of this play" in err.value.message
+    assert err.value.render().startswith("--limit: 'cpu1' matches no host of this play")
+    assert err.value.key_path == "--limit"
+    assert err.value.location is None  # typed on the command line, not in the playbook
+
+
+def test_a_limit_matching_no_host_points_at_the_command_line_not_the_playbook(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(InputError) as err:
+        plan(tmp_path, BASE, limit="nosuch")
+    assert err.value.location is None and err.value.key_path == "--limit"
+    assert err.value.render().startswith("--limit: pattern 'nosuch' matches no host (known")
+    with pytest.raises(InputError) as err:
+        plan(tmp_path, BASE, limit="gpu1,gpu9")
+    assert err.value.location is None and err.value.key_path == "--limit"
+    assert "'gpu9' in pattern 'gpu1,gpu9' names no group or host" in err.value.message
+
+
+def test_a_bad_hosts_pattern_still_points_at_the_playbook(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as err:
+        plan(tmp_path, BASE.replace("hosts: gpu", "hosts: gpux"), limit="gpu1")
     assert err.value.key_path == "hosts"
+    assert err.value.location is not None and err.value.location.line == 3
 
 
 def test_where_sees_host_vars(tmp_path: Path) -> None:
