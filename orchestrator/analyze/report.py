@@ -140,10 +140,30 @@ def build_report(cells: Sequence[CellEvidence], *, by: str | None = None) -> Rep
 # --- human formats ------------------------------------------------------------------------------
 
 
+def _spread_text(median_text: str, spread: float) -> str:
+    """The spread to the precision the median is shown with: `1.91 ± 0.01`, not `± 0.009525`."""
+    if "e" in median_text or "n" in median_text:  # exponent form, nan or inf: 2 significant
+        return f"{spread:.2g}"
+    _, _, decimals = median_text.partition(".")
+    return f"{spread:.{len(decimals)}f}"
+
+
+def median_and_spread(stat: MetricStats) -> str:
+    """`median ± spread`, both with the digits the median is shown with."""
+    median = format_number(stat.median)
+    return f"{median} ± {_spread_text(median, stat.spread)}"
+
+
+def _value_text(value: Any) -> str:
+    """A recorded value as the table shows numbers; anything else as it is."""
+    number = _as_float(value) if not isinstance(value, str) else None
+    return format_number(number) if number is not None else str(value)
+
+
 def _metric_text(row: ReportRow, metric: str) -> str:
     stat = row.metrics.get(metric)
     mark = row.expectations.get(metric)
-    text = "-" if stat is None else f"{format_number(stat.median)} ± {format_number(stat.spread)}"
+    text = "-" if stat is None else median_and_spread(stat)
     if stat is None and row.failed:
         text = "failed"
     if mark is not None:
@@ -202,7 +222,7 @@ def _footer(report: Report) -> list[str]:
             lines.append(f"{row.cell.id} ({row.cell.host}) {row.cell.status}: {row.cell.reason}")
         for metric, mark in row.expectations.items():
             if not mark.ok:
-                value = mark.value if mark.value is not None else "not measured"
+                value = _value_text(mark.value) if mark.value is not None else "not measured"
                 why = f" ({'; '.join(mark.details)})" if mark.details else ""
                 lines.append(
                     f"{FAIL_MARK} {row.cell.id} {metric} = {value}: "
@@ -283,8 +303,36 @@ def _as_float(value: Any) -> float | None:
         return None
 
 
+PLOT_FORMATS: tuple[str, ...] = ("png", "svg", "pdf")
+
+
+def _check_plot_path(path: Path) -> Path:
+    """The file `--plot` names, checked before any drawing: a known format, an existing folder."""
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in PLOT_FORMATS:
+        raise InputError(
+            f"cannot plot to {str(path)!r}: "
+            + (f"unknown format {suffix!r}" if suffix else "the name has no format suffix"),
+            key_path="--plot",
+            hint=f"name a .{', .'.join(PLOT_FORMATS)} file, e.g. {path.stem or 'plot'}.png",
+        )
+    folder = path.parent
+    if not folder.is_dir():
+        raise InputError(
+            f"cannot plot to {str(path)!r}: folder {str(folder)!r} "
+            + ("is not a folder" if folder.exists() else "does not exist"),
+            key_path="--plot",
+            hint="the folder must exist; create it first (mkdir -p) or pick another path",
+        )
+    return path
+
+
 def plot_report(report: Report, axis: str, path: Path) -> Path:
-    """Draw each metric's median (with min-max bars) against `axis`, one line per other point."""
+    """Draw each metric's median (with min-max bars) against `axis`, one line per other point.
+
+    `path` must end in .png, .svg or .pdf and its folder must exist (InputError otherwise).
+    """
+    path = _check_plot_path(Path(path))
     if axis not in report.axes:
         close = difflib.get_close_matches(axis, report.axes, n=1)
         raise InputError(
@@ -336,7 +384,14 @@ def plot_report(report: Report, axis: str, path: Path) -> Path:
         if len(series) > 1:
             ax.legend(fontsize="small")
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        fig.savefig(path)
+    except OSError as exc:  # e.g. no permission to write there
+        raise InputError(
+            f"cannot write the plot to {str(path)!r}: {exc.strerror or exc}",
+            key_path="--plot",
+            hint="pick a path you can write to",
+        ) from None
+    finally:
+        plt.close(fig)
     return path

@@ -60,13 +60,14 @@ def test_flat_table_with_expectations_and_failed_reason(tmp_path: Path) -> None:
     assert header[:4] == ["nccl", "spec", "host", "status"]
     assert "reason" in header
     row = next(line for line in lines if line.startswith("default") and " off " in line)
-    assert "89.00 ± 0.5 ✗" in row and "40.00 ± 0.5" in row
-    assert "96.00 ± 0.5 ✓" in text
+    assert "89.00 ± 0.50 ✗" in row and "40.00 ± 0.50" in row
+    assert "96.00 ± 0.50 ✓" in text
     broken = next(line for line in lines if " bad " in line)
     assert "failed" in broken and "CUDA out of memory" in broken
     # the whole reason, every line, below the table
     assert "broken-0000 (gpu01) failed: server exited" in text and "more log" in text
-    assert "✗ default-off-0000 output_throughput = 89.0: expected >= 90" in text
+    # the value as the table shows numbers, not Python's repr of a float
+    assert "✗ default-off-0000 output_throughput = 89.00: expected >= 90" in text
 
 
 def test_pivot_by_axis(tmp_path: Path) -> None:
@@ -87,7 +88,7 @@ def test_pivot_by_axis(tmp_path: Path) -> None:
     rows = [line for line in md.splitlines()[2:] if line.startswith("|")]
     assert len(rows) == 2  # default, tuned
     tuned = [c.strip() for c in rows[1].strip("|").split("|")]
-    assert tuned[:5] == ["tuned", "gpu01", "91.00 ± 0.5 ✓", "96.00 ± 0.5 ✓", "failed"]
+    assert tuned[:5] == ["tuned", "gpu01", "91.00 ± 0.50 ✓", "96.00 ± 0.50 ✓", "failed"]
     default = [c.strip() for c in rows[0].strip("|").split("|")]
     assert default[4] == ""  # no such cell
 
@@ -154,3 +155,49 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     report = build_report(load_run(_run(tmp_path)).cells)
     out = plot_report(report, "spec", tmp_path / "p.png")
     assert out.read_bytes().startswith(b"\x89PNG")
+
+
+def test_plot_to_a_missing_folder_or_an_unknown_format_is_an_input_error(tmp_path: Path) -> None:
+    report = build_report(load_run(_run(tmp_path)).cells)
+    with pytest.raises(InputError) as err:
+        plot_report(report, "spec", tmp_path / "nonexist" / "dir" / "p.png")
+    assert err.value.key_path == "--plot"
+    assert "does not exist" in err.value.message and "folder must exist" in str(err.value.hint)
+    for name in ("p.txt", "plot"):
+        with pytest.raises(InputError) as err:
+            plot_report(report, "spec", tmp_path / name)
+        assert err.value.key_path == "--plot"
+        assert ".png, .svg, .pdf" in str(err.value.hint)
+    assert not (tmp_path / "p.txt").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs orch[plot]")
+def test_plot_writes_svg_and_pdf(tmp_path: Path) -> None:
+    report = build_report(load_run(_run(tmp_path)).cells)
+    assert b"<svg" in plot_report(report, "spec", tmp_path / "p.svg").read_bytes()
+    assert plot_report(report, "spec", tmp_path / "p.PDF").read_bytes().startswith(b"%PDF")
+
+
+def test_spreads_are_shown_to_the_precision_of_the_value() -> None:
+    from orchestrator.analyze.report import MetricStats, median_and_spread
+
+    def text(median: float, spread: float) -> str:
+        return median_and_spread(MetricStats(median, spread, median, median, 3))
+
+    assert text(1.91, 0.009525) == "1.91 ± 0.01"
+    assert text(89.0, 0.5) == "89.00 ± 0.50"
+    assert text(2345.6, 12.34) == "2346 ± 12"
+    assert text(0.1234, 0.00056789) == "0.1234 ± 0.0006"
+    assert text(1.5e-7, 2.5e-8) == "1.5e-07 ± 2.5e-08"
+
+
+def test_expectation_values_in_the_footer_use_the_table_number_format(tmp_path: Path) -> None:
+    from orchestrator.analyze.report import _footer
+
+    report = build_report(load_run(_run(tmp_path)).cells)
+    row = next(r for r in report.rows if "output_throughput" in r.expectations)
+    mark = row.expectations["output_throughput"]
+    row.expectations["output_throughput"] = type(mark)(False, (">= 85",), 82.57498099518523)
+    footer = "\n".join(_footer(report))
+    assert "output_throughput = 82.57: expected >= 85" in footer
+    assert "82.574" not in footer
