@@ -736,6 +736,12 @@ def bisect(
         )
     if metric is None:
         metric = next(iter(base.expect), "output_throughput")
+    version = base.repo.version if base.repo else None
+    commit_axes = frozenset(
+        k
+        for k in base.axes
+        if base.axes[k] == version or len({json.dumps(c.axes.get(k)) for c in same_host}) > 1
+    )
     run_id = None
     if resume_run:
         run_id = open_run(resume_run, results_dir).path.name
@@ -752,6 +758,8 @@ def bisect(
         playbook_dir=planned.playbook.path.parent,
         argv=["orch", *sys.argv[1:]],
         first_parent=not all_parents,
+        commit_axes=commit_axes,
+        secret_vars={**dict(planned.playbook.data.get("vars") or {}), **planned.extra},
         policy=BisectPolicy(end_repeats=end_repeats, repeats=repeats, max_runs_per_point=max_runs),
     )
     job = Bisection(setup, run_id=run_id)

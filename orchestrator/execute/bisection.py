@@ -46,6 +46,8 @@ class BisectSetup:
     argv: Sequence[str]
     first_parent: bool = True
     policy: BisectPolicy = field(default_factory=BisectPolicy)
+    commit_axes: frozenset[str] = frozenset()  # axes that only choose the commit
+    secret_vars: dict[str, Any] = field(default_factory=dict)  # redacted like apply's
 
 
 def _git(conn: Connection, dest: str, *args: str, timeout: float = 300) -> str:
@@ -64,7 +66,8 @@ def commit_range(
     """Full SHAs from good to bad (oldest first), read from the host's clone of the repo."""
     if cell.repo is None:
         raise InputError("bisect needs a playbook with a repo:", key_path="repo")
-    dest, url = cell.repo.dest, cell.repo.url
+    # Commands run in $HOME and argv is quoted, so `~/x` must become `x` as the runner does.
+    dest, url = _home_relative(cell.repo.dest), cell.repo.url
     probe = conn.run(["git", "-C", dest, "rev-parse", "--git-dir"], timeout=60)
     if probe.rc != 0:
         res = conn.run(["git", "clone", "--quiet", url, dest], timeout=3600)
@@ -89,10 +92,18 @@ def commit_range(
     return [good_sha, *between]
 
 
+def _home_relative(path: str) -> str:
+    """`~` and `~/x` as paths relative to the command's cwd ($HOME); others unchanged."""
+    if path == "~":
+        return "."
+    return path[2:] if path.startswith("~/") else path
+
+
 def commit_story(conn: Connection, cell: Cell, sha: str) -> str:
     """The commit's full message and --stat, never truncated."""
     assert cell.repo is not None
-    return _git(conn, cell.repo.dest, "show", "--stat", "--format=fuller", "--no-color", sha)
+    dest = _home_relative(cell.repo.dest)
+    return _git(conn, dest, "show", "--stat", "--format=fuller", "--no-color", sha)
 
 
 class Bisection:
@@ -108,7 +119,10 @@ class Bisection:
     def _step_cell(self, sha: str, repeats: int, attempt: int) -> Cell:
         base = self.setup.base
         assert base.repo is not None
-        axes = {**base.axes, "bisect_commit": sha[:12], "bisect_run": attempt}
+        # An axis that only named the commit (it rendered to the requested version) would now
+        # mislabel every step: the measured commit replaces it.
+        kept = {k: v for k, v in base.axes.items() if k not in self.setup.commit_axes}
+        axes = {**kept, "bisect_commit": sha[:12], "bisect_run": attempt}
         data = base.model_dump(mode="json")
         data["axes"] = axes
         data["repo"] = {**data["repo"], "version": sha}
@@ -126,6 +140,7 @@ class Bisection:
             playbook_dir=self.setup.playbook_dir,
             inventory=self.setup.inventory,
             cells=self.cells,
+            secret_vars=self.setup.secret_vars,
             options=ApplyOptions(
                 results_dir=self.setup.results_dir,
                 run_id=self.run_id,

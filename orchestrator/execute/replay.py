@@ -39,7 +39,33 @@ def restore_secrets(data: dict[str, Any], environ: Mapping[str, str] | None = No
             + ", ".join(missing),
             hint="export them in this shell, then run again",
         )
+    # A secret that was a playbook or host var went into argv or a URL: the bundle holds only
+    # the marker, and running with it would fail in a way nothing explains.
+    elsewhere = _redacted_paths({k: v for k, v in data.items() if k != "env"})
+    if elsewhere:
+        raise InputError(
+            f"cell {data.get('id')} was recorded with secret values in "
+            + ", ".join(elsewhere[:6])
+            + (f" and {len(elsewhere) - 6} more" if len(elsewhere) > 6 else "")
+            + "; a bundle never holds them, so it cannot be replayed as recorded",
+            hint="run the playbook again with `orch apply` (it renders the secrets afresh)",
+        )
     return Cell.model_validate({**data, "env": env})
+
+
+def _redacted_paths(data: Any, path: str = "") -> list[str]:
+    """Key paths (`server.argv[4]`) whose value holds the redaction marker."""
+    if isinstance(data, str):
+        return [path or "(value)"] if REDACTED in data else []
+    if isinstance(data, dict):
+        return [
+            p
+            for k, v in data.items()
+            for p in _redacted_paths(v, f"{path}.{k}" if path else str(k))
+        ]
+    if isinstance(data, list):
+        return [p for i, v in enumerate(data) for p in _redacted_paths(v, f"{path}[{i}]")]
+    return []
 
 
 def recorded_cells(run: RunBundle) -> list[dict[str, Any]]:
