@@ -594,6 +594,11 @@ def audit(
                 click.echo(f"drift {name}: DRIFTED")
                 if drift.diff is not None:
                     click.echo(render_diff(drift.diff, "text"))
+                if any(s.name == "code" and s.differs for s in drift.sections):
+                    click.echo(
+                        "  note: the checkout is shared by every run on this host with the same "
+                        "repo dest; a later orch apply, replay or bisect moves its HEAD too"
+                    )
             ok &= not drift.drifted
 
     if rerun:
