@@ -796,7 +796,13 @@ def _interrupted(resume: str | None) -> None:
 
 
 def run() -> None:
-    """Entry point: Ctrl-C anywhere exits 130 without a traceback (click's own says 1)."""
+    """Entry point: Ctrl-C anywhere exits 130 without a traceback (click's own says 1).
+
+    A bug of orch's own is one line plus the file holding its traceback (ORCH_DEBUG=1 shows it
+    raw): a person running experiments should not have to read a stack to know what happened.
+    """
+    import os
+
     try:
         code = main.main(standalone_mode=False)
     except (KeyboardInterrupt, click.exceptions.Abort):
@@ -804,7 +810,27 @@ def run() -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
+    except Exception as exc:
+        if os.environ.get("ORCH_DEBUG"):
+            raise
+        _internal_error(exc)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _internal_error(exc: Exception) -> None:
+    import tempfile
+    import traceback
+
+    with tempfile.NamedTemporaryFile(
+        "w", prefix="orch-traceback-", suffix=".txt", delete=False
+    ) as fh:
+        traceback.print_exception(exc, file=fh)
+    click.echo(
+        f"error: internal error: {type(exc).__name__}: {exc} (a bug in orch; the traceback is in "
+        f"{fh.name}; ORCH_DEBUG=1 shows it here)",
+        err=True,
+    )
+    sys.exit(EXIT_FAILED)
 
 
 __all__ = ["EXIT_BAD_INPUT", "main", "run"]

@@ -257,7 +257,7 @@ def render_bisect(doc: dict[str, Any]) -> str:
             ]
         )
     lines.append(
-        tabulate(rows, headers=["#", "commit", "verdict", "", "n", doc["metric"], "z", "runs"])
+        tabulate(rows, headers=["#", "commit", "verdict", "note", "n", doc["metric"], "z", "runs"])
     )
     lines.append(
         f"\ngood mean {result['good_mean']:.4g}, bad mean {result['bad_mean']:.4g}, "
