@@ -516,7 +516,8 @@ def _tolerance(text: str) -> float:
     except ValueError:
         raise InputError(f"bad tolerance {text!r}", hint="write 5% or 0.05") from None
     if not 0 <= value < 1:
-        raise InputError(f"tolerance {text!r} must be between 0% and 100%")
+        hint = f"did you mean {text}%?" if value >= 1 else None
+        raise InputError(f"tolerance {text!r} must be between 0% and 100%", hint=hint)
     return value
 
 
@@ -562,6 +563,8 @@ def audit(
     from orchestrator.results.bundle import open_run
 
     tol = _tolerance(tolerance)
+    if (Path(ref) / "cell.json").is_file():
+        raise InputError(f"{ref}: audit takes a run, not a cell", hint="pass the run directory")
     run = open_run(ref, results_dir)
     ok = True
     manifest = integrity(run.path)
@@ -711,7 +714,11 @@ def bisect(
             else None
         )
         if doc is None:
-            raise InputError(f"{show_run}: no finished bisect here", hint="use --resume")
+            is_bisect = bool((run.run or {}).get("bisect"))
+            raise InputError(
+                f"{show_run}: no finished bisect here",
+                hint="continue it with --resume" if is_bisect else "this run is not a bisect",
+            )
         click.echo(render_bisect(doc))
         return
     if playbook is None or not selector or not good or not bad:
