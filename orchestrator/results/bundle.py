@@ -117,6 +117,11 @@ def extract_archive(archive: Path, dest: Path) -> Path:
     exactly one top-level directory (a cell or run packed with its name), its contents become
     `dest`'s, so `dest/cell.json` or `dest/run.json` is where a reader expects it.
     """
+    return _extract(archive, dest)[0]
+
+
+def _extract(archive: Path, dest: Path) -> tuple[Path, str | None]:
+    """`extract_archive`, and the name of the archive's one top-level directory (None if none)."""
     if dest.exists():
         raise BundleError(f"{dest}: already exists")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -135,12 +140,14 @@ def extract_archive(archive: Path, dest: Path) -> Path:
             raise BundleError(f"{archive}: cannot extract: {exc}") from None
         entries = list(staging.iterdir())
         root = staging
+        top: str | None = None
         if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
             root = entries[0]
+            top = root.name
         os.replace(root, dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return dest
+    return dest, top
 
 
 # --- writing ------------------------------------------------------------------------------
@@ -499,10 +506,18 @@ class RunBundle:
     `cells` holds only complete cells (never `.tmp` directories), in plan order.
     """
 
-    def __init__(self, path: Path, *, source: Path | None = None, tmpdir: Path | None = None):
+    def __init__(
+        self,
+        path: Path,
+        *,
+        source: Path | None = None,
+        tmpdir: Path | None = None,
+        archive_root: str | None = None,
+    ):
         self.path = Path(path)
         self.source = source or self.path  # the archive it came from, when packed
         self._tmpdir = tmpdir
+        self.archive_root = archive_root  # the archive's top-level directory, when packed
         if tmpdir is not None:
             _EXTRACTED.add(tmpdir)
         data = _read_json(self.path / "run.json")
@@ -517,6 +532,15 @@ class RunBundle:
 
     def __repr__(self) -> str:
         return f"RunBundle({str(self.source)!r})"
+
+    def relative(self, path: Path) -> str:
+        """`path` (inside the run) relative to the run directory, e.g. `cells/<id>/server.log`."""
+        return Path(path).relative_to(self.path).as_posix()
+
+    def member(self, path: Path) -> str:
+        """The name `path` (inside the run) has in the packed archive: `<run-id>/cells/...`."""
+        relative = self.relative(path)
+        return f"{self.archive_root}/{relative}" if self.archive_root else relative
 
     def __enter__(self) -> RunBundle:
         return self
@@ -537,7 +561,7 @@ class RunBundle:
 
     @property
     def packed(self) -> bool:
-        """True when read from a .tar.gz."""
+        """True when read from a .tar.gz: `path` is a temporary extraction, gone at exit."""
         return self._tmpdir is not None
 
     @property
@@ -600,13 +624,14 @@ class RunBundle:
             return self.cells[matches[0]]
         if matches:
             raise BundleError(
-                f"{self.source}: {ref!r} matches {len(matches)} cells: "
-                + ", ".join(matches[:10])
-                + (" ..." if len(matches) > 10 else ""),
+                f"{self.source}: {ref!r} matches {len(matches)} cells: {listing(matches)}",
                 hint="give more of the cell id",
             )
-        known = ", ".join(list(self.cells)[:5]) or "none"
-        raise BundleError(f"{self.source}: no cell {ref!r} (cells: {known})")
+        known = listing(list(self.cells)) or "none"
+        raise BundleError(
+            f"{self.source}: no cell {ref!r} ({len(self.cells)} cells: {known})",
+            hint=f"`orch show {self.source}` lists every cell" if self.cells else None,
+        )
 
     @property
     def finalized(self) -> bool:
@@ -616,6 +641,16 @@ class RunBundle:
     def verify(self) -> ManifestReport:
         """Check the bundle against its manifest (BundleError when it has none)."""
         return verify_manifest(self.path)
+
+
+LISTING_LIMIT = 10
+
+
+def listing(names: list[str], limit: int = LISTING_LIMIT) -> str:
+    """Names joined by commas; past `limit`, the first ones and how many were left out."""
+    if len(names) <= limit:
+        return ", ".join(names)
+    return ", ".join(names[:limit]) + f", ... and {len(names) - limit} more"
 
 
 # Extractions of packed runs live until close() or process exit: callers may keep only a path.
@@ -649,8 +684,11 @@ def resolve_run(ref: str | Path, results_dir: Path | None = None) -> Path:
             if len(matches) == 1:
                 return matches[0]
             if matches:
-                names = ", ".join(p.name for p in matches[:10])
-                raise BundleError(f"{ref!r} matches {len(matches)} runs: {names}")
+                names = listing([p.name for p in matches])
+                raise BundleError(
+                    f"{ref!r} matches {len(matches)} runs: {names}",
+                    hint="give more of the run id; `orch runs` lists them",
+                )
     raise BundleError(f"{ref}: no such run", hint="`orch runs` lists the runs")
 
 
@@ -671,8 +709,8 @@ def open_run(path: str | Path, results_dir: Path | None = None) -> RunBundle:
         raise BundleError(f"{resolved}: not a run directory or a .tar.gz")
     tmp = Path(tempfile.mkdtemp(prefix="orch-bundle-"))
     try:
-        root = extract_archive(resolved, tmp / "run")
-        return RunBundle(root, source=resolved, tmpdir=tmp)
+        root, top = _extract(resolved, tmp / "run")
+        return RunBundle(root, source=resolved, tmpdir=tmp, archive_root=top)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

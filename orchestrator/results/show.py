@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
@@ -43,7 +45,13 @@ def describe_run(run: RunBundle) -> str:
             ]
         )
     lines += ["", tabulate(rows, headers=["cell", "host", "status", "headline metric", "reason"])]
-    lines.append(f"\ncells: {run.path / 'cells'}  (orch show RUN/CELL for one cell's logs)")
+    if run.packed:  # run.path is a temporary extraction, deleted when the command exits
+        lines.append(
+            f"\ncells: {run.member(run.path / 'cells')}/ inside {run.source}"
+            "  (orch show RUN/CELL for one cell's logs)"
+        )
+    else:
+        lines.append(f"\ncells: {run.path / 'cells'}  (orch show RUN/CELL for one cell's logs)")
     return "\n".join(lines)
 
 
@@ -64,9 +72,18 @@ def describe_cell(cell: CellRecord) -> str:
     """What ran where, the verdict and its whole reason, metrics, and the paths of the logs."""
     spec = cell.cell
     repo = cell.repo or {}
+    run = cell.run
+    packed = run is not None and run.packed
+
+    def shown(path: Path) -> str:
+        # A packed run is read from a temporary extraction that is gone when orch exits: name
+        # paths inside the run instead, and how to extract them.
+        return run.relative(path) if packed and run is not None else str(path)
+
+    location = f"{shown(cell.path)} in {run.source}" if packed and run is not None else cell.path
     lines = [
         f"cell      {cell.id}",
-        f"path      {cell.path}",
+        f"path      {location}",
         f"host      {cell.host}",
         f"axes      {json.dumps(cell.axes, sort_keys=True)}",
         f"status    {cell.status}"
@@ -101,9 +118,12 @@ def describe_cell(cell: CellRecord) -> str:
     env = cell.env_check or {}
     if env:
         lines.append(f"\nenv check {env.get('mode')}: {'ok' if env.get('ok') else 'MISMATCH'}")
-    lines.append("\nfiles:")
+    lines.append("\nfiles:" + (" (paths inside the packed run)" if packed else ""))
     for name, path in cell.logs.items():
-        lines.append(f"  {name:<12} {path}")
+        lines.append(f"  {name:<12} {shown(path)}")
     for rep in cell.repeats:
-        lines.append(f"  bench {rep.path.name:<6} {rep.path}")
+        lines.append(f"  bench {rep.path.name:<6} {shown(rep.path)}")
+    if packed and run is not None:
+        archive = shlex.quote(str(run.source))
+        lines.append(f"extract with: tar -xzf {archive} {shlex.quote(run.member(cell.path))}")
     return "\n".join(lines)

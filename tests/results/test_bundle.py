@@ -371,3 +371,77 @@ def test_list_runs_summarizes_directories_and_packed_runs(tmp_path: Path) -> Non
     assert (second.passed, second.failed) == (3, 0)
     assert third.packed and third.finalized and third.passed == 2
     assert list_runs(tmp_path / "absent") == []
+
+
+def test_an_unknown_cell_names_every_cell_or_says_how_many_were_left_out(
+    run: BundleWriter, tmp_path: Path
+) -> None:
+    with pytest.raises(BundleError) as err:
+        open_cell(f"{run.path}/zzz")
+    for cid in CELLS:  # few cells: all of them, in plan order
+        assert cid in err.value.message
+    assert "3 cells:" in err.value.message and "more" not in err.value.message
+    many = tmp_path / "many"
+    ids = [f"c{i:02d}-{i:08d}" for i in range(13)]
+    for cid in ids:
+        make_cell_dir(many / "cells", cid)
+    (many / "run.json").write_text(json.dumps({"run_id": "many", "cells": {}}))
+    with pytest.raises(BundleError) as err:
+        open_cell(f"{many}/zzz")
+    assert "13 cells: c00-00000000," in err.value.message
+    assert "c09-00000009, ... and 3 more" in err.value.message
+    assert "c10-" not in err.value.message
+    assert "lists every cell" in str(err.value.hint)
+    with pytest.raises(BundleError) as err:
+        open_cell(f"{many}/c")
+    assert "matches 13 cells" in err.value.message and "... and 3 more" in err.value.message
+
+
+def test_listing_names_all_up_to_the_limit() -> None:
+    assert bundle_mod.listing(["a", "b"]) == "a, b"
+    assert bundle_mod.listing([str(i) for i in range(12)], limit=10).endswith("9, ... and 2 more")
+    assert bundle_mod.listing([]) == ""
+
+
+def test_an_ambiguous_run_prefix_says_how_many_runs_were_left_out(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    for i in range(12):
+        (results / f"2026-run-{i:02d}").mkdir(parents=True)
+        (results / f"2026-run-{i:02d}" / "run.json").write_text("{}")
+    with pytest.raises(BundleError) as err:
+        bundle_mod.resolve_run("2026", results)
+    assert "matches 12 runs: 2026-run-00," in err.value.message
+    assert "2026-run-09, ... and 2 more" in err.value.message
+
+
+def test_show_on_a_packed_run_prints_paths_inside_the_run_and_how_to_extract(
+    run: BundleWriter, tmp_path: Path
+) -> None:
+    import subprocess
+
+    from orchestrator.results.show import describe_cell, describe_run
+
+    archive = pack(run.path)
+    cell = open_cell(f"{archive}/{CELLS[0]}")
+    assert cell.run is not None and cell.run.packed
+    extraction = str(cell.run.path)
+    text = describe_cell(cell)
+    assert extraction not in text  # that folder is deleted when the command exits
+    assert f"path      cells/{CELLS[0]} in {archive}" in text
+    assert f"server.log   cells/{CELLS[0]}/server.log" in text
+    member = f"{run.run_id}/cells/{CELLS[0]}"
+    (extract,) = [line for line in text.splitlines() if line.startswith("extract with:")]
+    assert extract == f"extract with: tar -xzf {archive} {member}"
+    # the command works, and the printed paths are where the files land, relative to the run
+    out = tmp_path / "x"
+    out.mkdir()
+    command = extract.removeprefix("extract with: ").split()
+    subprocess.run(command, cwd=out, check=True, capture_output=True)
+    assert (out / run.run_id / f"cells/{CELLS[0]}/server.log").is_file()
+    run_text = describe_run(open_run(archive))
+    assert "orch-bundle-" not in run_text
+    assert f"cells: {run.run_id}/cells/ inside {archive}" in run_text
+    # an unpacked run still prints real paths, and no extract line
+    plain = describe_cell(open_cell(f"{run.path}/{CELLS[0]}"))
+    assert f"path      {run.path / 'cells' / CELLS[0]}" in plain
+    assert "extract with" not in plain
