@@ -106,9 +106,18 @@ def make_cell(
     return cell.model_dump(mode="json")
 
 
-def payload(cell: dict[str, Any], workdir: str = ".orch") -> dict[str, Any]:
-    """The first stdin line of `runner.py run`."""
-    return {"schema_version": 1, "run_id": RUN_ID, "workdir": workdir, "cell": cell}
+def payload(
+    cell: dict[str, Any],
+    workdir: str = ".orch",
+    *,
+    run_id: str = RUN_ID,
+    secret_values: list[str | int] | None = None,
+) -> dict[str, Any]:
+    """The first stdin line of `runner.py run` (no secret_values key unless given, as before)."""
+    data: dict[str, Any] = {"schema_version": 1, "run_id": run_id, "workdir": workdir, "cell": cell}
+    if secret_values is not None:
+        data["secret_values"] = secret_values
+    return data
 
 
 def runner_env(home: Path) -> dict[str, str]:

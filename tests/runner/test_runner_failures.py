@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import socket
 import subprocess
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from runner_helpers import (
-    RUN_ID,
     RUNNER,
     RunnerProcess,
     alive,
@@ -234,9 +234,43 @@ def test_secret_values_reach_no_file(home: Path) -> None:
     assert load(cdir / "server.json")["env_declared"]["PIN"] == "***REDACTED***"
 
 
-def test_leftover_server_blocks_preflight_until_stop_all(home: Path) -> None:
+@pytest.mark.parametrize("mode", ["ok", "exit"])
+def test_secret_values_from_vars_reach_no_file_and_no_event(home: Path, mode: str) -> None:
+    # Not an env value: only the controller's secret_values say it is secret.
+    key = "sk-live-0123456789"
     port = free_port()
-    first = RunnerProcess(home, payload(make_cell(port, bench_args=("--sleep", "3"))))
+    cell = make_cell(port, server_args=("--api-key", key, "--mode", mode), repeats=1)
+    runner = RunnerProcess(home, payload(cell, secret_values=[key, "ab", 98765432101]))
+    runner.finish(30)
+    done = runner.done
+    if mode == "exit":
+        # The log tail in the reason would show the key.
+        assert done["status"] == "failed" and done["step"] == "ready"
+        assert "using api key ***REDACTED***" in done["reason"]
+    else:
+        assert done["status"] == "passed", done
+    assert runner.lines and key not in "".join(runner.lines)
+    cdir = cell_dir(home)
+    assert "using api key ***REDACTED***" in (cdir / "server.log").read_text()
+    assert load(cdir / "server.json")["argv"][-3:] == ["***REDACTED***", "--mode", mode]
+    assert "***REDACTED***" in json.dumps(load(cdir / "cell.json")["cell"]["server"]["argv"])
+    for path in cdir.rglob("*"):
+        if path.is_file():
+            assert key.encode() not in path.read_bytes(), path
+    with tarfile.open(archive_path(home)) as tar:
+        members = [m for m in tar.getmembers() if m.isfile()]
+        assert any(m.name.endswith("/server.log") for m in members)
+        for member in members:
+            fh = tar.extractfile(member)
+            assert fh is not None and key.encode() not in fh.read(), member.name
+
+
+def test_leftover_server_of_another_run_blocks_preflight_until_stop_all(home: Path) -> None:
+    port = free_port()
+    old_run = "20261129-090000-old-0001"
+    first = RunnerProcess(
+        home, payload(make_cell(port, bench_args=("--sleep", "3")), run_id=old_run)
+    )
     first.wait_event(_bench_started)
     first.kill()  # SIGKILL: the runner cannot clean up, its server is orphaned
     record = next((home / ".orch" / "servers").glob("*.json"))
@@ -247,17 +281,17 @@ def test_leftover_server_blocks_preflight_until_stop_all(home: Path) -> None:
     done = second.done
     assert done["status"] == "failed" and done["step"] == "preflight"
     assert done["reason"].startswith(
-        f"an orch server from run {RUN_ID} cell x-1-0000abcd is still running (pid {server_pid})"
+        f"an orch server from run {old_run} cell x-1-0000abcd is still running (pid {server_pid})"
     )
+    assert alive(server_pid)  # another run's server is never touched
+    # The hint is the runner's real command line, runnable as printed.
+    hint = done["reason"].split("stop it with: ", 1)[1]
+    argv = shlex.split(hint)
+    assert Path(argv[0]).is_absolute() and argv[1] == str(RUNNER)
+    assert argv[2:] == ["stop-all", old_run, "--workdir", str(home / ".orch")]
 
     out = subprocess.run(
-        [sys.executable, str(RUNNER), "stop-all", RUN_ID],
-        cwd=home,
-        env=runner_env(home),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
+        argv, cwd="/", env=runner_env(home), capture_output=True, text=True, check=True, timeout=30
     )
     (item,) = [json.loads(line) for line in out.stdout.splitlines()]
     assert item["pid"] == server_pid and item["stopped"] is True

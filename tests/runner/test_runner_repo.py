@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -169,3 +170,35 @@ def test_unknown_ref_fails_clearly(home: Path, origin: Path) -> None:
     done = runner.done
     assert done["status"] == "failed" and done["step"] == "repo"
     assert done["reason"].startswith("unknown ref 'deadbeef'")
+
+
+def test_a_url_starting_with_a_dash_is_a_url_not_an_option(home: Path, origin: Path) -> None:
+    # A relative URL (clone runs in $HOME) that git would otherwise parse as options.
+    shutil.copytree(origin, home / "-o-origin")
+    runner = run_cell(home, repo_cell("-o-origin", "main"))
+    assert runner.done["status"] == "passed", runner.done
+    assert (home / "src" / "demo" / "server.txt").read_text() == "v1\n"
+
+    marker = home / "pwned"
+    evil = repo_cell(f"--upload-pack=touch {marker}", "main", "y-2-0000beef")
+    evil["repo"]["dest"] = "src/other"  # type: ignore[index]
+    runner = run_cell(home, evil)
+    done = runner.done
+    assert done["status"] == "failed" and done["step"] == "repo"
+    assert "git clone --no-checkout -- --upload-pack=" in done["reason"]
+    assert not marker.exists()
+
+
+def test_a_commit_only_a_pull_ref_reaches_is_fetched_by_sha(home: Path, origin: Path) -> None:
+    url = origin.as_uri()
+    assert run_cell(home, repo_cell(url, "main")).done["status"] == "passed"
+    git(origin, "checkout", "-q", "-b", "pr")
+    pr = commit(origin, "server.txt", "pr\n")
+    git(origin, "update-ref", "refs/pull/1/head", pr)
+    git(origin, "checkout", "-q", "main")
+    git(origin, "branch", "-q", "-D", "pr")  # only refs/pull/1/head (never fetched) reaches it
+
+    runner = run_cell(home, repo_cell(url, pr, "y-2-0000beef"))
+    assert runner.done["status"] == "passed", runner.done
+    info = load(cell_dir(home, "y-2-0000beef") / "repo.json")
+    assert info["sha"] == pr and info["resolved_from"] == "FETCH_HEAD"

@@ -20,17 +20,26 @@ archive holds one top-level directory named after the cell id.
 Stdin EOF, the parent process going away, SIGTERM, SIGINT and SIGHUP all mean "controller
 gone": the server is stopped, the cell directory is finished and archived, and the final `done`
 event says `interrupted`.
+
+A resumed controller may start a runner while the old one is still stopping its server: `run`
+holds `runs/<run>/.<cell>.lock` (flock) for its whole life, waits for an earlier holder, and
+reports an already passed or failed archive of the cell (`done` with `"reused": true`) instead of
+running it twice. A live server of the same run is waited for while its runner lives and stopped
+when its runner is dead; one of another run fails preflight.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import fcntl
 import hashlib
 import importlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -66,6 +75,11 @@ LOG_TAIL_LINES = 30
 PROBE_TIMEOUT = 180.0
 POLL = 0.1
 _ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+# How long a runner waits, beyond the server's stop_grace, for another runner of the same run
+# that is still stopping its server, taking the last snapshot and archiving (the cell lock, a
+# live server record). ORCH_RUNNER_WAIT_MARGIN overrides it (tests shorten it).
+WAIT_MARGIN = 120.0
+RUNNER_PATH = os.path.abspath(__file__)
 # Never send loopback readiness checks through a host's HTTP proxy.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -150,10 +164,24 @@ def _with_tail(reason: str, tail: str, what: str) -> str:
 def runner_version() -> str:
     """sha256 of this file, so a bundle says exactly which runner produced it."""
     try:
-        with open(os.path.abspath(__file__), "rb") as fh:
+        with open(RUNNER_PATH, "rb") as fh:
             return hashlib.sha256(fh.read()).hexdigest()[:16]
     except OSError:
         return "unknown"
+
+
+def wait_margin() -> float:
+    """WAIT_MARGIN, or ORCH_RUNNER_WAIT_MARGIN when that is set to a number."""
+    try:
+        return max(0.0, float(os.environ.get("ORCH_RUNNER_WAIT_MARGIN", WAIT_MARGIN)))
+    except ValueError:
+        return WAIT_MARGIN
+
+
+def stop_all_command(run_id: str, workdir: str) -> str:
+    """The command line, runnable as printed, that stops `run_id`'s leftover servers here."""
+    argv = (sys.executable or "python3", RUNNER_PATH, "stop-all", run_id, "--workdir", workdir)
+    return " ".join(shlex.quote(a) for a in argv)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -559,9 +587,20 @@ class CellRunner:
         self.env: Dict[str, str] = {str(k): str(v) for k, v in self.cell.get("env", {}).items()}
         self.secret_names = set(str(s) for s in self.cell.get("secrets", ()))
         secret_values = [v for k, v in self.env.items() if k in self.secret_names]
+        # Secret values that are not env values (vars, -e values): absent from older controllers.
+        extra = payload.get("secret_values")
+        if isinstance(extra, list):
+            secret_values += [
+                str(v)
+                for v in extra
+                if isinstance(v, (str, int, float)) and not isinstance(v, bool)
+            ]
         self.redactor = Redactor(secret_values)
         self.repo: Optional[Dict[str, Any]] = self.cell.get("repo")
         self.server: Optional[Dict[str, Any]] = self.cell.get("server")
+        self.stop_grace = float(self.server.get("stop_grace", 15.0)) if self.server else 15.0
+        # How long to wait for another runner of this run (cell lock, its live server).
+        self.wait_limit = self.stop_grace + wait_margin()
         self.bench: Dict[str, Any] = self.cell["bench"]
         self.deadline = self.t0 + float(self.cell.get("cell_timeout", 4 * 3600.0))
 
@@ -572,6 +611,8 @@ class CellRunner:
         self.final = os.path.join(self.run_dir, self.cell_id)
         self.archive = self.final + ".tar.gz"
         self.servers_dir = os.path.join(self.workdir, "servers")
+        self.lock_path = os.path.join(self.run_dir, "." + self.cell_id + ".lock")
+        self.lock_fd: Optional[int] = None  # held (flock) for the runner's whole life
         self.dir = self.partial  # where files go now; becomes self.final after the rename
 
         self.steps: Dict[str, Dict[str, Any]] = {s: {"status": "not_run"} for s in STEPS}
@@ -829,7 +870,8 @@ class CellRunner:
         if not os.path.isdir(dest) or not os.listdir(dest):
             parent = os.path.dirname(dest)
             os.makedirs(parent, exist_ok=True)
-            self.git(["clone", "--no-checkout", str(repo["url"]), dest], home)
+            # `--`: a URL starting with "-" is a URL, never an option (--upload-pack=...).
+            self.git(["clone", "--no-checkout", "--", str(repo["url"]), dest], home)
             cloned = True
         elif not self.git_ok(["rev-parse", "--git-dir"], dest)[0]:
             raise StepFailed("repo dest %s exists and is not a git repository" % dest)
@@ -913,7 +955,7 @@ class CellRunner:
             if sha:
                 return sha, ref, True
         # A commit no branch or tag reaches: ask the remote for it by name.
-        if self.git_ok(["fetch", "-q", "origin", version], dest)[0]:
+        if self.git_ok(["fetch", "-q", "--", "origin", version], dest)[0]:
             sha = self._rev(dest, "FETCH_HEAD")
             if sha and (not is_hex or sha.lower().startswith(version.lower())):
                 return sha, "FETCH_HEAD", True
@@ -971,16 +1013,23 @@ class CellRunner:
         return {"cached": False, "key": key, "seconds": round(_now() - start, 3)}
 
     # step 3: preflight
+    def leftover_reason(self, rec: Dict[str, Any], pids: List[int], why: str = "") -> str:
+        """Why a live server record blocks this cell, with the command that stops it."""
+        run_id = str(rec.get("run_id"))
+        return (
+            "an orch server from run %s cell %s is still running (pid %s)%s; stop it with: %s"
+            % (
+                run_id,
+                rec.get("cell_id"),
+                pids[0],
+                why,
+                stop_all_command(run_id, self.workdir),
+            )
+        )
+
     def do_preflight(self) -> Dict[str, Any]:
         detail: Dict[str, Any] = {}
-        live = live_server_records(self.servers_dir)
-        if live:
-            rec, pids = live[0]
-            raise StepFailed(
-                "an orch server from run %s cell %s is still running (pid %s); "
-                "stop it with: runner.py stop-all %s"
-                % (rec.get("run_id"), rec.get("cell_id"), pids[0], rec.get("run_id"))
-            )
+        self.clear_servers(detail)
         port = self.server.get("port") if self.server else None
         if port:
             why = port_in_use(int(port))
@@ -992,6 +1041,75 @@ class CellRunner:
                 )
             detail["port"] = int(port)
         return detail
+
+    def clear_servers(self, detail: Dict[str, Any]) -> None:
+        """No live server may be left on this host before ours starts.
+
+        A server of another run (or whose runner cannot be told) fails the cell. One of this
+        run whose runner is still alive (stopping it after the controller went away) is waited
+        for; one whose runner is dead is an orphan of this run and is stopped here.
+        """
+        deadline = _now() + self.wait_limit
+        announced = set()
+        stopped: List[Dict[str, Any]] = []
+        while True:
+            live = live_server_records(self.servers_dir)
+            if not live:
+                break
+            states = [(rec, pids, record_runner_state(rec)) for rec, pids in live]
+            for rec, pids, state in states:
+                if str(rec.get("run_id")) != self.run_id or state == "unknown":
+                    raise StepFailed(self.leftover_reason(rec, pids))
+            waiting = [(rec, pids) for rec, pids, state in states if state == "alive"]
+            for rec, pids, state in states:
+                if state != "dead":
+                    continue
+                signal_server(rec, pids, signal.SIGTERM)
+                killed, leftover = reap_server(self.servers_dir, rec, pids)
+                if leftover:
+                    raise StepFailed(
+                        self.leftover_reason(
+                            rec, leftover, ", left by a runner that died, and survives SIGKILL"
+                        )
+                    )
+                stopped.append(
+                    {
+                        "run_id": self.run_id,
+                        "cell_id": rec.get("cell_id"),
+                        "pid": rec.get("pid"),
+                        "killed": bool(killed),
+                    }
+                )
+            if not waiting:
+                continue  # look again: nothing may have appeared meanwhile
+            for rec, _pids in waiting:
+                if rec.get("pid") not in announced:
+                    announced.add(rec.get("pid"))
+                    self.emit(
+                        {
+                            "event": "wait",
+                            "for": "server",
+                            "run_id": self.run_id,
+                            "cell_id": rec.get("cell_id"),
+                            "pid": rec.get("pid"),
+                            "runner_pid": rec.get("runner_pid"),
+                            "limit": round(self.wait_limit, 1),
+                        }
+                    )
+            if _now() >= deadline:
+                rec, pids = waiting[0]
+                raise StepFailed(
+                    self.leftover_reason(
+                        rec,
+                        pids,
+                        " and its runner (pid %s) has not stopped it after %gs"
+                        % (rec.get("runner_pid"), round(self.wait_limit, 1)),
+                    )
+                )
+            self.stop_event.wait(0.2)
+            self.check()
+        if stopped:
+            detail["stopped_orphans"] = stopped
 
     # steps 4 and 11: snapshots
     def do_snapshot(self, name: str, server_log: Optional[str]) -> Dict[str, Any]:
@@ -1043,6 +1161,7 @@ class CellRunner:
         self.server_pgid = pid  # start_new_session: the server leads its own group and session
         info = proc_info(pid)
         self.server_start_time = info.start if info else None
+        own = proc_info(os.getpid())
         os.makedirs(self.servers_dir, exist_ok=True)
         self.server_record = os.path.join(self.servers_dir, "%d.json" % pid)
         write_json(
@@ -1055,6 +1174,7 @@ class CellRunner:
                 "cell_id": self.cell_id,
                 "start_time": self.server_start_time,
                 "runner_pid": os.getpid(),
+                "runner_start_time": own.start if own else None,
                 "stop_grace": float(server.get("stop_grace", 15.0)),
                 "started": _now(),
             },
@@ -1446,6 +1566,92 @@ class CellRunner:
 
     # -- the whole cell ----------------------------------------------------------------------
 
+    def lock_holder(self) -> str:
+        """The pid the cell lock's holder wrote into it ('unknown' before it has)."""
+        try:
+            with open(self.lock_path, encoding="utf-8") as fh:
+                pid = fh.read().strip()
+        except OSError:
+            pid = ""
+        return pid if pid.isdigit() else "unknown"
+
+    def acquire_cell_lock(self) -> None:
+        """Take <run>/.<cell>.lock (flock) for the runner's life before touching the cell dir.
+
+        Another runner of the same cell (one still stopping its server after its controller
+        went away) is waited for, up to stop_grace + the wait margin.
+        """
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = _now() + self.wait_limit
+        announced = False
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                        raise
+                holder = self.lock_holder()
+                if not announced:
+                    announced = True
+                    self.emit(
+                        {
+                            "event": "wait",
+                            "for": "cell lock",
+                            "pid": int(holder) if holder.isdigit() else None,
+                            "limit": round(self.wait_limit, 1),
+                        },
+                        to_file=False,
+                    )
+                if self.stop_event.is_set():
+                    raise Interrupted(self.stop_reason)
+                if _now() >= deadline:
+                    raise StepFailed(
+                        "another runner of this cell is still running (pid %s); waited %gs for it"
+                        % (holder, round(self.wait_limit, 1))
+                    )
+                self.stop_event.wait(0.2)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, ("%d\n" % os.getpid()).encode())
+        self.lock_fd = fd
+
+    def finished_result(self) -> Optional[Dict[str, Any]]:
+        """cell.json of a passed or failed copy of this cell already finished, else None.
+
+        The runner that left it finished after the controller's `collect`; a copy renamed but
+        not yet archived is archived now.
+        """
+        info: Any = None
+        try:
+            if os.path.isfile(os.path.join(self.final, "cell.json")):
+                info = read_json(os.path.join(self.final, "cell.json"))
+                if not isinstance(info, dict) or info.get("status") not in ("passed", "failed"):
+                    return None
+                if archived_cell_json(self.archive, self.cell_id) != info:
+                    make_archive(self.final, self.archive)
+            elif os.path.isfile(self.archive):
+                info = archived_cell_json(self.archive, self.cell_id)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(info, dict) or info.get("status") not in ("passed", "failed"):
+            return None
+        return info
+
+    def done_without_dir(self, status: str, reason: str) -> int:
+        """`done` for a cell this runner could not start (no cell directory, no archive)."""
+        done = {"event": "done", "status": status, "step": None, "reason": reason, "archive": None}
+        self.emit(done, to_file=False)
+        with contextlib.suppress(OSError, ValueError):
+            # Older controllers show stderr when a runner ends without an archive.
+            sys.stderr.write(self.redactor.text(reason) + "\n")
+            sys.stderr.flush()
+        self.finished.set()
+        return {"failed": 1}.get(status, 3)
+
     def prepare_dir(self) -> None:
         """A fresh .<cell>.partial directory (an old partial or finished copy is replaced)."""
         os.makedirs(self.run_dir, exist_ok=True)
@@ -1457,8 +1663,32 @@ class CellRunner:
 
     def execute(self) -> int:
         """Run the cell to the end; returns the process exit status."""
-        self.prepare_dir()
+        os.makedirs(self.run_dir, exist_ok=True)
         self.start_watchers()
+        try:
+            self.acquire_cell_lock()
+        except StepFailed as exc:
+            return self.done_without_dir("failed", exc.reason)
+        except Interrupted as exc:
+            return self.done_without_dir("interrupted", str(exc))
+        previous = self.finished_result()
+        if previous is not None:
+            # Finished by an earlier runner after the controller's collect: not run twice.
+            status = str(previous["status"])
+            self.emit(
+                {
+                    "event": "done",
+                    "status": status,
+                    "step": previous.get("failed_step"),
+                    "reason": previous.get("reason") or "",
+                    "archive": display_path(self.archive),
+                    "reused": True,
+                },
+                to_file=False,
+            )
+            self.finished.set()
+            return {"passed": 0, "failed": 1}[status]
+        self.prepare_dir()
         server = self.server
         repo = self.repo
         try:
@@ -1545,7 +1775,7 @@ class CellRunner:
                     "hostname": socket.gethostname(),
                     "pid": os.getpid(),
                     "version": runner_version(),
-                    "path": os.path.abspath(__file__),
+                    "path": RUNNER_PATH,
                 },
             },
         )
@@ -1618,6 +1848,16 @@ def make_archive(cell_dir: str, archive: str) -> None:
     os.replace(tmp, archive)
 
 
+def archived_cell_json(archive: str, cell_id: str) -> Any:
+    """cell.json inside a cell archive (None when absent or unreadable)."""
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            member = tar.extractfile(cell_id + "/cell.json")
+            return json.loads(member.read().decode("utf-8")) if member else None
+    except (OSError, ValueError, KeyError, tarfile.TarError):
+        return None
+
+
 def live_server_records(servers_dir: str) -> List[Tuple[Dict[str, Any], List[int]]]:
     """Server records whose processes still run; stale records are removed."""
     live: List[Tuple[Dict[str, Any], List[int]]] = []
@@ -1655,6 +1895,50 @@ def live_server_records(servers_dir: str) -> List[Tuple[Dict[str, Any], List[int
         else:
             _unlink(path)
     return live
+
+
+def record_runner_state(rec: Dict[str, Any]) -> str:
+    """Whether the runner that wrote a server record still runs: alive, dead or unknown."""
+    pid = rec.get("runner_pid")
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        return "unknown"  # a record from a runner that did not say who it was
+    if pid == os.getpid():
+        return "dead"  # the pid was reused by this very runner
+    start = rec.get("runner_start_time")
+    if isinstance(start, int):
+        return "alive" if proc_alive(pid, start) else "dead"
+    return "alive" if proc_alive(pid) and "runner.py" in proc_cmdline(pid) else "dead"
+
+
+def signal_server(rec: Dict[str, Any], pids: List[int], sig: int) -> None:
+    """Signal a recorded server: its process group and each of its live processes."""
+    kill_group(int(rec.get("pgid") or rec["pid"]), sig)
+    for pid in pids:
+        kill_pid(pid, sig)
+
+
+def reap_server(
+    servers_dir: str, rec: Dict[str, Any], pids: List[int]
+) -> Tuple[List[int], List[int]]:
+    """After SIGTERM: wait the record's stop_grace, SIGKILL what is left, wait up to 5 s more.
+
+    Returns (the processes that needed SIGKILL, those still alive); the record is removed when
+    none is left.
+    """
+    grace = float(rec.get("stop_grace", 15.0))
+    deadline = _now() + grace
+    while _now() < deadline and any(proc_alive(p) for p in pids):
+        time.sleep(POLL)
+    killed = [p for p in pids if proc_alive(p)]
+    if killed:
+        signal_server(rec, killed, signal.SIGKILL)
+        deadline = _now() + 5.0
+        while _now() < deadline and any(proc_alive(p) for p in killed):
+            time.sleep(POLL)
+    leftover = [p for p in pids if proc_alive(p)]
+    if not leftover:
+        _unlink(os.path.join(servers_dir, "%s.json" % rec["pid"]))
+    return killed, leftover
 
 
 def _unlink(path: str) -> None:
@@ -1727,9 +2011,8 @@ def cmd_run() -> int:
         return runner.execute()
     except Exception as exc:
         # Only reachable when the cell directory itself cannot be made or finished.
-        return _bad_input(
-            out, "runner crashed: %s: %s\n%s" % (type(exc).__name__, exc, traceback.format_exc())
-        )
+        reason = "runner crashed: %s: %s\n%s" % (type(exc).__name__, exc, traceback.format_exc())
+        return _bad_input(out, runner.redactor.text(reason))
 
 
 def cmd_collect(run_id: str, workdir: str) -> int:
@@ -1757,9 +2040,7 @@ def cmd_collect(run_id: str, workdir: str) -> int:
                 if not os.path.exists(archive):
                     make_archive(cell_dir, archive)  # renamed but not archived: finish the job
             else:
-                with tarfile.open(archive, "r:gz") as tar:
-                    member = tar.extractfile(cell_id + "/cell.json")
-                    info = json.loads(member.read().decode("utf-8")) if member else None
+                info = archived_cell_json(archive, cell_id)
         except (OSError, ValueError, KeyError, tarfile.TarError):
             info = None
         if not isinstance(info, dict):
@@ -1797,35 +2078,18 @@ def cmd_stop_all(run_id: str, workdir: str) -> int:
         if run_id == "all" or str(rec.get("run_id")) == run_id
     ]
     for rec, _pids in targets:
-        runner_pid = rec.get("runner_pid")
         # Its runner (if alive) then finishes and archives its cell as interrupted.
-        if isinstance(runner_pid, int) and "runner.py" in proc_cmdline(runner_pid):
-            kill_pid(runner_pid, signal.SIGTERM)
-        kill_group(int(rec.get("pgid") or rec["pid"]), signal.SIGTERM)
-        for pid in _pids:
-            kill_pid(pid, signal.SIGTERM)
+        if record_runner_state(rec) == "alive":
+            kill_pid(int(rec["runner_pid"]), signal.SIGTERM)
+        signal_server(rec, _pids, signal.SIGTERM)
     for rec, pids in targets:
-        grace = float(rec.get("stop_grace", 15.0))
-        deadline = _now() + grace
-        while _now() < deadline and any(proc_alive(p) for p in pids):
-            time.sleep(POLL)
-        alive = [p for p in pids if proc_alive(p)]
-        if alive:
-            kill_group(int(rec.get("pgid") or rec["pid"]), signal.SIGKILL)
-            for pid in alive:
-                kill_pid(pid, signal.SIGKILL)
-            deadline = _now() + 5.0
-            while _now() < deadline and any(proc_alive(p) for p in alive):
-                time.sleep(POLL)
-        leftover = [p for p in pids if proc_alive(p)]
-        if not leftover:
-            _unlink(os.path.join(servers_dir, "%s.json" % rec["pid"]))
+        killed, leftover = reap_server(servers_dir, rec, pids)
         item = {
             "run_id": rec.get("run_id"),
             "cell_id": rec.get("cell_id"),
             "pid": rec.get("pid"),
             "stopped": not leftover,
-            "killed": bool(alive),
+            "killed": bool(killed),
             "leftover": leftover,
         }
         sys.stdout.write(json.dumps(item) + "\n")

@@ -31,8 +31,12 @@ def main() -> int:
     parser.add_argument("--print-env", action="append", default=[])
     parser.add_argument("--ignore-term", action="store_true")
     parser.add_argument("--die-after", type=float, default=0.0)
+    parser.add_argument("--term-delay", type=float, default=0.0)  # a slow, graceful shutdown
+    parser.add_argument("--api-key", default=None)  # a secret passed on the command line
     args = parser.parse_args()
 
+    if args.api_key is not None:
+        print(f"using api key {args.api_key}", flush=True)
     for name in args.print_env:
         print(f"{name}={os.environ.get(name)}", flush=True)
     if args.mode == "exit":
@@ -77,7 +81,12 @@ def main() -> int:
         if args.ignore_term:
             print("ignoring SIGTERM", flush=True)
             return
-        threading.Thread(target=httpd.shutdown, daemon=True).start()
+
+        def stop() -> None:
+            time.sleep(args.term_delay)
+            httpd.shutdown()
+
+        threading.Thread(target=stop, daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_term)
 
