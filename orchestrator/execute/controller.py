@@ -433,6 +433,10 @@ class Run:
             return CellOutcome(cell.id, host.name, "failed", f"lost the runner: {exc}", "runner")
         seconds = time.monotonic() - started
         if not final.get("archive"):
+            if final.get("reason"):  # the runner said why (e.g. another runner holds the cell)
+                status = "interrupted" if final.get("status") == "interrupted" else "failed"
+                step = final.get("step") or "runner"
+                return CellOutcome(cell.id, host.name, status, final["reason"], step, seconds)
             tail = (res.stderr.strip() or "\n".join(noise))[-1500:]
             return CellOutcome(
                 cell.id,
