@@ -423,10 +423,37 @@ def _priority(draft: _GroupDraft) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
 
+# Lines only Ansible's INI inventory format has, at column 0 (where YAML and JSON cannot have
+# them): a `[group]` / `[group:vars]` / `[group:children]` header, or `host key=value ...`.
+_INI_GROUP = re.compile(r"^\[[A-Za-z0-9_.\-]+(:(vars|children))?\]\s*([#;].*)?$")
+_INI_HOST_VARS = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+(\s+[A-Za-z_]\w*=\S*)+\s*([#;].*)?$")
+
+
+def _refuse_ini(path: Path) -> None:
+    """An INI inventory (Ansible's default `hosts` file) is refused with how to convert it."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return  # load_yaml reports a missing or unreadable file
+    for number, line in enumerate(text.splitlines(), start=1):
+        if _INI_GROUP.match(line) or _INI_HOST_VARS.match(line):
+            raise InputError(
+                f"INI inventories are not supported: {line.strip()!r} is Ansible's INI "
+                "format; orch reads YAML or JSON inventories",
+                location=SourceLocation(str(path), number, 1),
+                hint=f"convert it: ansible-inventory -i {path} --list > inventory.json, "
+                "then pass -i inventory.json",
+            )
+
+
 def load_inventory(path: Path | None) -> Inventory:
-    """Read an Ansible YAML or JSON inventory; None gives the built-in local `localhost`."""
+    """Read an Ansible YAML or JSON inventory; None gives the built-in local `localhost`.
+
+    An INI inventory is an InputError at its first INI line, saying how to convert it.
+    """
     if path is None:
         return localhost_inventory()
+    _refuse_ini(path)
     doc = load_yaml(path, what="inventory")
     reader = _Reader(doc)
     reader.read()

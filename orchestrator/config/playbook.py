@@ -8,6 +8,7 @@ the position of every key, after checking its shape against `PlaybookModel`. Eve
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import shlex
@@ -1106,6 +1107,32 @@ def parse_extra_vars(items: Sequence[str]) -> dict[str, Any]:
     return result
 
 
+_STRUCTURED_VALUE = re.compile(r"(?:^|\s)([^\s=]+)=[\[{]")
+
+
+def _refuse_structured_value(text: str, label: str) -> None:
+    """`-e 'nccl={"default": {}}'`: name=value gives strings only, and the shell words of a
+    mapping split it apart; the Ansible way is the whole mapping as JSON. A quoted value
+    (`-e 'x="{literal}"'`) stays the string it says it is."""
+    match = _STRUCTURED_VALUE.search(text)
+    if match is None:
+        return
+    name = match.group(1)
+    value_text = text[match.end(0) - 1 :].strip()
+    example = f'{{"{name}": {value_text[0]}...{"}" if value_text[0] == "{" else "]"}}}'
+    try:
+        value = parse_yaml(value_text, "<-e>").data
+    except InputError:
+        value = None
+    if value is not None and match.start(1) == 0:  # one name=value: the exact JSON to write
+        example = json.dumps({name: value}, default=str)
+    kind = "list" if value_text.startswith("[") else "mapping"
+    raise InputError(
+        f"{label}: the value of {name!r} is a {kind}, but name=value gives only strings",
+        hint=f"pass the whole mapping as JSON: -e '{example}'",
+    )
+
+
 def _parse_extra_item(item: str) -> dict[str, Any]:
     text = item.strip()
     label = f"-e {item!r}"
@@ -1132,6 +1159,7 @@ def _parse_extra_item(item: str) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise InputError(f"{label}: extra vars must be a mapping, got {describe(data)}")
     else:
+        _refuse_structured_value(text, label)
         try:
             tokens = shlex.split(text)
         except ValueError as exc:

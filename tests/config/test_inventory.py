@@ -212,3 +212,35 @@ def test_inventory_errors(tmp_path: Path, text: str, needle: str, line: int, col
         load_inventory(path)
     assert needle in info.value.render()
     assert info.value.location == SourceLocation(str(path), line, col)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "first"),
+    [
+        ("# hosts\n\n[gpu]\ngpu01 ansible_host=10.0.0.1\n", 3, "[gpu]"),
+        ("gpu01 ansible_host=10.0.0.1 ansible_port=2222\n[gpu]\n", 1, "gpu01 ansible_host="),
+        ("; comment\n[h200:children]\ngpu\n", 2, "[h200:children]"),
+        ("[gpu:vars]  # shared\nansible_user=root\n", 1, "[gpu:vars]"),
+    ],
+)
+def test_an_ini_inventory_says_how_to_convert_it(
+    tmp_path: Path, text: str, line: int, first: str
+) -> None:
+    path = tmp_path / "hosts"  # Ansible's default name for its INI inventory
+    path.write_text(text)
+    with pytest.raises(InputError) as info:
+        load_inventory(path)
+    assert info.value.exit_code == 2
+    assert info.value.location == SourceLocation(str(path), line, 1)
+    assert info.value.message.startswith(f"INI inventories are not supported: '{first}")
+    assert f"ansible-inventory -i {path} --list > inventory.json" in str(info.value.hint)
+    assert "-i inventory.json" in str(info.value.hint)
+
+
+def test_yaml_and_json_inventories_are_not_taken_for_ini(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yml"
+    path.write_text("gpu:\n  hosts:\n    gpu01: {ansible_host: 10.0.0.1}\n    h[01:02]:\n")
+    assert sorted(load_inventory(path).hosts) == ["gpu01", "h01", "h02"]
+    path = tmp_path / "inv.json"
+    path.write_text('{"gpu": {"hosts": ["gpu01"]}, "_meta": {"hostvars": {"gpu01": {}}}}')
+    assert list(load_inventory(path).hosts) == ["gpu01"]

@@ -262,6 +262,25 @@ class TestExtraVars:
             "d": 4,
         }
 
+    def test_a_mapping_or_list_after_name_equals_says_to_pass_json(self) -> None:
+        with pytest.raises(InputError) as info:
+            parse_extra_vars(['nccl={"default": {}}'])
+        assert info.value.message == (
+            "-e 'nccl={\"default\": {}}': the value of 'nccl' is a mapping, "
+            "but name=value gives only strings"
+        )
+        expected = """pass the whole mapping as JSON: -e '{"nccl": {"default": {}}}'"""
+        assert info.value.hint == expected
+        assert "is not name=value" not in info.value.render()
+        with pytest.raises(InputError, match=r"'tp' is a list") as info:
+            parse_extra_vars(["tp=[4, 8]"])
+        assert """-e '{"tp": [4, 8]}'""" in str(info.value.hint)
+        with pytest.raises(InputError) as info:  # not the first pair: the shape of the fix
+            parse_extra_vars(["a=1 nccl={x: 1}"])
+        assert """-e '{"nccl": {...}}'""" in str(info.value.hint)
+        # a quoted value is the string it says; '=' inside a value is still text
+        assert parse_extra_vars(['x="{a: 1}"', "c=x={y}"]) == {"x": "{a: 1}", "c": "x={y}"}
+
     @pytest.mark.parametrize(
         ("item", "needle"),
         [
