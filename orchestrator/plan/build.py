@@ -37,6 +37,9 @@ from hashlib import sha256
 from operator import itemgetter
 from typing import Any
 
+from jinja2 import TemplateSyntaxError
+from jinja2.exceptions import TemplateAssertionError
+from jinja2.parser import Parser
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.adapters import bench_adapter, server_adapter
@@ -63,6 +66,7 @@ from orchestrator.plan.render import (
     VarDecl,
     VariableScope,
     expression_source,
+    has_template,
 )
 
 BUILTIN_NAMES = ("matrix", "inventory_hostname", "group_names", "groups", "hostvars", "orch_python")
@@ -115,6 +119,7 @@ def _build_cells(playbook: LoadedPlaybook, inventory: Inventory, limit: str | No
         )
     _check_var_names(playbook)
     engine = TemplateEngine()
+    _check_where_syntax(matrix.where, engine, locate)
     raw_safe = _raw_safe_axes(data.get("matrix"), matrix)
     planners = {
         h: _HostPlanner(playbook, inventory, inventory.hosts[h], engine, raw_safe) for h in hosts
@@ -176,6 +181,38 @@ def _select_hosts(
             hint=f"the play's hosts: {pattern!r} selects {', '.join(hosts)}",
         )
     return limited
+
+
+def _check_where_syntax(where: Any, engine: TemplateEngine, locate: Locate) -> None:
+    """A syntax error in a bare `where:` expression, in terms of the text the user wrote.
+
+    The expression is rendered wrapped as `{{ (...) }}` (render.expression_source), so Jinja
+    would otherwise report tokens the user never wrote, e.g. "unexpected ')'" for `a ==`.
+    """
+    if not isinstance(where, str) or has_template(where):
+        return
+    parser = Parser(engine.plain, where, state="variable")
+    try:
+        parser.parse_expression()
+        trailing = None if parser.stream.eos else parser.stream.current
+    except TemplateAssertionError:
+        return  # an unknown filter or test: reported with suggestions when it is compiled
+    except TemplateSyntaxError as exc:
+        problem = str(exc.message or exc).replace("'end of template'", "end of the expression")
+        problem = problem.replace("end of template", "end of the expression")
+        trailing = None
+    else:
+        if trailing is None:
+            return
+        token = f"string {trailing.value!r}" if trailing.type == "string" else repr(trailing.value)
+        problem = f"unexpected {token} after a complete expression (a missing operator?)"
+    raise InputError(
+        f"syntax error in the expression {where!r}: {problem}",
+        location=locate(("matrix", "where")),
+        key_path="matrix.where",
+        hint="a Jinja expression that is true for the cells to keep, e.g. "
+        "matrix.nccl == 'tuned' or matrix.tp <= 8",
+    )
 
 
 def _check_var_names(playbook: LoadedPlaybook) -> None:

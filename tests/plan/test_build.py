@@ -328,3 +328,40 @@ def test_axis_values_equal_across_types_are_not_conflated(tmp_path: Path) -> Non
     cells = plan(tmp_path, play, inventory=None)
     assert [c.bench.argv[1] for c in cells] == ["1", "true", "1.0", "1"]
     assert len({c.id for c in cells}) == 4
+
+
+@pytest.mark.parametrize(
+    ("where", "needle"),
+    [
+        ("matrix.nccl ==", "unexpected end of the expression"),
+        ("(matrix.nccl == 'tuned'", "unexpected end of the expression, expected ')'"),
+        ("matrix.nccl 'tuned'", "unexpected string 'tuned' after a complete expression"),
+    ],
+)
+def test_a_where_syntax_error_is_reported_in_the_users_own_text(
+    tmp_path: Path, where: str, needle: str
+) -> None:
+    play = BASE.replace(
+        "  nccl: [default, tuned]\n", f'  nccl: [default, tuned]\n  where: "{where}"\n'
+    )
+    assert "where:" in play
+    with pytest.raises(InputError) as err:
+        plan(tmp_path, play)
+    assert err.value.key_path == "matrix.where"
+    assert err.value.location is not None and err.value.location.line == 12
+    assert f"syntax error in the expression {where!r}: {needle}" in err.value.message
+    if "(" not in where:
+        assert "')'" not in err.value.render()  # the wrapping parenthesis the user never wrote
+
+
+def test_a_where_in_braces_and_an_unknown_filter_keep_their_messages(tmp_path: Path) -> None:
+    play = BASE.replace(
+        "  nccl: [default, tuned]\n", '  nccl: [default, tuned]\n  where: "matrix.nccl | nosuch"\n'
+    )
+    with pytest.raises(InputError, match="unknown filter 'nosuch'"):
+        plan(tmp_path, play)
+    play = BASE.replace(
+        "  nccl: [default, tuned]\n",
+        "  nccl: [default, tuned]\n  where: \"{{ matrix.nccl == 'tuned' }}\"\n",
+    )
+    assert {c.axes["nccl"] for c in plan(tmp_path, play)} == {"tuned"}
