@@ -2,7 +2,9 @@
 
 Sections, in order: code, packages, environment (as the server processes saw it), server flags,
 system, hardware state, then metrics with deltas and significance. A section is shown only when
-something in it differs; the rest are named in one "no differences in" line. Nothing is cut:
+something in it differs (metrics: a significant change, or measured on one side only; medians
+that moved within noise are shown, marked "no significant change"); the rest are named in one
+"no differences in" line. Nothing is cut:
 `render_diff` writes a long section whole to a file and prints its path.
 """
 
@@ -20,9 +22,16 @@ from typing import Any, Literal
 
 from tabulate import tabulate
 
-from orchestrator.analyze.evidence import CellEvidence, find_key, find_value, flatten
+from orchestrator.analyze.evidence import (
+    CellEvidence,
+    find_key,
+    find_value,
+    flatten,
+    load_cells,
+)
 from orchestrator.analyze.metrics import format_number
 from orchestrator.analyze.stats import compare, median
+from orchestrator.errors import InputError
 from orchestrator.plan.cell import canonical_json
 
 SECTION_TITLES: dict[str, str] = {
@@ -87,11 +96,15 @@ class Section:
 
     @property
     def differs(self) -> bool:
-        """True when a real (not noise-level) difference, a block or a metric is present."""
+        """True when a real (not noise-level) difference, a block or a metric change is present.
+
+        A metric counts only when its change is significant or it was measured on one side
+        only: repeats of the same cell always differ a little, and that is not a difference.
+        """
         return (
             any(not e.within_tolerance for e in self.entries)
             or bool(self.blocks)
-            or bool(self.metrics)
+            or any(m.significant is not False for m in self.metrics)
         )
 
 
@@ -831,6 +844,38 @@ def diff_runs(
     )
 
 
+def _is_cell_dir(path: Path) -> bool:
+    return (path / "cell.json").is_file() and not (path / "cells").is_dir()
+
+
+def diff_paths(
+    a: Path,
+    b: Path,
+    *,
+    repo_path: Path | None = None,
+    ratio_threshold: float = 0.05,
+    alpha: float = 0.05,
+) -> CellDiff | RunDiff:
+    """`orch diff A B` on two directories: two cells (`diff_cells`) or two runs (`diff_runs`).
+
+    A cell against a run is refused (InputError): pairing one cell with a run's cells would
+    report every other cell as missing and hide which comparison was meant.
+    """
+    a_cell, b_cell = _is_cell_dir(Path(a)), _is_cell_dir(Path(b))
+    if a_cell != b_cell:
+        cell, run = (a, b) if a_cell else (b, a)
+        raise InputError(
+            f"cannot diff a cell with a run: {cell} is one cell, {run} is a run",
+            hint=f"compare two cells (e.g. {run}/cells/{Path(cell).name}) or two runs",
+        )
+    ca, cb = load_cells(Path(a)), load_cells(Path(b))
+    if a_cell:
+        return diff_cells(
+            ca[0], cb[0], repo_path=repo_path, ratio_threshold=ratio_threshold, alpha=alpha
+        )
+    return diff_runs(ca, cb, repo_path=repo_path, ratio_threshold=ratio_threshold, alpha=alpha)
+
+
 # --- rendering ---------------------------------------------------------------------------------
 
 
@@ -903,9 +948,23 @@ def _cell_diff_lines(diff: CellDiff, max_lines_inline: int, spill_dir: Path | No
             step = f" at step {ref.failed_step}" if ref.failed_step else ""
             lines.append(f"{side} {ref.status}{step}: {ref.reason or '(no reason recorded)'}")
     label = diff.a.id if diff.a.id == diff.b.id else f"{diff.a.id}--{diff.b.id}"
-    for section in diff.differing:
+    shown = list(diff.differing)
+    # Medians that moved within noise are still shown (that is what a person diffing two
+    # cells looks at), marked as no significant change; identical medians are not. Some
+    # diffs (audit's drift) have no metrics section.
+    metrics = next((s for s in diff.sections if s.name == "metrics"), None)
+    within_noise = (
+        metrics is not None
+        and not metrics.differs
+        and any(m.median_a != m.median_b for m in metrics.metrics)
+    )
+    if within_noise and metrics is not None:
+        shown.append(metrics)
+    for section in shown:
         lines.append("")
         body = section_lines(section)
+        if section is metrics and within_noise:
+            body[0] += ": no significant change"
         if spill_dir is not None and len(body) > max_lines_inline:
             spill_dir.mkdir(parents=True, exist_ok=True)
             path = spill_dir / f"{_safe_name(label)}.{section.name}.txt"
@@ -916,6 +975,8 @@ def _cell_diff_lines(diff: CellDiff, max_lines_inline: int, spill_dir: Path | No
             lines += body
     if diff.unchanged:
         names = ", ".join(n.replace("_", " ") for n in diff.unchanged)
+        if within_noise:
+            names += " (no significant change)"
         lines += ["", f"no differences in: {names}"]
     return lines
 
@@ -941,18 +1002,17 @@ def _run_summary(diff: RunDiff) -> list[str]:
         f"only in A: {len(diff.only_a)}; only in B: {len(diff.only_b)}"
     )
     counts = {name: 0 for name in SECTION_ORDER}
-    significant = 0
     for pair in diff.pairs:
         for section in pair.differing:
             counts[section.name] += 1
-        if any(m.significant for m in pair.section("metrics").metrics):
-            significant += 1
     shown = [(n, c) for n, c in counts.items() if c]
     if shown:
         lines.append("differences, most likely cause first:")
         for name, count in shown:
-            extra = f" (significant changes in {significant})" if name == "metrics" else ""
-            lines.append(f"  {name.replace('_', ' ')}: {count} of {len(diff.pairs)} pairs{extra}")
+            lines.append(f"  {name.replace('_', ' ')}: {count} of {len(diff.pairs)} pairs")
+    unchanged = [n.replace("_", " ") for n, c in counts.items() if not c]
+    if diff.pairs and unchanged:
+        lines.append(f"no differences in any pair: {', '.join(unchanged)}")
     for side, refs in (("A", diff.only_a), ("B", diff.only_b)):
         for ref in refs:
             lines.append(f"only in {side}: {_describe(ref)}")

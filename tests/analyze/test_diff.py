@@ -19,13 +19,17 @@ from analyze_fixtures import (
 
 from orchestrator.analyze.diff import (
     SECTION_ORDER,
+    CellDiff,
+    RunDiff,
     decode_event_reasons,
     diff_cells,
+    diff_paths,
     diff_runs,
     parse_pip_freeze,
     render_diff,
 )
 from orchestrator.analyze.evidence import CellEvidence, load_run
+from orchestrator.errors import InputError
 
 GOOD = [{"output_throughput": v} for v in (94.1, 93.8, 94.3, 94.0, 93.9)]
 BAD = [{"output_throughput": v} for v in (60.2, 60.9, 59.8, 60.4, 60.1)]
@@ -37,15 +41,70 @@ def _pair(tmp_path: Path, a_kwargs: dict, b_kwargs: dict) -> tuple[CellEvidence,
     return CellEvidence.load(a), CellEvidence.load(b)
 
 
-def test_identical_cells_have_only_metrics(tmp_path: Path) -> None:
+def test_identical_cells_have_no_differences(tmp_path: Path) -> None:
     a, b = _pair(tmp_path, {"repeats": GOOD}, {"repeats": GOOD})
     diff = diff_cells(a, b)
-    assert [s.name for s in diff.differing] == ["metrics"]
-    assert diff.unchanged == list(SECTION_ORDER[:-1])
+    assert diff.differing == []  # metrics without a significant change are no difference
+    assert diff.unchanged == list(SECTION_ORDER)
     text = render_diff(diff)
-    assert "no differences in: code, packages, environment, server flags, system, hardware" in text
+    assert (
+        "no differences in: code, packages, environment, server flags, system, hardware, metrics"
+    ) in text
     metric = diff.section("metrics").metrics[0]
     assert metric.significant is False and metric.method == "mann-whitney"
+
+
+def test_metrics_moved_within_noise_are_shown_but_are_no_difference(tmp_path: Path) -> None:
+    noisy = [{"output_throughput": v + 0.2} for v in (94.1, 93.8, 94.3, 94.0, 93.9)]
+    a, b = _pair(tmp_path, {"repeats": GOOD}, {"repeats": noisy})
+    diff = diff_cells(a, b)
+    assert diff.differing == [] and "metrics" in diff.unchanged
+    text = render_diff(diff)
+    assert "[metrics] metrics: no significant change" in text
+    assert "hardware, metrics (no significant change)" in text
+    assert "[metrics]" not in render_diff(diff_cells(a, a))  # identical medians: nothing to show
+
+
+def test_a_diff_without_a_metrics_section_renders(tmp_path: Path) -> None:
+    a, b = _pair(tmp_path, {"repeats": GOOD}, {"repeats": BAD})
+    diff = diff_cells(a, b)
+    diff.sections = [s for s in diff.sections if s.name != "metrics"]  # as audit's drift does
+    assert "no differences in: code" in render_diff(diff)
+
+
+def test_a_metric_counts_as_a_difference_when_significant_or_one_sided(tmp_path: Path) -> None:
+    a, b = _pair(tmp_path, {"repeats": GOOD}, {"repeats": BAD})
+    assert [s.name for s in diff_cells(a, b).differing] == ["metrics"]
+    only_a = [{**r, "extra_metric": 1.0} for r in GOOD]
+    a, b = _pair(tmp_path / "x", {"repeats": only_a}, {"repeats": GOOD})
+    assert [s.name for s in diff_cells(a, b).differing] == ["metrics"]
+
+
+def test_a_run_against_itself_has_no_differences(tmp_path: Path) -> None:
+    cells = [
+        {"cell": base_cell(f"spec-{n}-1111111{n}", axes={"spec": str(n)}), "repeats": GOOD}
+        for n in range(3)
+    ]
+    run = load_run(write_run(tmp_path, "run-a", cells))
+    text = render_diff(diff_runs(run.cells, run.cells))
+    assert "differences, most likely cause first" not in text
+    assert "metrics: 3 of 3" not in text
+    assert (
+        "no differences in any pair: code, packages, environment, server flags, system, "
+        "hardware, metrics"
+    ) in text
+
+
+def test_diff_paths_refuses_a_cell_against_a_run(tmp_path: Path) -> None:
+    cells = [{"cell": base_cell("spec-off-11111111", axes={"spec": "off"}), "repeats": GOOD}]
+    run = write_run(tmp_path, "run-a", cells)
+    cell = run / "cells" / "spec-off-11111111"
+    for a, b in ((cell, run), (run, cell)):
+        with pytest.raises(InputError, match="cannot diff a cell with a run") as err:
+            diff_paths(a, b)
+        assert "cells/spec-off-11111111" in str(err.value.hint)
+    assert isinstance(diff_paths(cell, cell), CellDiff)
+    assert isinstance(diff_paths(run, run), RunDiff)
 
 
 def test_commit_change_is_first_and_lists_every_commit_between(tmp_path: Path) -> None:
@@ -285,7 +344,7 @@ def test_diff_runs_pairs_by_id_then_axes(tmp_path: Path) -> None:
     assert [r.id for r in diff.only_b] == ["only-b-44444444"]
     text = render_diff(diff)
     assert "2 cell pairs (1 by id, 1 by axes+host); only in A: 1; only in B: 1" in text
-    assert "metrics: 2 of 2 pairs (significant changes in 2)" in text
+    assert "metrics: 2 of 2 pairs" in text
     assert "(paired by axis values and host: the cell ids differ)" in text
     assert diff.a_run == "run-a" and diff.b_run == "run-b"
     data = json.loads(render_diff(diff, "json"))
