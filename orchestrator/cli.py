@@ -470,17 +470,10 @@ def diff(
     a: str, b: str, results_dir: Path, as_json: bool, repo: Path | None, spill_dir: Path | None
 ) -> None:
     """What changed between A and B (two runs, or two cells), most likely causes first."""
-    from orchestrator.analyze.diff import diff_cells, diff_runs, render_diff
-    from orchestrator.analyze.evidence import load_cells
+    from orchestrator.analyze.diff import diff_paths, render_diff
 
     pa, pb = _open_run_or_cell(a, results_dir), _open_run_or_cell(b, results_dir)
-    ca, cb = load_cells(pa), load_cells(pb)
-    both_cells = (pa / "cell.json").is_file() and (pb / "cell.json").is_file()
-    result: Any = (
-        diff_cells(ca[0], cb[0], repo_path=repo)
-        if both_cells
-        else diff_runs(ca, cb, repo_path=repo)
-    )
+    result = diff_paths(pa, pb, repo_path=repo)
     if as_json:
         click.echo(render_diff(result, "json"))
         return
