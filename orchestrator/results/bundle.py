@@ -144,6 +144,17 @@ def _extract(archive: Path, dest: Path) -> tuple[Path, str | None]:
         if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
             root = entries[0]
             top = root.name
+            # The top folder is dropped: a link may no longer reach beside it (`top/x -> ../y`).
+            for member in members:
+                if member.issym() or member.islnk():
+                    name = PurePosixPath(member.name)
+                    base = name.parent if member.issym() else PurePosixPath()
+                    target = os.path.normpath(str(base / member.linkname))
+                    if target != top and not target.startswith(f"{top}/"):
+                        raise BundleError(
+                            f"{archive}: link out of the archive's folder: "
+                            f"{member.name} -> {member.linkname}"
+                        )
         os.replace(root, dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
