@@ -79,3 +79,66 @@ def leading_number(text: str) -> float | None:
     """The number at the start of a report cell such as `61.60 ± 1.28`, else None."""
     found = re.match(r"\s*(-?[\d.]+(?:e[-+]?\d+)?)", text)
     return float(found.group(1)) if found else None
+
+
+def eagle3_playbook(
+    repo: Path,
+    port: int,
+    *,
+    name: str,
+    dest: str,
+    time_scale: str = "0.05",
+    repeats: int = 2,
+    matrix: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """good vs bad of an `orch sim init-repo` repo: EAGLE-3 2-step, tuned NCCL, tp 8, short runs."""
+    return {
+        "name": name,
+        "vars": {"sim_repo": str(repo), "port": port, "time_scale": time_scale},
+        "matrix": matrix or {"commit": ["good", "bad"]},
+        "repo": {
+            "url": "{{ sim_repo }}",
+            "dest": dest,
+            "version": "{{ matrix.commit }}",
+            "setup": "sh setup.sh",
+        },
+        "env": {
+            "ORCH_SIM_TIME_SCALE": "{{ time_scale }}",
+            "NCCL_MIN_NCHANNELS": 32,
+            "NCCL_CROSS_NIC": 1,
+            "NCCL_ALGO": "Ring",
+        },
+        "server": {
+            "adapter": "sglang",
+            "launcher": SERVE,
+            "args": {
+                "model-path": "/models/Kimi-K2.5",
+                "host": "127.0.0.1",
+                "port": "{{ port }}",
+                "tp-size": 8,
+                "disable-custom-all-reduce": True,
+                "speculative-algorithm": "EAGLE3",
+                "speculative-draft-model-path": "/models/Kimi-K2.5-EAGLE3",
+                "speculative-num-steps": 2,
+                "speculative-eagle-topk": 1,
+                "speculative-num-draft-tokens": 3,
+            },
+            "ready": {"timeout": 60},
+        },
+        "bench": {
+            "adapter": "sglang.bench_serving",
+            "launcher": BENCH,
+            "args": {
+                "dataset-name": "random-ids",
+                "random-input-len": 1024,
+                "random-output-len": 128,
+                "random-range-ratio": 1,
+                "num-prompts": 2,
+                "max-concurrency": 1,
+            },
+            "warmup": 1,
+            "repeats": repeats,
+        },
+        "snapshot": {"pip_freeze": False, "topo": False},
+        "timeouts": {"cell": 120},
+    }

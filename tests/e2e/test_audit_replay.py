@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
+from sim_helpers import eagle3_playbook, free_port
 from sshhosts import SSHTestHost, SSHTestHosts
 
 from orchestrator.sim.repo import RepoInfo, init_repo
@@ -42,66 +42,11 @@ MAX_SM_CLOCK = 1980
 THROTTLED_SM_CLOCK = 990  # half the clock: compute-bound steps take about twice as long
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def playbook_data(repo: Path, port: int) -> dict[str, Any]:
     """good vs bad, EAGLE-3 2-step, tuned NCCL, tp 8, with an expectation on throughput."""
-    return {
-        "name": "audit-e2e",
-        "vars": {"sim_repo": str(repo), "port": port, "time_scale": "0.05"},
-        "matrix": {"commit": ["good", "bad"]},
-        "repo": {
-            "url": "{{ sim_repo }}",
-            "dest": DEST,
-            "version": "{{ matrix.commit }}",
-            "setup": "sh setup.sh",
-        },
-        "env": {
-            "ORCH_SIM_TIME_SCALE": "{{ time_scale }}",
-            "NCCL_MIN_NCHANNELS": 32,
-            "NCCL_CROSS_NIC": 1,
-            "NCCL_ALGO": "Ring",
-        },
-        "server": {
-            "adapter": "sglang",
-            "launcher": ["{{ orch_python }}", "-m", "orchestrator.sim", "serve"],
-            "args": {
-                "model-path": "/models/Kimi-K2.5",
-                "host": "127.0.0.1",
-                "port": "{{ port }}",
-                "tp-size": 8,
-                "disable-custom-all-reduce": True,
-                "speculative-algorithm": "EAGLE3",
-                "speculative-draft-model-path": "/models/Kimi-K2.5-EAGLE3",
-                "speculative-num-steps": 2,
-                "speculative-eagle-topk": 1,
-                "speculative-num-draft-tokens": 3,
-            },
-            "ready": {"timeout": 60},
-        },
-        "bench": {
-            "adapter": "sglang.bench_serving",
-            "launcher": ["{{ orch_python }}", "-m", "orchestrator.sim", "bench"],
-            "args": {
-                "dataset-name": "random-ids",
-                "random-input-len": 1024,
-                "random-output-len": 128,
-                "random-range-ratio": 1,
-                "num-prompts": 2,
-                "max-concurrency": 1,
-            },
-            "warmup": 1,
-            "repeats": 3,
-        },
-        "expect": {"output_throughput": {"min": 75}},
-        "snapshot": {"pip_freeze": False, "topo": False},
-        "timeouts": {"cell": 120},
-    }
+    data = eagle3_playbook(repo, port, name="audit-e2e", dest=DEST, repeats=3)
+    data["expect"] = {"output_throughput": {"min": 75}}
+    return data
 
 
 @dataclass

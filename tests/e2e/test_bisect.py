@@ -14,7 +14,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from sim_helpers import eagle3_playbook, free_port
 
 from orchestrator.sim.repo import RepoInfo, init_repo
 
@@ -31,65 +31,16 @@ pytestmark = [pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def write_playbook(path: Path, repo: Path, port: int, *, time_scale: str = "0.05") -> Path:
     """A one-cell sim playbook (tuned NCCL, EAGLE-3 2-step, tp 8) over the `good`/`bad` tags."""
-    data: dict[str, Any] = {
-        "name": "bisect-e2e",
-        "vars": {"sim_repo": str(repo), "port": port, "time_scale": time_scale},
-        "matrix": {"commit": ["good", "bad"], "spec": ["eagle3-2"]},
-        "repo": {
-            "url": "{{ sim_repo }}",
-            "dest": ".orch/e2e/sglang-sim",
-            "version": "{{ matrix.commit }}",
-            "setup": "sh setup.sh",
-        },
-        "env": {
-            "ORCH_SIM_TIME_SCALE": "{{ time_scale }}",
-            "NCCL_MIN_NCHANNELS": 32,
-            "NCCL_CROSS_NIC": 1,
-            "NCCL_ALGO": "Ring",
-        },
-        "server": {
-            "adapter": "sglang",
-            "launcher": ["{{ orch_python }}", "-m", "orchestrator.sim", "serve"],
-            "args": {
-                "model-path": "/models/Kimi-K2.5",
-                "host": "127.0.0.1",
-                "port": "{{ port }}",
-                "tp-size": 8,
-                "disable-custom-all-reduce": True,
-                "speculative-algorithm": "EAGLE3",
-                "speculative-draft-model-path": "/models/Kimi-K2.5-EAGLE3",
-                "speculative-num-steps": 2,
-                "speculative-eagle-topk": 1,
-                "speculative-num-draft-tokens": 3,
-            },
-            "ready": {"timeout": 60},
-        },
-        "bench": {
-            "adapter": "sglang.bench_serving",
-            "launcher": ["{{ orch_python }}", "-m", "orchestrator.sim", "bench"],
-            "args": {
-                "dataset-name": "random-ids",
-                "random-input-len": 1024,
-                "random-output-len": 128,
-                "random-range-ratio": 1,
-                "num-prompts": 2,
-                "max-concurrency": 1,
-            },
-            "warmup": 1,
-            "repeats": 2,
-        },
-        "snapshot": {"pip_freeze": False, "topo": False},
-        "timeouts": {"cell": 120},
-    }
+    data = eagle3_playbook(
+        repo,
+        port,
+        name="bisect-e2e",
+        dest=".orch/e2e/sglang-sim",
+        time_scale=time_scale,
+        matrix={"commit": ["good", "bad"], "spec": ["eagle3-2"]},
+    )
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
