@@ -165,9 +165,15 @@ def _select_hosts(
 ) -> list[str]:
     pattern = data.get("hosts", "all")
     where = locate(("hosts",))
-    hosts: list[str] = select_hosts_checked(
-        inventory, str(pattern), location=where, key_path="hosts"
-    )
+    try:
+        hosts: list[str] = select_hosts_checked(
+            inventory, str(pattern), location=where, key_path="hosts"
+        )
+    except InputError as exc:
+        if inventory.source is None and exc.hint is None:
+            # The usual cause: the playbook names inventory groups and no -i was given.
+            exc.hint = "no inventory given (-i), so the only host is localhost"
+        raise
     if limit is None:
         return hosts
     # --limit is typed on the command line: its errors have no file location, and only a bad
