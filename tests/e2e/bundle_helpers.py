@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tarfile
@@ -60,13 +59,6 @@ for key, value in sorted(os.environ.items()):
 with open("result.json", "w") as f:
     json.dump({"requests_per_s": 5 / max(seconds, 1e-6), "echo": answer}, f)
 """
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def orch(

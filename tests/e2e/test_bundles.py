@@ -26,7 +26,6 @@ from bundle_helpers import (
     cell_dirs,
     files_holding,
     files_under,
-    free_port,
     git,
     ok,
     orch,
@@ -36,6 +35,7 @@ from bundle_helpers import (
     tar_members_holding,
     write_yaml,
 )
+from sim_helpers import free_port
 
 from orchestrator.sim.repo import RepoInfo, init_repo
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from bundle_helpers import apply, cell_dirs, free_port, ok, orch, read_json, section_order
+from bundle_helpers import apply, cell_dirs, ok, orch, read_json, section_order
 from bundle_helpers import sim_playbook as make_playbook
+from sim_helpers import free_port
 from sshhosts import SSHTestHost, SSHTestHosts
 
 from orchestrator.sim.smi import install_fake_nvidia_smi

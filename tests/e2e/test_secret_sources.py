@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from sim_helpers import free_port
 
 HOST_SECRET = "s3cretHostPass99xyz"  # inventory var `db_password`: secret by name
 LISTED_SECRET = "LIC-7731-ZXQ-4412"  # playbook var `license`: secret because listed
@@ -22,12 +22,6 @@ SERVER = (
     "h.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), h.SimpleHTTPRequestHandler)"
     ".serve_forever()\n"
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _orch(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -61,7 +55,7 @@ def test_host_var_and_listed_var_secrets_are_redacted(tmp_path: Path) -> None:
     playbook = {
         "name": "secret-sources",
         "secrets": ["license"],
-        "vars": {"port": _free_port(), "license": LISTED_SECRET},
+        "vars": {"port": free_port(), "license": LISTED_SECRET},
         "server": {
             "command": [
                 "{{ orch_python }}",
