@@ -45,8 +45,9 @@ inventory_option = click.option(
     "--inventory",
     "inventory",
     type=click.Path(path_type=Path),
-    default=None,
-    help="Inventory file (Ansible YAML or `ansible-inventory --list` JSON). Default: localhost.",
+    multiple=True,
+    help="Inventory file or directory (Ansible YAML or `ansible-inventory --list` JSON); "
+    "repeat to combine several. Default: localhost.",
 )
 extra_vars_option = click.option(
     "-e",
@@ -64,7 +65,7 @@ class Planned:
     def __init__(
         self,
         playbook: Path,
-        inventory: Path | None,
+        inventory: Sequence[Path],
         extra_vars: Sequence[str],
         limit: str | None,
     ) -> None:
@@ -95,7 +96,7 @@ def main() -> None:
 @limit_option
 @reports_errors
 def validate(
-    playbook: Path, inventory: Path | None, extra_vars: tuple[str, ...], limit: str | None
+    playbook: Path, inventory: Sequence[Path], extra_vars: tuple[str, ...], limit: str | None
 ) -> None:
     """Load, check and render PLAYBOOK without running anything."""
     planned = Planned(playbook, inventory, extra_vars, limit)
@@ -113,7 +114,7 @@ def validate(
 @reports_errors
 def plan(
     playbook: Path,
-    inventory: Path | None,
+    inventory: Sequence[Path],
     extra_vars: tuple[str, ...],
     limit: str | None,
     as_json: bool,
@@ -178,7 +179,7 @@ def schema() -> None:
 @reports_errors
 def apply(
     playbook: Path,
-    inventory: Path | None,
+    inventory: Sequence[Path],
     extra_vars: tuple[str, ...],
     limit: str | None,
     results_dir: Path,
@@ -290,7 +291,7 @@ results_option = click.option(
 @limit_option
 @click.option("--json", "as_json", is_flag=True, help="The full snapshots as JSON.")
 @reports_errors
-def facts(inventory: Path | None, limit: str | None, as_json: bool) -> None:
+def facts(inventory: Sequence[Path], limit: str | None, as_json: bool) -> None:
     """Snapshot hosts now (the same probe as a run), without running anything."""
     from orchestrator.config.inventory import load_inventory
     from orchestrator.config.patterns import select_hosts_checked
@@ -526,7 +527,7 @@ def _tolerance(text: str) -> float:
 def audit(
     ref: str,
     results_dir: Path,
-    inventory: Path | None,
+    inventory: Sequence[Path],
     no_drift: bool,
     rerun: bool,
     selector: str | None,
@@ -633,7 +634,7 @@ def audit(
 @inventory_option
 @limit_option
 @reports_errors
-def replay(ref: str, results_dir: Path, inventory: Path | None, limit: str | None) -> None:
+def replay(ref: str, results_dir: Path, inventory: Sequence[Path], limit: str | None) -> None:
     """Run RUN/CELL again from its bundle alone, on its host or on the hosts --limit picks."""
     from orchestrator.config.inventory import load_inventory
     from orchestrator.execute.replay import inventory_from_bundle, retarget, run_recorded
@@ -678,7 +679,7 @@ def replay(ref: str, results_dir: Path, inventory: Path | None, limit: str | Non
 @reports_errors
 def bisect(
     playbook: Path | None,
-    inventory: Path | None,
+    inventory: Sequence[Path],
     extra_vars: tuple[str, ...],
     limit: str | None,
     results_dir: Path,

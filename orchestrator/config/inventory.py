@@ -1,7 +1,8 @@
 """Ansible inventories (YAML as written, or the JSON `ansible-inventory --list` prints) → Inventory.
 
-Accepted as Ansible reads them: groups with `hosts`, `vars` and `children`; host ranges
-(`gpu[01:16]`, `node[a:c]`, `[1:10:2]`); `group_vars/` and `host_vars/` beside the file; variable
+Accepted as Ansible reads them: one or more files or directories of them (inventory_sources);
+groups with `hosts`, `vars` and `children`; host ranges (`gpu[01:16]`, `node[a:c]`, `[1:10:2]`);
+`group_vars/` and `host_vars/` beside each file or inside each directory; variable
 precedence all < parent group < child group < host, then the group_vars/host_vars files in the
 same order. Connection variables (`ansible_host`, `ansible_port`, ... or orch's plain `host`,
 `port`, ...) become `Host` fields. Every problem is an InputError at the file, line and column.
@@ -11,12 +12,17 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.config.host import ConnectionKind, Group, Host, Inventory, localhost_inventory
+from orchestrator.config.inventory_sources import (
+    inventory_files,
+    refuse_unreadable_format,
+    vars_folder,
+)
 from orchestrator.config.loaded import KeyPath, format_key_path
 from orchestrator.config.playbook import describe, is_template, suggest
 from orchestrator.config.yamlpos import YamlDocument, load_yaml
@@ -123,15 +129,18 @@ class _HostDraft:
 
 
 class _Reader:
-    """Builds groups and hosts from one parsed inventory file."""
+    """Builds groups and hosts from parsed inventory files, read one after another into one graph.
 
-    def __init__(self, doc: YamlDocument) -> None:
-        self.doc = doc
-        self.file = str(doc.path)
+    As in Ansible, a group or host named in two files is one group or host; later vars win.
+    """
+
+    def __init__(self) -> None:
         self.groups: dict[str, _GroupDraft] = {}
         self.hosts: dict[str, _HostDraft] = {}
+        self.doc: YamlDocument | None = None
 
     def at(self, path: KeyPath, *, value: bool = True) -> SourceLocation:
+        assert self.doc is not None, "read() sets the document first"
         return self.doc.locate(path, value=value)
 
     def fail(
@@ -158,8 +167,9 @@ class _Reader:
             draft = self.groups[name] = _GroupDraft(name, self.at(path, value=False))
         return draft
 
-    def read(self) -> None:
-        data = self.doc.data
+    def read(self, doc: YamlDocument) -> None:
+        self.doc = doc
+        data = doc.data
         if not isinstance(data, dict):
             raise self.fail(
                 f"an inventory is a mapping of groups (all: {{hosts: ...}}), got {describe(data)}",
@@ -423,45 +433,29 @@ def _priority(draft: _GroupDraft) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
 
-# Lines only Ansible's INI inventory format has, at column 0 (where YAML and JSON cannot have
-# them): a `[group]` / `[group:vars]` / `[group:children]` header, or `host key=value ...`.
-_INI_GROUP = re.compile(r"^\[[A-Za-z0-9_.\-]+(:(vars|children))?\]\s*([#;].*)?$")
-_INI_HOST_VARS = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+(\s+[A-Za-z_]\w*=\S*)+\s*([#;].*)?$")
+def load_inventory(source: Path | Sequence[Path] | None) -> Inventory:
+    """Read Ansible YAML or JSON inventories; None or no paths give the built-in `localhost`.
 
-
-def _refuse_ini(path: Path) -> None:
-    """An INI inventory (Ansible's default `hosts` file) is refused with how to convert it."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return  # load_yaml reports a missing or unreadable file
-    for number, line in enumerate(text.splitlines(), start=1):
-        if _INI_GROUP.match(line) or _INI_HOST_VARS.match(line):
-            raise InputError(
-                f"INI inventories are not supported: {line.strip()!r} is Ansible's INI "
-                "format; orch reads YAML or JSON inventories",
-                location=SourceLocation(str(path), number, 1),
-                hint=f"convert it: ansible-inventory -i {path} --list > inventory.json, "
-                "then pass -i inventory.json",
-            )
-
-
-def load_inventory(path: Path | None) -> Inventory:
-    """Read an Ansible YAML or JSON inventory; None gives the built-in local `localhost`.
-
-    An INI inventory is an InputError at its first INI line, saying how to convert it.
+    Each source is a file or a directory of them (inventory_sources.inventory_files); several
+    sources are one inventory, read in order, as Ansible reads repeated -i options. An INI
+    inventory or an inventory script is an InputError saying how to convert it.
     """
-    if path is None:
+    sources = [source] if isinstance(source, Path) else list(source or ())
+    if not sources:
         return localhost_inventory()
-    _refuse_ini(path)
-    doc = load_yaml(path, what="inventory")
-    reader = _Reader(doc)
-    reader.read()
+    reader = _Reader()
+    first: Path | None = None
+    for item in sources:
+        for path in inventory_files(item):
+            refuse_unreadable_format(path)
+            reader.read(load_yaml(path, what="inventory"))
+            first = first or path
+    assert first is not None  # inventory_files gives at least one file per source
     _check_cycles(reader)
     if not reader.hosts:
         raise InputError(
             "the inventory declares no hosts",
-            location=SourceLocation(str(path), 1, 1),
+            location=SourceLocation(str(first), 1, 1),
             hint="add hosts under a group, e.g. all: {hosts: {gpu01: {ansible_host: 10.0.0.1}}}",
         )
     groups = reader.groups
@@ -472,7 +466,7 @@ def load_inventory(path: Path | None) -> Inventory:
             direct[host].append(draft.name)
     ungrouped = [h for h, gs in direct.items() if all(g == "all" for g in gs)]
     if "ungrouped" not in groups:
-        groups["ungrouped"] = _GroupDraft("ungrouped", SourceLocation(str(path), 1, 1))
+        groups["ungrouped"] = _GroupDraft("ungrouped", SourceLocation(str(first), 1, 1))
     groups["ungrouped"].hosts.extend(h for h in ungrouped if h not in groups["ungrouped"].hosts)
     if "ungrouped" not in groups["all"].children:
         groups["all"].children.append("ungrouped")
@@ -483,13 +477,14 @@ def load_inventory(path: Path | None) -> Inventory:
     for host in ungrouped:
         direct[host] = ["ungrouped"]
 
-    folder = path.parent
-    for name, draft in groups.items():
-        for file in _var_files(folder / "group_vars", name):
-            draft.file_vars.update(_read_vars_file(file))
-    for name, hdraft in reader.hosts.items():
-        for file in _var_files(folder / "host_vars", name):
-            hdraft.file_vars.update(_read_vars_file(file))
+    # Each source's group_vars/ and host_vars/, in source order: a later source's files win.
+    for folder in dict.fromkeys(vars_folder(item) for item in sources):
+        for name, draft in groups.items():
+            for file in _var_files(folder / "group_vars", name):
+                draft.file_vars.update(_read_vars_file(file))
+        for name, hdraft in reader.hosts.items():
+            for file in _var_files(folder / "host_vars", name):
+                hdraft.file_vars.update(_read_vars_file(file))
 
     parents: dict[str, list[str]] = {g: [] for g in groups}
     for draft in groups.values():
@@ -533,7 +528,7 @@ def load_inventory(path: Path | None) -> Inventory:
             )
             for name, d in groups.items()
         },
-        source=str(path),
+        source=", ".join(str(item) for item in sources),
     )
 
 

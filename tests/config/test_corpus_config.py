@@ -2,7 +2,8 @@
 
 A case is a directory with `playbook.yml` (maybe `inventory.yml` or `inventory.json`, and other
 files) and `expect.yml` naming the file, line and column the error points at, the key path, and a
-substring of the message. `args: ["-e", ...]` are extra vars, paths relative to the case.
+substring of the message. `args:` are `-e` extra vars and `-i` inventories (files or
+directories), paths relative to the case.
 """
 
 from __future__ import annotations
@@ -22,18 +23,24 @@ CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 CASES = sorted(p for p in CORPUS.glob("config-*") if p.is_dir())
 
 
-def _extra_vars_args(args: list[str]) -> list[str]:
-    items = []
+def _split_args(args: list[str]) -> tuple[list[str], list[Path]]:
+    """(extra vars, inventory paths) from a case's `args`."""
+    extra: list[str] = []
+    inventories: list[Path] = []
     for flag, value in zip(args[::2], args[1::2], strict=True):
-        assert flag in ("-e", "--extra-vars"), f"unsupported corpus arg {flag!r}"
-        items.append(value)
-    return items
+        assert flag in ("-e", "--extra-vars", "-i"), f"unsupported corpus arg {flag!r}"
+        if flag == "-i":
+            inventories.append(Path(value))
+        else:
+            extra.append(value)
+    return extra, inventories
 
 
 def _load_case(case: Path, expect: dict[str, Any]) -> None:
-    extra = parse_extra_vars(_extra_vars_args(list(expect.get("args", []))))
+    extra_args, inventories = _split_args(list(expect.get("args", [])))
+    extra = parse_extra_vars(extra_args)
     found = [case / n for n in ("inventory.yml", "inventory.json") if (case / n).exists()]
-    inventory = load_inventory(found[0] if found else None)
+    inventory = load_inventory(inventories or found[:1])
     playbook = load_playbook(case / "playbook.yml", extra)
     select_hosts_checked(
         inventory,

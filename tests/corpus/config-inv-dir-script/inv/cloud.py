@@ -1,0 +1,3 @@
+#!/usr/bin/env python3
+"""Dynamic inventory from the cloud API."""
+print("{}")
