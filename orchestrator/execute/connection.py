@@ -31,10 +31,9 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import fabric
 import paramiko
@@ -83,8 +82,6 @@ for sig in (signal.SIGTERM, signal.SIGKILL):
     while tagged() and time.time() < deadline:
         time.sleep(0.05)
 """
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -813,67 +810,3 @@ def _open_ssh(
             with contextlib.suppress(OSError):
                 transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return SSHConnection(host, conn, verified=host.host_key_checking)
-
-
-# -- many hosts ------------------------------------------------------------------------------
-
-
-@dataclass
-class HostOutcome(Generic[T]):
-    """What a function gave for one host: a value or the exception it raised."""
-
-    host: str
-    value: T | None = None
-    error: BaseException | None = None
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """True when the function returned without raising."""
-        return self.error is None
-
-
-class HostPool:
-    """Run a function per host in parallel: at most `max_parallel` at once, starts spaced
-    `stagger` seconds apart (sshd drops unauthenticated connections beyond MaxStartups)."""
-
-    def __init__(self, max_parallel: int = 16, stagger: float = 0.05) -> None:
-        if max_parallel < 1:
-            raise ValueError("max_parallel must be at least 1")
-        self.max_parallel = max_parallel
-        self.stagger = stagger
-        self._slot_lock = threading.Lock()
-        self._next_start = 0.0
-
-    def _wait_for_slot(self) -> None:
-        with self._slot_lock:
-            now = time.monotonic()
-            start = max(now, self._next_start)
-            self._next_start = start + self.stagger
-        if start > now:
-            time.sleep(start - now)
-
-    def map(self, hosts: Sequence[Host], fn: Callable[[Host], T]) -> dict[str, HostOutcome[T]]:
-        """Call `fn(host)` for every host; one host's exception never stops the others.
-        Returns outcomes by host name, in the order of `hosts`."""
-
-        def one(host: Host) -> HostOutcome[T]:
-            self._wait_for_slot()
-            started = time.monotonic()
-            try:
-                return HostOutcome(host.name, value=fn(host), seconds=time.monotonic() - started)
-            except Exception as exc:
-                return HostOutcome(host.name, error=exc, seconds=time.monotonic() - started)
-
-        if not hosts:
-            return {}
-        workers = min(self.max_parallel, len(hosts))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="orch-host") as pool:
-            outcomes = list(pool.map(one, hosts))
-        return {outcome.host: outcome for outcome in outcomes}
-
-    def connect_all(
-        self, hosts: Sequence[Host], **connect_options: Any
-    ) -> dict[str, HostOutcome[Connection]]:
-        """`connect()` to every host in parallel; failures are outcomes, not exceptions."""
-        return self.map(hosts, lambda host: connect(host, **connect_options))

@@ -24,6 +24,7 @@ from orchestrator.analyze.verdict import record_verdict, score_cell
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import ConnectionFailure, OrchError
 from orchestrator.execute.connection import Connection, connect
+from orchestrator.execute.pool import StartSpacing
 from orchestrator.execute.progress import Progress
 from orchestrator.execute.ship import ensure_runner
 from orchestrator.plan.cell import Cell
@@ -73,6 +74,7 @@ class ApplyOptions:
     argv: Sequence[str] = ()
     extra_run_fields: dict[str, Any] = field(default_factory=dict)  # e.g. replay_of
     connect_attempts: int = 4
+    connect_spacing: float = 0.05  # seconds between connection starts (pool.StartSpacing)
 
 
 @dataclass
@@ -143,6 +145,7 @@ class Run:
         self.cells = list(cells)
         self.options = options
         self.stop = threading.Event()
+        self.spacing = StartSpacing(self.options.connect_spacing)
         used_hosts = {c.host for c in self.cells}
         self.secrets = secret_values(
             self.cells,
@@ -313,6 +316,7 @@ class Run:
         return all(entry.get("status") == "passed" for entry in cells.values())
 
     def _connect(self, host: Host) -> Connection:
+        self.spacing.wait()
         conn = connect(host, attempts=self.options.connect_attempts)
         with self._lock:
             self._conns.add(conn)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from orchestrator.config.host import Host
 from orchestrator.errors import OrchError
 from orchestrator.execute.connection import connect
+from orchestrator.execute.pool import HostPool
 from orchestrator.execute.ship import ensure_runner
 
 
@@ -41,9 +41,13 @@ def probe_host(host: Host, *, repo: str | None = None, python: str | None = None
 
 def probe_hosts(hosts: Sequence[Host], *, max_parallel: int = 16) -> dict[str, dict[str, Any]]:
     """`probe_host` on every host in parallel; results by host name, in the given order."""
-    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(hosts)))) as pool:
-        results = list(pool.map(probe_host, hosts))
-    return {h.name: r for h, r in zip(hosts, results, strict=True)}
+    outcomes = HostPool(max_parallel=max_parallel).map(hosts, probe_host)
+    # probe_host turns every expected failure into "absent"; anything else is a bug in the probe
+    # path, still reported per host so the other hosts' facts stand.
+    return {
+        name: o.value if o.value is not None else {"absent": f"probe failed: {o.error!r}"}
+        for name, o in outcomes.items()
+    }
 
 
 def summary_row(name: str, facts: dict[str, Any]) -> list[str]:

@@ -26,11 +26,11 @@ from orchestrator.errors import ConnectionFailure, HostKeyError
 from orchestrator.execute.connection import (
     CommandTimeout,
     Connection,
-    HostPool,
     LocalConnection,
     SSHConnection,
     connect,
 )
+from orchestrator.execute.pool import HostPool, StartSpacing
 
 PY = sys.executable
 
@@ -487,6 +487,21 @@ def test_host_pool_staggers_starts() -> None:
     HostPool(max_parallel=4, stagger=0.1).map(hosts, lambda h: starts.append(time.monotonic()))
     starts.sort()
     assert all(b - a >= 0.08 for a, b in itertools.pairwise(starts))
+
+
+def test_start_spacing_spaces_threads_and_refuses_negative_seconds() -> None:
+    spacing = StartSpacing(0.1)
+    turns: list[float] = []
+    threads = [threading.Thread(target=lambda: (spacing.wait(), turns.append(time.monotonic())))
+               for _ in range(3)]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    turns.sort()
+    assert all(b - a >= 0.08 for a, b in itertools.pairwise(turns))
+    with pytest.raises(ValueError, match="0 or more"):
+        StartSpacing(-1)
 
 
 @pytest.mark.ssh

@@ -1,0 +1,90 @@
+"""Working on many hosts at once: bounded parallelism, and connection starts spaced apart.
+
+Spacing matters behind a bastion: every ProxyJump connection is a fresh unauthenticated session
+on the jump host's sshd, which drops them at random beyond MaxStartups (10 by default).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from orchestrator.config.host import Host
+from orchestrator.execute.connection import Connection, connect
+
+T = TypeVar("T")
+
+
+class StartSpacing:
+    """Hands out start times at least `seconds` apart to the threads that ask; thread-safe."""
+
+    def __init__(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("spacing must be 0 or more seconds")
+        self.seconds = seconds
+        self._lock = threading.Lock()
+        self._next = 0.0
+
+    def wait(self) -> None:
+        """Return at this caller's turn: `seconds` after the previous caller's turn, or now."""
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next)
+            self._next = start + self.seconds
+        if start > now:
+            time.sleep(start - now)
+
+
+@dataclass
+class HostOutcome(Generic[T]):
+    """What a function gave for one host: a value or the exception it raised."""
+
+    host: str
+    value: T | None = None
+    error: BaseException | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the function returned without raising."""
+        return self.error is None
+
+
+class HostPool:
+    """Run a function per host in parallel: at most `max_parallel` at once, starts spaced
+    `stagger` seconds apart."""
+
+    def __init__(self, max_parallel: int = 16, stagger: float = 0.05) -> None:
+        if max_parallel < 1:
+            raise ValueError("max_parallel must be at least 1")
+        self.max_parallel = max_parallel
+        self.spacing = StartSpacing(stagger)
+
+    def map(self, hosts: Sequence[Host], fn: Callable[[Host], T]) -> dict[str, HostOutcome[T]]:
+        """Call `fn(host)` for every host; one host's exception never stops the others.
+        Returns outcomes by host name, in the order of `hosts`."""
+
+        def one(host: Host) -> HostOutcome[T]:
+            self.spacing.wait()
+            started = time.monotonic()
+            try:
+                return HostOutcome(host.name, value=fn(host), seconds=time.monotonic() - started)
+            except Exception as exc:
+                return HostOutcome(host.name, error=exc, seconds=time.monotonic() - started)
+
+        if not hosts:
+            return {}
+        workers = min(self.max_parallel, len(hosts))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="orch-host") as pool:
+            outcomes = list(pool.map(one, hosts))
+        return {outcome.host: outcome for outcome in outcomes}
+
+    def connect_all(
+        self, hosts: Sequence[Host], **connect_options: Any
+    ) -> dict[str, HostOutcome[Connection]]:
+        """`connect()` to every host in parallel; failures are outcomes, not exceptions."""
+        return self.map(hosts, lambda host: connect(host, **connect_options))
