@@ -40,7 +40,7 @@ SECTION_TITLES: dict[str, str] = {
     "environment": "environment (as the server processes saw it)",
     "server_flags": "server flags",
     "system": "system (driver, CUDA, NCCL, torch, kernel, python)",
-    "hardware": "hardware state (before the server started)",
+    "hardware": "hardware state (before the server started; 'after run' where marked)",
     "metrics": "metrics",
 }
 SECTION_ORDER: tuple[str, ...] = tuple(SECTION_TITLES)
@@ -673,25 +673,31 @@ def _below_max(readings: Mapping[str, Any], label: str) -> str | None:
     return f"{readings.get(label)} of max {readings.get(_CURRENT_VS_MAX[label])}"
 
 
-def _hardware_section(a: CellEvidence, b: CellEvidence) -> Section:
-    section = Section("hardware", SECTION_TITLES["hardware"])
-    gpus_a, gpus_b = _gpus(a.snapshot_pre), _gpus(b.snapshot_pre)
-    if len(gpus_a) != len(gpus_b):
-        section.entries.append(Entry("GPU count", len(gpus_a), len(gpus_b)))
+# Readings the run itself moves (heat, power, clocks under load): compared after the run too,
+# where a GPU that throttled during the benchmark shows.
+_POST_RUN_LABELS = ("clocks.sm", "clocks_event_reasons.active", "temperature.gpu", "power.draw")
+_TOPO_AFFINITY = ("CPU Affinity", "NUMA Affinity")
 
-    def by_index(gpus: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        for position, gpu in enumerate(gpus):
-            index = _gpu_field(gpu, ["index", "gpuindex", "id"])
-            out[str(index if index is not None else position)] = gpu
-        return out
 
-    indexed_a, indexed_b = by_index(gpus_a), by_index(gpus_b)
+def _by_index(gpus: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for position, gpu in enumerate(gpus):
+        index = _gpu_field(gpu, ["index", "gpuindex", "id"])
+        out[str(index if index is not None else position)] = gpu
+    return out
+
+
+def _gpu_entries(
+    gpus_a: list[dict[str, Any]], gpus_b: list[dict[str, Any]], labels: Sequence[str], suffix: str
+) -> list[Entry]:
+    """Entries `GPU <index> <label><suffix>` for the readings of `labels` that differ."""
+    indexed_a, indexed_b = _by_index(gpus_a), _by_index(gpus_b)
     tolerances = {label: tol for label, _, tol in _GPU_FIELDS}
+    entries: list[Entry] = []
     for index in list(indexed_a) + [i for i in indexed_b if i not in indexed_a]:
         ra = _gpu_readings(indexed_a.get(index, {}))
         rb = _gpu_readings(indexed_b.get(index, {}))
-        for label in ra:
+        for label in labels:
             va, vb = ra[label], rb[label]
             if _same(va, vb):
                 continue
@@ -706,15 +712,61 @@ def _hardware_section(a: CellEvidence, b: CellEvidence) -> Section:
                     f"A: {decode_event_reasons(va) or _text(va)}, "
                     f"B: {decode_event_reasons(vb) or _text(vb)}"
                 )
-            section.entries.append(
+            entries.append(
                 Entry(
-                    f"GPU {index} {label}",
+                    f"GPU {index} {label}{suffix}",
                     va,
                     vb,
                     "; ".join(notes) or None,
                     within_tolerance=_within(tolerances[label], va, vb),
                 )
             )
+    return entries
+
+
+def _topology(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    topo = snapshot.get("topo")
+    return topo if isinstance(topo, dict) and isinstance(topo.get("links"), dict) else {}
+
+
+def _topology_entries(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Entry]:
+    """Links (`nvidia-smi topo -m`: NV18, PIX, SYS, ...) and CPU/NUMA affinity that differ.
+
+    A GPU pair that moved from NVLink to SYS, or a NIC no longer behind the GPU's PCIe switch,
+    changes what NCCL can do; each pair is one entry (the matrix is symmetric).
+    """
+    ta, tb = _topology(a), _topology(b)
+    if not ta or not tb:
+        return []
+    links_a, links_b = ta["links"], tb["links"]
+    devices = list(links_a) + [d for d in links_b if d not in links_a]
+    entries: list[Entry] = []
+    for i, dev in enumerate(devices):
+        row_a, row_b = _as_dict(links_a.get(dev)), _as_dict(links_b.get(dev))
+        for other in devices[i + 1 :]:
+            va, vb = row_a.get(other), row_b.get(other)
+            if not _same(va, vb):
+                entries.append(Entry(f"topology {dev}-{other}", va, vb))
+    aff_a, aff_b = _as_dict(ta.get("affinity")), _as_dict(tb.get("affinity"))
+    for dev in devices:
+        da, db = _as_dict(aff_a.get(dev)), _as_dict(aff_b.get(dev))
+        for name in _TOPO_AFFINITY:
+            if not _same(da.get(name), db.get(name)):
+                entries.append(Entry(f"topology {dev} {name}", da.get(name), db.get(name)))
+    return entries
+
+
+def _hardware_section(a: CellEvidence, b: CellEvidence) -> Section:
+    section = Section("hardware", SECTION_TITLES["hardware"])
+    gpus_a, gpus_b = _gpus(a.snapshot_pre), _gpus(b.snapshot_pre)
+    if len(gpus_a) != len(gpus_b):
+        section.entries.append(Entry("GPU count", len(gpus_a), len(gpus_b)))
+    labels = [label for label, _, _ in _GPU_FIELDS]
+    section.entries += _gpu_entries(gpus_a, gpus_b, labels, "")
+    post_a, post_b = _gpus(a.snapshot_post), _gpus(b.snapshot_post)
+    if post_a and post_b:
+        section.entries += _gpu_entries(post_a, post_b, _POST_RUN_LABELS, " after run")
+    section.entries += _topology_entries(a.snapshot_pre, b.snapshot_pre)
     if not gpus_a and not gpus_b and (a.snapshot_pre or b.snapshot_pre):
         section.notes.append("no GPU readings in either snapshot")
     return section

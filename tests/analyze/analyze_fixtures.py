@@ -127,12 +127,16 @@ def write_cell(
     reason: str | None = None,
     repo: dict[str, Any] | None = None,
     snapshot_pre: dict[str, Any] | None = None,
+    snapshot_post: dict[str, Any] | None = None,
     env: dict[str, Any] | None = None,
     repeats: list[dict[str, float]] | None = None,
     expectations: list[dict[str, Any]] | None = None,
     server_log: str | None = None,
 ) -> Path:
-    """Write one cell directory under `root/<cell id>` and return its path."""
+    """Write one cell directory under `root/<cell id>` and return its path.
+
+    The post-run snapshot is the pre-run one unless `snapshot_post` is given.
+    """
     cell = copy.deepcopy(cell) if cell is not None else base_cell()
     path = root / cell["id"]
     path.mkdir(parents=True)
@@ -164,7 +168,8 @@ def write_cell(
         )
     )
     (path / "snapshot.pre.json").write_text(json.dumps(snapshot_pre or snapshot()))
-    (path / "snapshot.post.json").write_text(json.dumps(snapshot_pre or snapshot()))
+    post = snapshot_post or snapshot_pre or snapshot()
+    (path / "snapshot.post.json").write_text(json.dumps(post))
     (path / "env_check.json").write_text(json.dumps(env or env_check(cell["env"])))
     if server_log is not None:
         (path / "server.log").write_text(server_log)

@@ -31,6 +31,7 @@ from orchestrator.analyze.diff import (
 from orchestrator.analyze.evidence import CellEvidence, load_run
 from orchestrator.errors import InputError
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 GOOD = [{"output_throughput": v} for v in (94.1, 93.8, 94.3, 94.0, 93.9)]
 BAD = [{"output_throughput": v} for v in (60.2, 60.9, 59.8, 60.4, 60.1)]
 
@@ -197,7 +198,11 @@ def test_throttled_gpu_shows_in_hardware(tmp_path: Path) -> None:
             "clocks_event_reasons.active": "0x0000000000000048",
         },
     )
-    a, b = _pair(tmp_path, {"snapshot_pre": healthy}, {"snapshot_pre": throttled})
+    a, b = _pair(
+        tmp_path,
+        {"snapshot_pre": healthy, "snapshot_post": healthy},
+        {"snapshot_pre": throttled, "snapshot_post": snapshot(gpus=2)},
+    )
     diff = diff_cells(a, b)
     assert [s.name for s in diff.differing] == ["hardware"]
     entries = {e.key: e for e in diff.section("hardware").entries}
@@ -213,6 +218,57 @@ def test_throttled_gpu_shows_in_hardware(tmp_path: Path) -> None:
     assert "GPU 1 clocks.sm: 1980 -> 1410" in text
     assert "temperature" not in text and "1 small changes within noise tolerance" in text
     assert decode_event_reasons("0x0000000000000000") == "none"
+    assert not any(k.endswith("after run") for k in entries)  # it recovered by the end
+
+
+def test_a_gpu_that_throttled_during_the_run_shows_after_run(tmp_path: Path) -> None:
+    hot = snapshot(gpus=2)
+    hot["gpus"]["devices"][0] = gpu(
+        0,
+        **{
+            "clocks.sm": 1305,
+            "clocks.max.sm": 1980,
+            "temperature.gpu": 91,
+            "clocks_event_reasons.active": "0x0000000000000020",
+        },
+    )
+    a, b = _pair(tmp_path, {}, {"snapshot_post": hot})  # both started healthy
+    diff = diff_cells(a, b)
+    assert [s.name for s in diff.differing] == ["hardware"]
+    entries = {e.key: e for e in diff.section("hardware").entries}
+    assert set(entries) == {
+        "GPU 0 clocks.sm after run",
+        "GPU 0 temperature.gpu after run",
+        "GPU 0 clocks_event_reasons.active after run",
+    }
+    assert entries["GPU 0 clocks.sm after run"].note == "B below max (1305 of max 1980)"
+    assert not entries["GPU 0 temperature.gpu after run"].within_tolerance  # 36 -> 91
+    assert "B: SwThermalSlowdown" in (
+        entries["GPU 0 clocks_event_reasons.active after run"].note or ""
+    )
+    assert "GPU 0 clocks.sm after run: 1980 -> 1305" in render_diff(diff)
+
+
+def test_topology_changes_show_once_per_pair(tmp_path: Path) -> None:
+    from orchestrator.execute.remote.probe import parse_topo
+
+    text = (FIXTURES / "h100-healthy" / "topo.txt").read_text()
+    moved = text.replace("GPU0\t X \tNV18", "GPU0\t X \tSYS").replace(
+        "GPU1\tNV18\t X ", "GPU1\tSYS\t X "
+    )
+    assert moved != text
+    a_topo, b_topo = parse_topo(text), parse_topo(moved)
+    b_topo["affinity"]["GPU1"]["NUMA Affinity"] = "1"
+    a, b = _pair(
+        tmp_path, {"snapshot_pre": snapshot(topo=a_topo)}, {"snapshot_pre": snapshot(topo=b_topo)}
+    )
+    entries = {e.key: e for e in diff_cells(a, b).section("hardware").entries}
+    assert set(entries) == {"topology GPU0-GPU1", "topology GPU1 NUMA Affinity"}
+    assert (entries["topology GPU0-GPU1"].a, entries["topology GPU0-GPU1"].b) == ("NV18", "SYS")
+    assert (entries["topology GPU1 NUMA Affinity"].a, entries["topology GPU1 NUMA Affinity"].b) == (
+        "0",
+        "1",
+    )
 
 
 def test_packages_server_flags_and_system(tmp_path: Path) -> None:
@@ -349,9 +405,6 @@ def test_diff_runs_pairs_by_id_then_axes(tmp_path: Path) -> None:
     assert diff.a_run == "run-a" and diff.b_run == "run-b"
     data = json.loads(render_diff(diff, "json"))
     assert data["pairs"][0]["differing"] == ["metrics"]
-
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 
 
 @pytest.mark.skipif(not (FIXTURES / "h100-throttled").is_dir(), reason="no nvidia-smi fixtures")
