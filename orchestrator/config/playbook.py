@@ -948,8 +948,9 @@ def _relative(base_file: Path, ref: str) -> Path:
 
 
 class _Loader:
-    def __init__(self) -> None:
+    def __init__(self, extra_vars: Mapping[str, Any] | None = None) -> None:
         self.files: list[Path] = []
+        self.extra_vars = dict(extra_vars or {})
 
     def _record(self, path: Path) -> None:
         if path not in self.files:
@@ -1038,6 +1039,8 @@ class _Loader:
         for i, ref in enumerate(files):
             if not isinstance(ref, str):
                 raise _err(f"expected a file name, got {describe(ref)}", doc, ("vars_files", i))
+            if is_template(ref):
+                ref = self._render_vars_file_name(ref, doc, data.get("vars"), i)
             target = _relative(doc.path, ref)
             if not target.is_file():
                 raise _err(
@@ -1061,6 +1064,43 @@ class _Loader:
             src = _merge(src, layer, levels=2)  # a var from a vars file replaces it whole
         return src
 
+    def _render_vars_file_name(self, ref: str, doc: YamlDocument, own_vars: Any, index: int) -> str:
+        """`vars/{{ cluster }}.yml` with -e vars and this file's `vars:`, as Ansible templates it.
+
+        Inventory and matrix variables do not exist yet: the file is read before any host.
+        """
+        from orchestrator.plan.render import TemplateEngine, VarDecl, VariableScope
+
+        def locate(path: KeyPath) -> SourceLocation:
+            return doc.locate(path, value=True)
+
+        decls = {
+            str(name): VarDecl(value, ("vars", name), locate)
+            for name, value in (own_vars or {}).items()
+        }
+        engine = TemplateEngine()
+        scope = VariableScope(engine, {**engine.globals, **self.extra_vars}, decls)
+        path: KeyPath = ("vars_files", index)
+        try:
+            rendered = engine.render_text(ref, scope, path, locate)
+        except InputError as exc:
+            if exc.message.startswith("undefined variable"):
+                # Jinja's globals are no likely meant names here; the variables in reach are.
+                name = exc.message.split("'")[1] if "'" in exc.message else ""
+                close = suggest(name, [*decls, *self.extra_vars])
+                exc.hint = (f"{close}; " if close else "") + (
+                    "vars_files see -e vars and this file's vars: only; "
+                    "the inventory and the matrix come later"
+                )
+            raise
+        if not isinstance(rendered, str) or not rendered:
+            raise _err(
+                f"a vars file name must render to a non-empty string, got {describe(rendered)}",
+                doc,
+                path,
+            )
+        return rendered
+
 
 def suggest_file(target: Path) -> str | None:
     """`did you mean 'base.yaml'?` for a near file name in the same folder."""
@@ -1077,7 +1117,7 @@ def load_playbook(path: Path, extra_vars: Mapping[str, Any] | None = None) -> Lo
     Bases merge deeply (mappings key by key, lists replaced, the extending file wins);
     a file's `vars_files` replace its own vars of the same name; extra vars replace any var.
     """
-    loader = _Loader()
+    loader = _Loader(extra_vars)
     merged = loader.load(path, (path.resolve(),))
     if extra_vars:
         layer = _Source({"vars": dict(extra_vars)})

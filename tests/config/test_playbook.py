@@ -164,6 +164,55 @@ def test_vars_files_replace_vars_and_extra_vars_win(tmp_path: Path) -> None:
     assert "vars_files" not in loaded.data
 
 
+def test_vars_file_names_are_templates_of_extra_vars_and_own_vars(tmp_path: Path) -> None:
+    write(tmp_path / "vars" / "h200.yml", "tp: 8\n")
+    write(tmp_path / "vars" / "h100-prod.yml", "tp: 4\n")
+    pb = write(
+        tmp_path / "pb.yml",
+        "name: x\nvars_files: ['vars/{{ cluster }}{{ suffix }}.yml']\n"
+        "vars:\n  cluster: h200\n  suffix: \"{{ '-' ~ stage if stage else '' }}\"\n"
+        "  stage: ''\nbench: {command: [a]}\n",
+    )
+    assert load_playbook(pb).data["vars"]["tp"] == 8
+    loaded = load_playbook(pb, {"cluster": "h100", "stage": "prod"})
+    assert loaded.data["vars"]["tp"] == 4  # -e wins over the file's own vars, as in Ansible
+    assert tmp_path / "vars" / "h100-prod.yml" in loaded.files
+
+
+@pytest.mark.parametrize(
+    ("name", "needle", "hint"),
+    [
+        (
+            "vars/{{ cluster }}.yml",
+            "undefined variable 'cluster'",
+            "the inventory and the matrix come later",
+        ),
+        (
+            "vars/{{ matrix.tp }}.yml",
+            "undefined variable 'matrix'",
+            "the inventory and the matrix come later",
+        ),
+        ("{{ 3 }}", "must render to a non-empty string, got", None),
+        ("vars/{{ h20 }}.yml", "undefined variable 'h20'", "did you mean 'h200'?; vars_files see"),
+        ("vars/{{ h200 }}.yml", "vars file not found: vars/h100.yml", None),
+    ],
+)
+def test_a_templated_vars_file_name_that_cannot_be_read_is_located(
+    tmp_path: Path, name: str, needle: str, hint: str | None
+) -> None:
+    pb = write(
+        tmp_path / "pb.yml",
+        f'name: x\nvars_files:\n  - "{name}"\nvars: {{h200: h100}}\nbench: {{command: [a]}}\n',
+    )
+    with pytest.raises(InputError) as info:
+        load_playbook(pb)
+    assert needle in info.value.message
+    assert info.value.location == SourceLocation(str(pb), 3, 5)
+    assert info.value.key_path == "vars_files[0]"
+    if hint:
+        assert hint in str(info.value.hint)
+
+
 def test_base_vars_files_are_relative_to_the_base_and_lose_to_the_child(tmp_path: Path) -> None:
     write(tmp_path / "shared" / "v.yml", "model: /base\nport: 1\n")
     write(tmp_path / "shared" / "base.yml", "vars_files: [v.yml]\nbench: {command: [a]}\n")
