@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
+from jinja2.defaults import DEFAULT_NAMESPACE
 from jinja2.exceptions import SecurityError, UndefinedError
 from jinja2.meta import find_undeclared_variables
 from jinja2.nativetypes import NativeCodeGenerator
@@ -482,6 +483,15 @@ def _close(name: str, candidates: Iterable[Any]) -> list[str]:
     return difflib.get_close_matches(name, words, n=3, cutoff=0.6)
 
 
+def _close_variables(name: str, scope: Iterable[Any]) -> list[str]:
+    """Close names for an undefined variable: the user's variables first; Jinja's globals
+    (range, dict, cycler, ...) only when very close, so `cluster` is not offered `cycler`."""
+    names = [c for c in scope if isinstance(c, str)]
+    own = _close(name, [c for c in names if c not in DEFAULT_NAMESPACE])
+    builtin = difflib.get_close_matches(name, [c for c in names if c in DEFAULT_NAMESPACE], 1, 0.8)
+    return (own + builtin)[:3]
+
+
 def render_error(
     exc: Exception, scope: Mapping[str, Any], where: SourceLocation, key_path: str
 ) -> InputError:
@@ -489,7 +499,7 @@ def render_error(
     if isinstance(exc, _UndefinedName):
         name = exc.name
         if exc.obj is missing:
-            close = _close(str(name), scope)
+            close = _close_variables(str(name), scope)
             hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else None
             return InputError(
                 f"undefined variable {name!r}",

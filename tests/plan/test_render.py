@@ -103,6 +103,23 @@ def test_undefined_variable_names_it_with_location_and_a_close_name() -> None:
     assert e.render().startswith("play.yml:7:3: x: undefined variable 'drat'")
 
 
+@pytest.mark.parametrize(
+    ("text", "variables", "hint"),
+    [
+        ("{{ cluster }}", ["port"], "define it under vars:, in the inventory, or with -e"),
+        ("{{ clustr }}", ["clusters", "port"], "did you mean 'clusters'?"),
+        ("{{ rnage(3) | list }}", ["port"], "did you mean 'range'?"),  # a global, very close
+    ],
+)
+def test_close_names_are_the_users_variables_before_jinja_globals(
+    text: str, variables: list[str], hint: str
+) -> None:
+    """`cluster` is not offered Jinja's `cycler`: a typo is of a variable, not of a global."""
+    with pytest.raises(InputError) as err:
+        render(text, dict.fromkeys(variables, 1))
+    assert err.value.hint == hint
+
+
 def test_undefined_in_a_comparison_is_still_named() -> None:
     with pytest.raises(InputError, match="undefined variable 'limit'"):
         render("{{ 1 > limit }}")
