@@ -371,9 +371,8 @@ class _HostPlanner:
     # -- variables ---------------------------------------------------------------------------
 
     def _declarations(self, inventory: Inventory) -> dict[str, VarDecl]:
+        """Ansible's precedence: inventory (group, then host) < playbook vars < -e."""
         decls: dict[str, VarDecl] = {}
-        for name, value in (self.data.get("vars") or {}).items():
-            decls[str(name)] = VarDecl(value, ("vars", name), self.locate)
         host_location = self.host.location or SourceLocation(inventory.source or "<inventory>")
 
         def locate_host(path: KeyPath) -> SourceLocation:
@@ -382,6 +381,8 @@ class _HostPlanner:
         for name, value in self.host.vars.items():
             if name not in BUILTIN_NAMES:
                 decls[str(name)] = VarDecl(value, ("hostvars", self.host.name, name), locate_host)
+        for name, value in (self.data.get("vars") or {}).items():
+            decls[str(name)] = VarDecl(value, ("vars", name), self.locate)
         for name, value in self.playbook.extra_vars.items():
             decls[str(name)] = VarDecl(value, ("vars", name), self.locate)
         return decls

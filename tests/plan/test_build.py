@@ -78,14 +78,28 @@ expect:
 """
 
 
-def test_precedence_playbook_vars_lt_host_vars_lt_extra_vars(tmp_path: Path) -> None:
+def test_precedence_host_vars_lt_playbook_vars_lt_extra_vars(tmp_path: Path) -> None:
+    """Ansible's order: inventory vars < play vars < -e."""
     cells = plan(tmp_path, BASE)
     by_host = {c.host: c for c in cells if c.axes["nccl"] == "default"}
     assert set(by_host) == {"gpu1", "gpu2"}
     assert by_host["gpu1"].server is not None and by_host["gpu2"].server is not None
-    assert by_host["gpu1"].server.argv[4] == "/host/model"  # host var beats playbook var
+    assert by_host["gpu1"].server.argv[4] == "/play/model"  # the playbook var beats the host's
     assert by_host["gpu2"].server.argv[4] == "/play/model"
-    assert by_host["gpu1"].server.argv[6] == "4"
+    assert by_host["gpu1"].server.argv[6] == "4"  # a host var the playbook does not set
+    # a per-host value the playbook defaults, the Ansible way
+    per_host = BASE.replace(
+        "model: /play/model", "model: \"{{ host_model | default('/play/model') }}\""
+    )
+    cells = plan(
+        tmp_path,
+        per_host,
+        inventory=INVENTORY.replace("model: /host/model", "host_model: /host/model"),
+    )
+    by_host = {c.host: c for c in cells if c.axes["nccl"] == "default"}
+    assert by_host["gpu1"].server is not None and by_host["gpu2"].server is not None
+    assert by_host["gpu1"].server.argv[4] == "/host/model"
+    assert by_host["gpu2"].server.argv[4] == "/play/model"
     cells = plan(tmp_path, BASE, extra={"model": "/cli/model"})
     assert {c.server.argv[4] for c in cells if c.server} == {"/cli/model"}  # -e beats all
 
