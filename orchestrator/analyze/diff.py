@@ -39,6 +39,7 @@ SECTION_TITLES: dict[str, str] = {
     "packages": "packages (pip freeze)",
     "environment": "environment (as the server processes saw it)",
     "server_flags": "server flags",
+    "bench": "bench settings (what was measured)",
     "system": "system (driver, CUDA, NCCL, torch, kernel, python)",
     "hardware": "hardware state (before the server started; 'after run' where marked)",
     "metrics": "metrics",
@@ -513,6 +514,29 @@ def _server_section(a: CellEvidence, b: CellEvidence) -> Section:
     return section
 
 
+def _bench_section(a: CellEvidence, b: CellEvidence) -> Section:
+    """The benchmark itself: prompts, lengths, concurrency, warmups and repeats move metrics
+    without any cause on the server side."""
+    section = Section("bench", SECTION_TITLES["bench"])
+    spec_a, spec_b = _as_dict(a.cell.get("bench")), _as_dict(b.cell.get("bench"))
+    args_a, args_b = _as_dict(spec_a.get("args")), _as_dict(spec_b.get("args"))
+    section.entries += _dict_entries(args_a, args_b, key_format="--{}")
+    for key in ("adapter", "warmup", "repeats", "timeout", "metrics"):
+        if not _same(spec_a.get(key), spec_b.get(key)):
+            section.entries.append(Entry(key, spec_a.get(key), spec_b.get(key)))
+    argv_a, argv_b = spec_a.get("argv"), spec_b.get("argv")
+    # The argv repeats the args; shown only when it differs some other way (a command bench).
+    if not section.entries and not _same(argv_a, argv_b):
+        section.entries.append(
+            Entry(
+                "argv",
+                shlex.join(str(x) for x in argv_a) if isinstance(argv_a, list) else argv_a,
+                shlex.join(str(x) for x in argv_b) if isinstance(argv_b, list) else argv_b,
+            )
+        )
+    return section
+
+
 # --- system ------------------------------------------------------------------------------------
 
 # label -> key spellings; the probe's own paths (execute/remote/probe.py) first, anchored with ^
@@ -836,6 +860,7 @@ def diff_cells(
         _packages_section(a, b),
         _environment_section(a, b),
         _server_section(a, b),
+        _bench_section(a, b),
         _system_section(a, b),
         _hardware_section(a, b),
         _metrics_section(a, b, ratio_threshold, alpha),

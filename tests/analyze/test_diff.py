@@ -48,9 +48,8 @@ def test_identical_cells_have_no_differences(tmp_path: Path) -> None:
     assert diff.differing == []  # metrics without a significant change are no difference
     assert diff.unchanged == list(SECTION_ORDER)
     text = render_diff(diff)
-    assert (
-        "no differences in: code, packages, environment, server flags, system, hardware, metrics"
-    ) in text
+    everything = "code, packages, environment, server flags, bench, system, hardware, metrics"
+    assert f"no differences in: {everything}" in text
     metric = diff.section("metrics").metrics[0]
     assert metric.significant is False and metric.method == "mann-whitney"
 
@@ -91,7 +90,7 @@ def test_a_run_against_itself_has_no_differences(tmp_path: Path) -> None:
     assert "differences, most likely cause first" not in text
     assert "metrics: 3 of 3" not in text
     assert (
-        "no differences in any pair: code, packages, environment, server flags, system, "
+        "no differences in any pair: code, packages, environment, server flags, bench, system, "
         "hardware, metrics"
     ) in text
 
@@ -182,7 +181,7 @@ def test_env_var_seen_differently_by_the_server_is_first(tmp_path: Path) -> None
     assert next(line for line in text.splitlines() if line.startswith("[")).startswith(
         "[environment]"
     )
-    assert "no differences in: code, packages, server flags, system, hardware" in text
+    assert "no differences in: code, packages, server flags, bench, system, hardware" in text
 
 
 def test_throttled_gpu_shows_in_hardware(tmp_path: Path) -> None:
@@ -269,6 +268,30 @@ def test_topology_changes_show_once_per_pair(tmp_path: Path) -> None:
         "0",
         "1",
     )
+
+
+def test_bench_settings_that_moved_are_their_own_section(tmp_path: Path) -> None:
+    """Fewer prompts and shorter outputs move every metric with no server-side cause."""
+    cell_a, cell_b = base_cell(), base_cell()
+    cell_a["bench"] |= {"args": {"num-prompts": 2, "random-output-len": 128}, "warmup": 1}
+    cell_b["bench"] |= {"args": {"num-prompts": 3, "random-output-len": 64}, "warmup": 0}
+    a, b = _pair(tmp_path, {"cell": cell_a}, {"cell": cell_b})
+    diff = diff_cells(a, b)
+    assert [s.name for s in diff.differing] == ["bench"]
+    entries = {e.key: (e.a, e.b) for e in diff.section("bench").entries}
+    assert entries == {
+        "--num-prompts": (2, 3),
+        "--random-output-len": (128, 64),
+        "warmup": (1, 0),
+    }
+    assert "--num-prompts: 2 -> 3" in render_diff(diff)
+    # a command bench without args: its argv is what differs
+    cell_c = base_cell()
+    cell_c["bench"]["argv"] = ["python3", "bench.py", "--n", "5"]
+    plain = CellEvidence.load(write_cell(tmp_path / "plain", cell=base_cell()))
+    c = CellEvidence.load(write_cell(tmp_path / "c", cell=cell_c))
+    entries = {e.key: (e.a, e.b) for e in diff_cells(plain, c).section("bench").entries}
+    assert entries["argv"][1] == "python3 bench.py --n 5"
 
 
 def test_packages_server_flags_and_system(tmp_path: Path) -> None:
