@@ -397,10 +397,8 @@ def report(
 
     bundle = _open_run_or_cell(ref, results_dir)
     rep = build_report(load_cells(bundle), by=by)
-    if fmt in ("table", "md"):
+    if metrics or fmt in ("table", "md"):  # CSV and JSON keep every metric unless asked
         rep.metrics = _chosen_metrics(rep.metrics, metrics, rep)
-    elif metrics and "all" not in metrics:
-        rep.metrics = [m for m in rep.metrics if m in metrics]
     click.echo(render_report(rep, fmt))  # type: ignore[arg-type]
     if plot is not None:
         axis = by or next(iter(rep.axes), None)

@@ -232,11 +232,13 @@ def _footer(report: Report) -> list[str]:
 
 
 def tidy_rows(report: Report) -> list[dict[str, Any]]:
-    """One row per cell × repeat × metric: run_id, cell_id, host, each axis, repeat, metric, value.
+    """One row per cell × repeat × metric of `report.metrics`: run_id, cell_id, host, each axis,
+    repeat, metric, value.
 
     An axis whose name clashes with a fixed column is written as `axis.<name>`.
     """
     rows: list[dict[str, Any]] = []
+    chosen = set(report.metrics)
     for row in report.rows:
         cell = row.cell
         base: dict[str, Any] = {"run_id": cell.run_id, "cell_id": cell.id, "host": cell.host}
@@ -245,7 +247,8 @@ def tidy_rows(report: Report) -> list[dict[str, Any]]:
             value = cell.axes.get(axis)
             base[column] = canonical_json(value) if isinstance(value, dict | list) else value
         for repeat, metric, value in cell.repeat_rows():
-            rows.append({**base, "repeat": repeat, "metric": metric, "value": value})
+            if metric in chosen:
+                rows.append({**base, "repeat": repeat, "metric": metric, "value": value})
     return rows
 
 

@@ -6,6 +6,7 @@ import csv
 import importlib.util
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -119,6 +120,23 @@ def test_tidy_csv_and_json_have_one_row_per_cell_repeat_metric(tmp_path: Path) -
     }
     data = json.loads(render_report(report, "json"))
     assert len(data) == 24 and data[1]["metric"] == "median_ttft_ms" and data[1]["value"] == 39.5
+
+
+def test_metric_choice_applies_to_csv_and_json_through_the_cli(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+
+    def report(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "orchestrator", "report", str(run), *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+    rows = json.loads(report("--format", "json", "-m", "median_ttft_ms").stdout)
+    assert len(rows) == 4 * 3 and {r["metric"] for r in rows} == {"median_ttft_ms"}
+    text = report("--format", "csv", "-m", "output_throughput").stdout
+    assert {r["metric"] for r in csv.DictReader(io.StringIO(text))} == {"output_throughput"}
+    assert len(json.loads(report("--format", "json").stdout)) == 24  # no -m: every metric
+    unknown = report("--format", "csv", "-m", "output_throughputt")
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert "no metric 'output_throughputt' in this run" in unknown.stderr
 
 
 def test_axis_clash_and_mapping_values(tmp_path: Path) -> None:
