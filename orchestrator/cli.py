@@ -169,13 +169,19 @@ def schema() -> None:
 @click.option(
     "--results",
     "results_dir",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, file_okay=False),
     default=Path("results"),
     show_default=True,
     help="Where run bundles are written.",
 )
 @click.option("--resume", "resume", default=None, help="Continue RUN (an id or a run directory).")
-@click.option("--max-parallel", default=16, show_default=True, help="Hosts at once.")
+@click.option(
+    "--max-parallel",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Hosts at once.",
+)
 @reports_errors
 def apply(
     playbook: Path,
@@ -279,7 +285,7 @@ def _print_summary(cells: dict[str, Any]) -> None:
 results_option = click.option(
     "--results",
     "results_dir",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, file_okay=False),
     default=Path("results"),
     show_default=True,
     help="Where run bundles live (run ids are looked up here).",
@@ -316,6 +322,12 @@ def runs(results_dir: Path) -> None:
     """List runs with time, playbook, hosts and cells passed/failed."""
     from orchestrator.results.bundle import list_runs
 
+    if not results_dir.is_dir():
+        what = "is not a directory" if results_dir.exists() else "does not exist"
+        raise InputError(
+            f"{results_dir} {what}",
+            hint="give the folder that holds the run bundles, where `orch apply --results` wrote",
+        )
     rows = [
         [
             r.run_id,
@@ -508,7 +520,7 @@ def _tolerance(text: str) -> float:
     except ValueError:
         raise InputError(f"bad tolerance {text!r}", hint="write 5% or 0.05") from None
     if not 0 <= value < 1:
-        hint = f"did you mean {text}%?" if value >= 1 else None
+        hint = f"did you mean {text}%?" if value >= 1 and not text.endswith("%") else None
         raise InputError(f"tolerance {text!r} must be between 0% and 100%", hint=hint)
     return value
 
@@ -668,9 +680,27 @@ def replay(ref: str, results_dir: Path, inventory: Sequence[Path], limit: str | 
 @click.option(
     "--metric", default=None, help="Default: the first expected metric, else output_throughput."
 )
-@click.option("--repeats", default=3, show_default=True, help="Repeats per run at inner commits.")
-@click.option("--end-repeats", default=5, show_default=True, help="Repeats at good and bad.")
-@click.option("--max-runs", default=4, show_default=True, help="Cap on runs per commit.")
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Repeats per run at inner commits.",
+)
+@click.option(
+    "--end-repeats",
+    type=click.IntRange(min=2),  # a spread needs two; the noise test needs the ends' spread
+    default=5,
+    show_default=True,
+    help="Repeats at good and bad.",
+)
+@click.option(
+    "--max-runs",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Cap on runs per commit.",
+)
 @click.option("--all-parents", is_flag=True, help="Walk every commit, not first-parent only.")
 @click.option("--show", "show_run", default=None, help="Re-print a finished bisect from RUN.")
 @click.option("--resume", "resume_run", default=None, help="Continue the bisect in RUN.")
@@ -803,9 +833,14 @@ def run() -> None:
     import os
 
     try:
-        code = main.main(standalone_mode=False)
+        code = main.main(standalone_mode=False, prog_name="orch")
     except (KeyboardInterrupt, click.exceptions.Abort):
         _interrupted(None)
+    except click.UsageError as exc:
+        # One line, like every other orch error; click's own is 3-4 (usage, try, blank, error).
+        where = exc.ctx.command_path if exc.ctx is not None else "orch"
+        click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

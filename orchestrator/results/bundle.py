@@ -741,6 +741,12 @@ def open_cell(path: str | Path, results_dir: Path | None = None) -> CellRecord:
             run = RunBundle(run_dir)
             return run.cells.get(p.name) or CellRecord(p, run)
         return CellRecord(p)
+    if (p.is_dir() and (p / "run.json").is_file()) or (p.is_file() and _is_archive(p)):
+        raise BundleError(
+            f"{path} is a run, not a cell",
+            hint=f"name one of its cells: {str(path).rstrip('/')}/CELL (`orch show {path}` "
+            "lists them)",
+        )
     run_ref, sep, cell_ref = str(path).rstrip("/").rpartition("/")
     if not sep or not run_ref or not cell_ref:
         raise BundleError(f"{path}: not a cell directory nor RUN/CELL")
@@ -766,12 +772,15 @@ def _walk_sorted(root: Path) -> Iterator[Path]:
 def pack(run_dir: Path, out: Path | None = None) -> Path:
     """Write `<run>.tar.gz` (entries sorted, owners and gzip time zeroed); its path.
 
-    Unfinished `.tmp` entries are left out. The archive holds one top-level `<run-id>/`.
+    `out` is the archive's path, or a directory to write `<run>.tar.gz` in. Unfinished `.tmp`
+    entries are left out. The archive holds one top-level `<run-id>/`.
     """
     run_dir = Path(run_dir)
     if not (run_dir / "run.json").is_file():
         raise BundleError(f"{run_dir}: no run.json: not a run bundle")
     out = Path(out) if out is not None else run_dir.with_name(f"{run_dir.name}.tar.gz")
+    if out.is_dir():
+        out = out / f"{run_dir.name}.tar.gz"
     if out.resolve().is_relative_to(run_dir.resolve()):
         raise BundleError(f"{out}: the archive cannot be written inside the run it packs")
     name = run_dir.name

@@ -295,6 +295,23 @@ def test_pack_refuses_a_non_run_and_writing_inside_the_run(
         pack(run.path, run.path / "x.tar.gz")
 
 
+def test_pack_into_a_directory_names_the_archive_after_the_run(
+    run: BundleWriter, tmp_path: Path
+) -> None:
+    shared = tmp_path / "to-share"
+    shared.mkdir()
+    assert pack(run.path, shared) == shared / f"{run.run_id}.tar.gz"
+    assert open_run(shared / f"{run.run_id}.tar.gz").verify().ok
+
+
+def test_a_run_given_where_a_cell_is_wanted_says_so(run: BundleWriter) -> None:
+    for ref in (run.path, pack(run.path)):
+        with pytest.raises(BundleError) as info:
+            open_cell(ref)
+        assert info.value.message == f"{ref} is a run, not a cell"
+        assert f"{ref}/CELL" in str(info.value.hint)
+
+
 def test_open_cell_by_directory_id_prefix_and_archive(run: BundleWriter) -> None:
     by_dir = open_cell(run.path / "cells" / CELLS[1])
     assert by_dir.id == CELLS[1] and by_dir.run is not None

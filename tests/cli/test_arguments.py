@@ -1,0 +1,73 @@
+"""Bad command-line arguments: one `error:` line, exit 2, nothing run, through the real CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PLAYBOOK = "name: demo\nbench:\n  command: [echo, hi]\n"
+
+
+def orch(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["apply", "pb.yml", "--bogus"],
+            "error: No such option '--bogus'. (see 'orch apply --help')",
+        ),
+        (["report"], "error: Missing argument 'REF'. (see 'orch report --help')"),
+        (
+            ["apply", "pb.yml", "--max-parallel", "0"],
+            "error: Invalid value for '--max-parallel': 0 is not in the range x>=1."
+            " (see 'orch apply --help')",
+        ),
+        (
+            ["apply", "pb.yml", "--results", "a-file"],
+            "error: Invalid value for '--results': Directory 'a-file' is a file."
+            " (see 'orch apply --help')",
+        ),
+        (
+            ["bisect", "pb.yml", "--repeats", "0"],
+            "error: Invalid value for '--repeats': 0 is not in the range x>=1."
+            " (see 'orch bisect --help')",
+        ),
+        (
+            ["bisect", "pb.yml", "--end-repeats", "1"],
+            "error: Invalid value for '--end-repeats': 1 is not in the range x>=2."
+            " (see 'orch bisect --help')",
+        ),
+        (
+            ["runs", "nowhere"],
+            "error: nowhere does not exist (give the folder that holds the run bundles,"
+            " where `orch apply --results` wrote)",
+        ),
+        (["runs", "a-file"], "error: a-file is not a directory (give the folder that holds"),
+        (["audit", "r", "--tolerance", "150%"], "error: tolerance '150%' must be between"),
+        (["audit", "r", "--tolerance", "150"], "(did you mean 150%?)"),
+    ],
+)
+def test_a_bad_argument_is_one_line_and_nothing_runs(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    (tmp_path / "pb.yml").write_text(PLAYBOOK)
+    (tmp_path / "a-file").write_text("")
+    proc = orch(tmp_path, *args)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert lines[0].startswith("error: ")
+    assert "%%" not in lines[0]
+    assert not (tmp_path / "results").exists()  # nothing ran, no run directory was made
