@@ -78,6 +78,19 @@ class Planned:
         self.playbook = load_playbook(playbook, self.extra)
         self.cells = build_cells(self.playbook, self.inventory, limit=limit)
 
+    @property
+    def variables(self) -> dict[str, Any]:
+        """The playbook's vars with -e applied: where secret-named values are looked for."""
+        return {**dict(self.playbook.data.get("vars") or {}), **self.extra}
+
+    def secret_values(self) -> list[str]:
+        """Every secret value the cells could print, as `orch apply` redacts them."""
+        from orchestrator.execute.controller import secret_values
+
+        used = {c.host for c in self.cells}
+        hosts = [h.vars for name, h in self.inventory.hosts.items() if name in used]
+        return secret_values(self.cells, self.variables, *hosts)
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="orch")
@@ -120,11 +133,19 @@ def plan(
     as_json: bool,
     verbose: bool,
 ) -> None:
-    """Show the cells PLAYBOOK expands to: cells x axes x host."""
+    """Show the cells PLAYBOOK expands to: cells x axes x host. Secret values are hidden."""
+    from orchestrator.results.redact import redact_text
+
     planned = Planned(playbook, inventory, extra_vars, limit)
     cells = planned.cells
+    secrets = planned.secret_values()
+
+    def echo(text: str) -> None:
+        # Plan output ends up in CI logs and chat: secrets are hidden as in a bundle.
+        click.echo(redact_text(text, secrets))
+
     if as_json:
-        click.echo(json.dumps([c.model_dump(mode="json") for c in cells], indent=2))
+        echo(json.dumps([c.model_dump(mode="json") for c in cells], indent=2))
         return
     axes: list[str] = []
     for c in cells:
@@ -133,19 +154,19 @@ def plan(
         [c.id, c.host, *(_short(c.axes.get(a, "")) for a in axes), c.repo.version if c.repo else ""]
         for c in cells
     ]
-    click.echo(tabulate(rows, headers=["cell", "host", *axes, "repo version"]))
+    echo(tabulate(rows, headers=["cell", "host", *axes, "repo version"]))
     hosts = sorted({c.host for c in cells})
-    click.echo(f"\n{len(cells)} cells on {len(hosts)} host(s): {', '.join(hosts)}")
+    echo(f"\n{len(cells)} cells on {len(hosts)} host(s): {', '.join(hosts)}")
     if verbose:
         for c in cells:
-            click.echo(f"\n== {c.id} on {c.host}")
+            echo(f"\n== {c.id} on {c.host}")
             for k, v in c.env.items():
                 shown = "***REDACTED***" if k in c.secrets else v
-                click.echo(f"  env {k}={shlex.quote(shown)}")
+                echo(f"  env {k}={shlex.quote(shown)}")
             if c.server is not None:
-                click.echo(f"  server: {shlex.join(c.server.argv)}")
-            click.echo(f"  bench:  {shlex.join(c.bench.argv)}")
-            click.echo(f"  repeats: {c.bench.warmup} warmup + {c.bench.repeats}")
+                echo(f"  server: {shlex.join(c.server.argv)}")
+            echo(f"  bench:  {shlex.join(c.bench.argv)}")
+            echo(f"  repeats: {c.bench.warmup} warmup + {c.bench.repeats}")
 
 
 def _short(value: Any) -> str:
@@ -217,7 +238,7 @@ def apply(
         argv=argv,
     )
 
-    secret_vars = {**dict(planned.playbook.data.get("vars") or {}), **planned.extra}
+    secret_vars = planned.variables
     run = Run(
         playbook_name=planned.playbook.name,
         playbook_files=planned.playbook.files,
@@ -793,7 +814,7 @@ def bisect(
         argv=["orch", *sys.argv[1:]],
         first_parent=not all_parents,
         commit_axes=commit_axes,
-        secret_vars={**dict(planned.playbook.data.get("vars") or {}), **planned.extra},
+        secret_vars=planned.variables,
         policy=BisectPolicy(end_repeats=end_repeats, repeats=repeats, max_runs_per_point=max_runs),
     )
     job = Bisection(setup, run_id=run_id)
