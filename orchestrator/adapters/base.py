@@ -121,6 +121,16 @@ def get_int(section: Mapping[str, Any], key: str, default: int | None, key_path:
     raise InputError(f"expected an integer, got {value!r}", key_path=key_path)
 
 
+def get_port(
+    section: Mapping[str, Any], key: str, default: int | None, key_path: str
+) -> int | None:
+    """A TCP port setting: an integer from 1 to 65535 (a digit string is accepted)."""
+    port = get_int(section, key, default, key_path)
+    if port is not None and not 0 < port < 65536:
+        raise InputError(f"expected a port number (1-65535), got {port}", key_path=key_path)
+    return port
+
+
 def get_float(
     section: Mapping[str, Any], key: str, default: float | None, key_path: str
 ) -> float | None:

@@ -18,7 +18,7 @@ from orchestrator.adapters.base import (
     common_bench_fields,
     common_server_fields,
     finite_float,
-    get_int,
+    get_port,
     get_str,
     read_text,
     split_command,
@@ -51,7 +51,7 @@ class GenericServer(ServerAdapter):
         """ServerSpec from `command`, `host`, `port`, `ready`, `captures` and the common keys."""
         argv = _require_command(section)
         host = get_str(section, "host", None, "host")
-        port = get_int(section, "port", None, "port")
+        port = get_port(section, "port", None, "port")
         return ServerSpec(
             adapter=self.name,
             argv=tuple(argv),

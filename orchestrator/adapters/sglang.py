@@ -24,7 +24,7 @@ from orchestrator.adapters.base import (
     common_server_fields,
     finite_float,
     flags_to_argv,
-    get_int,
+    get_port,
     get_str,
     normalize_args,
     read_json,
@@ -85,7 +85,7 @@ class SglangServer(ServerAdapter):
         """Flags from `args`; port/host from args (or server.port/host); SGLang's readiness."""
         args = normalize_args(as_mapping(section.get("args"), "args"))
         port_value = section_vs_args(section, args, "port", DEFAULT_PORT)
-        port = get_int({"port": port_value}, "port", DEFAULT_PORT, "args.port")
+        port = get_port({"port": port_value}, "port", DEFAULT_PORT, "args.port")
         assert port is not None
         args["port"] = port  # always passed: readiness and the bench client rely on it
         host = str(section_vs_args(section, args, "host", DEFAULT_HOST))

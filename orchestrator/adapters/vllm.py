@@ -26,7 +26,7 @@ from orchestrator.adapters.base import (
     common_server_fields,
     finite_float,
     flags_to_argv,
-    get_int,
+    get_port,
     normalize_args,
     read_json,
     read_text,
@@ -77,7 +77,7 @@ class VllmServer(ServerAdapter):
                 hint="add model: /path/to/model (or a hub name) to server.args",
             )
         port_value = section_vs_args(section, args, "port", DEFAULT_PORT)
-        port = get_int({"port": port_value}, "port", DEFAULT_PORT, "args.port")
+        port = get_port({"port": port_value}, "port", DEFAULT_PORT, "args.port")
         assert port is not None
         args["port"] = port  # always passed: readiness and the bench client rely on it
         host_value = section_vs_args(section, args, "host", None)

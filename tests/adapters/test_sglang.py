@@ -90,6 +90,14 @@ def test_model_required_and_port_conflict() -> None:
     assert info.value.key_path == "port"
 
 
+@pytest.mark.parametrize("port", [0, 65536, 99999, "99999"])
+def test_a_port_outside_1_to_65535_is_refused(port: object) -> None:
+    with pytest.raises(InputError) as info:
+        build({"args": {"model-path": "m", "port": port}})
+    assert info.value.key_path == "args.port"
+    assert info.value.message == f"expected a port number (1-65535), got {int(str(port))}"
+
+
 def test_decode_lines_both_forms() -> None:
     new = parse_decode_lines((SG / "server.eagle3-tuned.log").read_text())
     old = parse_decode_lines((SG / "server.2025-baseline.log").read_text())
