@@ -130,7 +130,12 @@ def select_hosts_checked(
 
     A misspelt name in `gpu01,gpu2` would otherwise silently narrow the run.
     """
-    hosts, unmatched = _evaluate(inventory, pattern) if pattern.strip() else ([], [])
+    try:
+        hosts, unmatched = _evaluate(inventory, pattern) if pattern.strip() else ([], [])
+    except InputError as exc:  # a bad `~regex` term: said at the pattern's own place
+        exc.location = exc.location or location
+        exc.key_path = exc.key_path or key_path
+        raise
     groups = [g for g in inventory.groups if g not in ("all", "ungrouped")]
     known = f"known groups: {_listing(groups)}; hosts: {_listing(list(inventory.hosts))}"
     if hosts and not unmatched:

@@ -1108,7 +1108,9 @@ def suggest_file(target: Path) -> str | None:
         names = [p.name for p in target.parent.iterdir() if p.is_file()]
     except OSError:
         return None
-    return suggest(target.name, names)
+    # Stricter than for keys: folders hold many similar names (`*.yml`), most unrelated.
+    close = difflib.get_close_matches(target.name, names, n=1, cutoff=0.8)
+    return f"did you mean {close[0]!r}?" if close else None
 
 
 def load_playbook(path: Path, extra_vars: Mapping[str, Any] | None = None) -> LoadedPlaybook:

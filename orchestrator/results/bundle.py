@@ -137,7 +137,12 @@ def _extract(archive: Path, dest: Path) -> tuple[Path, str | None]:
                 else:  # pragma: no cover - Python < 3.11.4; our own checks above still hold
                     tar.extractall(staging, members=members)
         except (tarfile.TarError, OSError, EOFError) as exc:
-            raise BundleError(f"{archive}: cannot extract: {exc}") from None
+            # tarfile's "r:*" lists every method it tried, one per line: one line is enough.
+            first = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
+            raise BundleError(
+                f"{archive}: cannot extract: {first}",
+                hint="is it a .tar.gz that `orch pack` wrote, copied whole?",
+            ) from None
         entries = list(staging.iterdir())
         root = staging
         top: str | None = None

@@ -105,6 +105,9 @@ def test_empty_pattern_and_bad_regex(inv: Inventory) -> None:
         select_hosts_checked(inv, " ")
     with pytest.raises(InputError, match="invalid regex"):
         select_hosts(inv, "~h[")
+    with pytest.raises(InputError) as info:
+        select_hosts_checked(inv, "~h[", key_path="--limit")
+    assert info.value.render().startswith("--limit: invalid regex 'h[' in host pattern '~h['")
 
 
 def test_long_host_lists_are_cut_in_the_message(tmp_path: Path) -> None:

@@ -143,6 +143,11 @@ def test_extends_missing_file_suggests_a_near_name(tmp_path: Path) -> None:
         load_playbook(pb)
     assert info.value.location == SourceLocation(str(pb), 2, 10)
     assert info.value.hint == "did you mean 'base.yaml'?"
+    write(tmp_path / "where_err.yml", "")  # alike in shape only: no suggestion
+    other = write(tmp_path / "pb2.yml", "name: x\nextends: nothere.yml\nbench: {command: [a]}\n")
+    with pytest.raises(InputError) as info:
+        load_playbook(other)
+    assert info.value.hint is None
 
 
 def test_vars_files_replace_vars_and_extra_vars_win(tmp_path: Path) -> None:
