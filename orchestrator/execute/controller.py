@@ -22,6 +22,7 @@ from typing import Any
 from orchestrator import __version__
 from orchestrator.analyze.verdict import record_verdict, score_cell
 from orchestrator.config.host import Host, Inventory
+from orchestrator.config.playbook import parse_extra_vars
 from orchestrator.errors import ConnectionFailure, OrchError
 from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.pool import StartSpacing
@@ -35,6 +36,9 @@ from orchestrator.results.redact import (
     redact_mapping,
     redact_text,
     redact_tree,
+    redact_yaml_file,
+    redact_yaml_text,
+    secret_values_in,
 )
 
 RUN_SCHEMA_VERSION = 1
@@ -92,12 +96,17 @@ class RunOutcome:
         return all(c.status == "passed" for c in self.cells.values())
 
 
-def secret_values(cells: Sequence[Cell], *var_sources: Mapping[str, Any]) -> list[str]:
+def secret_values(
+    cells: Sequence[Cell], *var_sources: Mapping[str, Any], files: Sequence[Path] = ()
+) -> list[str]:
     """Every secret value we know of: env values and vars that are secret by name or listed.
 
     `var_sources` are mappings of variables: the playbook's vars, -e values, each host's
-    inventory vars. A var listed under `secrets:` is in every cell's `secrets` even when its
-    name looks harmless.
+    inventory vars; a value under a secret name counts at any depth (`{"db": {"password": x}}`),
+    as do the cells' server and bench args (`api-key`). `files` are the playbook's files as
+    written: their values under secret names count too, those a later layer (`-e`, a
+    `vars_files` file, the extending playbook) overrode included. A var listed under `secrets:`
+    is in every cell's `secrets` even when its name looks harmless.
     """
     values: set[str] = set()
     listed: set[str] = set()
@@ -106,12 +115,46 @@ def secret_values(cells: Sequence[Cell], *var_sources: Mapping[str, Any]) -> lis
         for name, value in cell.env.items():
             if name in cell.secrets or is_secret_name(name):
                 values.add(value)
+    for cell in cells:
+        for section in (cell.server, cell.bench):
+            if section is not None:
+                values.update(secret_values_in(section.args, listed))
     for source in var_sources:
-        for name, value in source.items():
-            if (name in listed or is_secret_name(name)) and isinstance(value, str | int):
-                values.add(str(value))
+        values.update(secret_values_in(source, listed))
+    for path in files:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # the by-value sweep and the copy's own redaction still apply
+        values.update(redact_yaml_text(text, listed)[1])
     # Short values would shred unrelated text; they are still never written in JSON fields.
     return sorted(v for v in values if len(v) >= 4)
+
+
+def extra_vars_in_argv(argv: Sequence[str]) -> list[dict[str, Any]]:
+    """The mappings each `-e`/`--extra-vars` of a command line gives, overridden ones included.
+
+    `-e hf_token=A -e hf_token=B` uses B, but argv (recorded in run.json) holds A too. An
+    argument that does not parse gives nothing (the command line was checked before the run).
+    """
+    found: list[dict[str, Any]] = []
+    items = list(argv)
+    for i, arg in enumerate(items):
+        if arg in ("-e", "--extra-vars"):
+            value = items[i + 1] if i + 1 < len(items) else None
+        elif arg.startswith("--extra-vars="):
+            value = arg.partition("=")[2]
+        elif arg.startswith("-e") and not arg.startswith("--") and len(arg) > 2:
+            value = arg[2:]
+        else:
+            continue
+        if value is None:
+            continue
+        try:
+            found.append(parse_extra_vars([value]))
+        except OrchError:
+            continue
+    return found
 
 
 def _scrub(data: Any, secrets: Sequence[str]) -> Any:
@@ -150,7 +193,9 @@ class Run:
         self.secrets = secret_values(
             self.cells,
             secret_vars or {},
+            *extra_vars_in_argv(options.argv),
             *(h.vars for name, h in inventory.hosts.items() if name in used_hosts),
+            files=playbook_files,
         )
         self._secret_names = sorted({n for c in self.cells for n in c.secrets})
         self.writer = BundleWriter(
@@ -178,7 +223,10 @@ class Run:
         if self.options.resume:
             self._previous = self.writer.read_json("run.json") or {}
         else:
-            self.writer.copy_playbook_files(self._playbook_files, self._playbook_dir)
+            copies = self.writer.copy_playbook_files(self._playbook_files, self._playbook_dir)
+            for copy in copies:
+                # Every layer's value under a secret name, not only the one the run used.
+                redact_yaml_file(copy, self._secret_names)
         plan = [_scrub(self._redacted_cell(c), self.secrets) for c in self.cells]
         hosts = {
             name: _scrub(redact_mapping(_host_json(h), self._secret_names), self.secrets)

@@ -3,7 +3,9 @@
 Two complementary rules. By name: a value stored under a secret-looking name (see
 `is_secret_name`) or a name the playbook lists in `secrets:` is replaced. By value: every known
 secret value (the env values of those names) is replaced wherever it appears as text, in every
-file of a tree, so a token echoed into `server.log` is caught too.
+file of a tree, so a token echoed into `server.log` is caught too. The playbook's own files are
+copied into a bundle as written, so every value under a secret name in them is hidden too, the
+values a later layer overrode included (`redact_yaml_file`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from orchestrator.execute.remote.probe import is_secret_name as _probe_is_secret_name
 
@@ -127,6 +131,119 @@ def secret_values(env: Mapping[str, str], names: Iterable[str] = ()) -> list[str
     is_secret = _Names(names)
     values = {str(v) for k, v in env.items() if is_secret(k) and len(str(v)) >= MIN_SECRET_LENGTH}
     return sorted(values, key=lambda v: (-len(v), v))
+
+
+# A template that only names variables (`{{ hf_token }}`) holds no secret; one with a quoted
+# literal (`{{ x | default('hf_...') }}`) may.
+_REFERENCE = re.compile(r"\s*(?:\{\{[^'\"{}]*\}\}\s*)+")
+
+
+def _secret_scalar(value: Any) -> str | None:
+    """The text of a scalar that can hold a secret; None for bools, nulls, "" and references."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    text = str(value)
+    if not text or _REFERENCE.fullmatch(text):
+        return None
+    return text
+
+
+def secret_values_in(data: Any, names: Iterable[str] = ()) -> list[str]:
+    """Every scalar stored under a secret name (patterns or `names`) at any depth of `data`.
+
+    `{"vars": {"db": {"password": "x"}}}` gives `["x"]`. Containers under secret names are
+    walked, not taken whole (a `secrets:` list of names is no secret). Templates that only name
+    variables are left out. Sorted longest first, as `secret_values`.
+    """
+    is_secret = _Names(names)
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if isinstance(key, str) and is_secret(key):
+                    text = _secret_scalar(value)
+                    if text is not None:
+                        found.add(text)
+                walk(value)
+        elif isinstance(node, list | tuple):
+            for item in node:
+                walk(item)
+
+    walk(data)
+    return sorted(found, key=lambda v: (-len(v), v))
+
+
+_YAML_SKIP_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:null")
+_NODE_PROPERTIES = re.compile(r"(?:[&!]\S*\s+)*")  # an anchor or tag before a scalar
+
+
+def redact_yaml_text(text: str, names: Iterable[str] = ()) -> tuple[str, list[str]]:
+    """`text` (YAML or JSON) with every scalar under a secret name replaced, and those values.
+
+    Works on the source text, not on re-dumped data: comments, order and layout stay as the
+    user wrote them, and the result is still valid YAML/JSON (`"***REDACTED***"`, quoted).
+    Plain, quoted and block scalars alike are replaced whole; an anchor or tag before the value
+    is kept. Text that is not YAML is returned unchanged, with no values.
+    """
+    is_secret = _Names(names)
+    try:
+        roots = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError:
+        return text, []
+    spans: dict[tuple[int, int], str] = {}
+    seen: set[int] = set()
+
+    def walk(node: yaml.Node) -> None:
+        if id(node) in seen:  # an alias: the anchored node was walked already
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if (
+                    isinstance(key, yaml.ScalarNode)
+                    and isinstance(value, yaml.ScalarNode)
+                    and is_secret(str(key.value))
+                    and value.tag not in _YAML_SKIP_TAGS
+                    and _secret_scalar(value.value) is not None
+                ):
+                    spans[(value.start_mark.index, value.end_mark.index)] = str(value.value)
+                walk(value)
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                walk(item)
+
+    for root in roots:
+        if root is not None:
+            walk(root)
+    out = text
+    for start, end in sorted(spans, reverse=True):  # from the end: earlier offsets stay valid
+        source = out[start:end]
+        head = _NODE_PROPERTIES.match(source)
+        keep = head.group(0) if head else ""
+        body = source[len(keep) :]
+        tail = body[len(body.rstrip()) :]  # a block scalar's span ends with its line break
+        out = out[:start] + keep + json.dumps(REDACTED) + tail + out[end:]
+    return out, sorted(set(spans.values()), key=lambda v: (-len(v), v))
+
+
+def redact_yaml_file(path: Path, names: Iterable[str] = ()) -> list[str]:
+    """Hide every value under a secret name in one YAML/JSON file, in place (tmp + rename).
+
+    Returns the values hidden, so a caller can also scrub them wherever else they appear. A
+    file that is not UTF-8 YAML is left alone (the by-value sweep still covers it).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    out, values = redact_yaml_text(text, names)
+    if out != text:
+        tmp = path.with_name(f".{path.name}.redact.tmp")
+        tmp.write_text(out, encoding="utf-8")
+        os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    return values
 
 
 def _variants(values: Iterable[str]) -> list[bytes]:

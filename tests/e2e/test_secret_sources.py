@@ -103,3 +103,81 @@ def test_token_in_a_failing_repo_url_is_not_printed(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "repo" in proc.stdout  # the failed step is named
     _assert_nowhere(tmp_path / "results", URL_TOKEN, proc.stdout, proc.stderr)
+
+
+# One secret var set in every layer a playbook has: each layer's value is a secret, whether
+# the run used it or a later layer overrode it.
+LAYERED = {
+    "base": "hf_BASE_layer_1a2b3c",  # extends: base file
+    "playbook": "hf_SUPERSECRETVALUE123",  # the playbook's own vars
+    "vars_file": "hf_VARSFILE_layer_4d5e",  # vars_files
+    "at_file": "hf_ATFILE_layer_6f7a",  # -e @file
+    "cli_first": "hf_CLI_overridden_8b9c",  # an -e a later -e overrides
+    "cli_used": "hf_CLI_SECRET_555",  # the value the run used
+    "listed_base": "LIC-BASE-0001",  # `license`, listed under secrets:
+    "listed_used": "LIC-USED-0002",
+    "nested": "nested-api-key-3xq9",  # creds.api_key, a secret name inside a var
+}
+
+
+@pytest.mark.slow
+def test_overridden_secret_values_reach_no_bundle_file(tmp_path: Path) -> None:
+    (tmp_path / "home").mkdir()
+    (tmp_path / "inventory.yml").write_text(
+        yaml.safe_dump({"all": {"hosts": {"box": {"connection": "local"}}}})
+    )
+    (tmp_path / "base.yml").write_text(
+        "# the shared base\n"
+        "vars:\n"
+        f"  hf_token: {LAYERED['base']}\n"
+        f"  license: {LAYERED['listed_base']}\n"
+        f"  creds: {{api_key: {LAYERED['nested']}}}\n"
+    )
+    (tmp_path / "vars").mkdir()
+    (tmp_path / "vars" / "common.yml").write_text(f"hf_token: '{LAYERED['vars_file']}'\n")
+    (tmp_path / "at.yml").write_text(f"hf_token: {LAYERED['at_file']}\n")
+    (tmp_path / "playbook.yml").write_text(
+        "name: layered-secrets\n"
+        "extends: base.yml\n"
+        "secrets: [license]\n"
+        "vars:\n"
+        f"  hf_token: {LAYERED['playbook']}\n"
+        "vars_files: [vars/common.yml]\n"
+        "bench:\n"
+        "  command:\n"
+        "    - '{{ orch_python }}'\n"
+        "    - -c\n"
+        "    - print('x 1.0')\n"
+        "    - '{{ hf_token }}'\n"
+        "    - '{{ license }}'\n"
+        "    - '{{ creds.api_key }}'\n"
+        "  metrics: {x: 'x ([0-9.]+)'}\n"
+    )
+    proc = _orch(
+        tmp_path,
+        "apply", "playbook.yml", "-i", "inventory.yml", "--results", "results",
+        "-e", "@at.yml",
+        "-e", f"hf_token={LAYERED['cli_first']}",
+        "-e", f"hf_token={LAYERED['cli_used']}",
+        "-e", f"license={LAYERED['listed_used']}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = (tmp_path / "results").iterdir()
+    for layer, secret in LAYERED.items():
+        leaks = [p for p in run.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+        assert not leaks, (layer, leaks)
+        _assert_nowhere(tmp_path / "home" / ".orch" / "runs", secret)
+    # The copies keep their layout and stay YAML, with the marker where a secret was.
+    copies = run / "playbook"
+    assert yaml.safe_load((copies / "base.yml").read_text())["vars"] == {
+        "hf_token": "***REDACTED***",
+        "license": "***REDACTED***",
+        "creds": {"api_key": "***REDACTED***"},
+    }
+    assert "# the shared base" in (copies / "base.yml").read_text()
+    assert yaml.safe_load((copies / "vars" / "common.yml").read_text()) == {
+        "hf_token": "***REDACTED***"
+    }
+    played = yaml.safe_load((copies / "playbook.yml").read_text())
+    assert played["vars"] == {"hf_token": "***REDACTED***"}
+    assert played["bench"]["command"][3] == "{{ hf_token }}"  # references stay readable

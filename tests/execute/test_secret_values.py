@@ -1,6 +1,8 @@
 """Which values the controller redacts: secret names, listed names, and vars alike."""
 
-from orchestrator.execute.controller import secret_values
+from pathlib import Path
+
+from orchestrator.execute.controller import extra_vars_in_argv, secret_values
 from orchestrator.plan.cell import BenchSpec, Cell
 
 
@@ -29,3 +31,44 @@ def test_listed_vars_are_redacted_even_with_harmless_names() -> None:
 
 def test_short_values_are_not_redacted_by_value() -> None:
     assert secret_values([_cell({"API_KEY": "abc"})], {}) == []
+
+
+def test_nested_vars_and_secret_args_are_redacted() -> None:
+    cell = _cell({}).model_copy(
+        update={"bench": BenchSpec(argv=("b",), args={"api-key": "sk-from-args", "n": 1})}
+    )
+    got = secret_values([cell], {"db": {"password": "nested-pass"}, "model": "public-model"})
+    assert got == ["nested-pass", "sk-from-args"]
+
+
+def test_values_in_playbook_files_count_even_when_overridden(tmp_path: Path) -> None:
+    base = tmp_path / "base.yml"
+    base.write_text("vars:\n  hf_token: hf_overridden_in_base\n  license: LIC-BASE-1\n")
+    got = secret_values([_cell({}, secrets=("license",))], {"hf_token": "hf_used"}, files=[base])
+    assert got == sorted(["hf_overridden_in_base", "LIC-BASE-1", "hf_used"])
+
+
+def test_every_extra_vars_argument_is_read_overridden_ones_too(tmp_path: Path) -> None:
+    at_file = tmp_path / "extra.yml"
+    at_file.write_text("hf_token: hf_from_at_file\n")
+    argv = [
+        "orch", "apply", "p.yml",
+        "-e", f"@{at_file}",
+        "-e", "hf_token=hf_first model=m",
+        "--extra-vars={\"hf_token\": \"hf_json\"}",
+        "-ehf_token=hf_glued",
+        "-e", "not a valid item",
+    ]  # fmt: skip
+    got = extra_vars_in_argv(argv)
+    assert got == [
+        {"hf_token": "hf_from_at_file"},
+        {"hf_token": "hf_first", "model": "m"},
+        {"hf_token": "hf_json"},
+        {"hf_token": "hf_glued"},
+    ]
+    assert secret_values([_cell({})], *got) == [
+        "hf_first",
+        "hf_from_at_file",
+        "hf_glued",
+        "hf_json",
+    ]

@@ -149,3 +149,78 @@ def test_nothing_to_redact_changes_nothing(tmp_path: Path) -> None:
     assert redact_tree(tmp_path, []).files == []
     assert redact_tree(tmp_path, ["ab"]).files == []  # too short to be treated as a secret
     assert (tmp_path / "a").read_text() == "abc"
+
+
+def test_secret_values_in_finds_values_under_secret_names_at_any_depth() -> None:
+    data = {
+        "vars": {"db": {"password": "pw-deep-1"}, "model": "public"},
+        "env": [{"HF_TOKEN": "hf_listitem"}, {"HF_TOKEN": "{{ hf_token }}"}],
+        "server": {"args": {"api-key": 123456, "use-api-key": True, "license": "LIC-1"}},
+        "secrets": ["license"],
+    }
+    got = redact.secret_values_in(data, ["license"])
+    # a template that only names a variable, a bool and the `secrets:` list are no secrets
+    assert got == ["hf_listitem", "pw-deep-1", "123456", "LIC-1"]
+
+
+def test_redact_yaml_text_hides_every_style_and_stays_yaml() -> None:
+    import yaml
+
+    text = (
+        "# a comment stays\n"
+        "vars:\n"
+        "  hf_token: hf_plain_AAA1   # inline comment\n"
+        "  api_key: 'single-q-BBB2'\n"
+        '  nested: {password: "dq-\\u00e9-CCC3", model: m}\n'
+        "  pass_token: &tok anchored-DDD4\n"
+        "  again: *tok\n"
+        "  license: |\n"
+        "    block-EEE5\n"
+        "    second line\n"
+        "  after: kept\n"
+        "  use_key: true\n"
+        "  empty_key: ~\n"
+        "env: {HF_TOKEN: '{{ hf_token }}'}\n"
+    )
+    out, values = redact.redact_yaml_text(text, ["license"])
+    for secret in ("hf_plain_AAA1", "single-q-BBB2", "CCC3", "anchored-DDD4", "block-EEE5"):
+        assert secret not in out
+    assert "# a comment stays" in out and "# inline comment" in out
+    data = yaml.safe_load(out)
+    assert data["vars"] == {
+        "hf_token": REDACTED,
+        "api_key": REDACTED,
+        "nested": {"password": REDACTED, "model": "m"},
+        "pass_token": REDACTED,
+        "again": REDACTED,
+        "license": REDACTED,
+        "after": "kept",
+        "use_key": True,
+        "empty_key": None,
+    }
+    assert data["env"] == {"HF_TOKEN": "{{ hf_token }}"}  # a reference, not a secret
+    assert set(values) == {
+        "hf_plain_AAA1",
+        "single-q-BBB2",
+        "dq-é-CCC3",
+        "anchored-DDD4",
+        "block-EEE5\nsecond line\n",
+    }
+
+
+def test_redact_yaml_text_keeps_json_json_and_leaves_non_yaml_alone() -> None:
+    out, values = redact.redact_yaml_text('{"hf_token": "hf_json_value", "n": 1}')
+    assert json.loads(out) == {"hf_token": REDACTED, "n": 1}
+    assert values == ["hf_json_value"]
+    broken = "vars: {hf_token: [unclosed\n"
+    assert redact.redact_yaml_text(broken) == (broken, [])
+
+
+def test_redact_yaml_file_rewrites_in_place_keeping_the_mode(tmp_path: Path) -> None:
+    path = tmp_path / "base.yml"
+    path.write_text("vars:\n  hf_token: hf_in_a_base_file\n")
+    path.chmod(0o640)
+    assert redact.redact_yaml_file(path) == ["hf_in_a_base_file"]
+    assert path.read_text() == f'vars:\n  hf_token: "{REDACTED}"\n'
+    assert path.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["base.yml"]
