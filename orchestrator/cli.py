@@ -358,6 +358,7 @@ def runs(results_dir: Path) -> None:
             ",".join(r.hosts),
             f"{r.passed}/{r.cells}",
             r.failed or "",
+            r.not_run or "",
         ]
         for r in list_runs(results_dir)
     ]
@@ -366,7 +367,17 @@ def runs(results_dir: Path) -> None:
         return
     click.echo(
         tabulate(
-            rows, headers=["run", "started", "playbook", "status", "hosts", "passed", "failed"]
+            rows,
+            headers=[
+                "run",
+                "started",
+                "playbook",
+                "status",
+                "hosts",
+                "passed",
+                "failed",
+                "not run",
+            ],
         )
     )
 

@@ -827,9 +827,13 @@ class RunSummary:
     cells: int = 0
     passed: int = 0
     failed: int = 0
+    not_run: int = 0  # interrupted or never started: no verdict either way
     finalized: bool = False  # MANIFEST.sha256 present
     packed: bool = False
     error: str | None = None  # run.json unreadable
+
+
+_NO_VERDICT = ("pending", "not-run", "interrupted")
 
 
 def _summary(run_id: str, path: Path, run: Any, *, finalized: bool, packed: bool) -> RunSummary:
@@ -851,7 +855,8 @@ def _summary(run_id: str, path: Path, run: Any, *, finalized: bool, packed: bool
         hosts=[str(h) for h in hosts],
         cells=len(cells),
         passed=statuses.count("passed"),
-        failed=sum(1 for s in statuses if s not in ("passed", "pending", None)),
+        failed=sum(1 for s in statuses if s not in ("passed", None, *_NO_VERDICT)),
+        not_run=sum(1 for s in statuses if s in _NO_VERDICT),
         finalized=finalized,
         packed=packed,
     )

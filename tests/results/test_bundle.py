@@ -389,6 +389,11 @@ def test_list_runs_summarizes_directories_and_packed_runs(tmp_path: Path) -> Non
     assert (second.passed, second.failed) == (3, 0)
     assert third.packed and third.finalized and third.passed == 2
     assert list_runs(tmp_path / "absent") == []
+    stopped = tmp_path / "stopped"
+    _write_run(stopped, "20261130-160000-demo-eeee", statuses=("failed", "interrupted", "not-run"),
+               tmp_path=tmp_path)  # fmt: skip
+    (run,) = list_runs(stopped)
+    assert (run.passed, run.failed, run.not_run) == (0, 1, 2)  # a stopped cell is no failure
 
 
 def test_an_unknown_cell_names_every_cell_or_says_how_many_were_left_out(
