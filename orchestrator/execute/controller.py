@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from orchestrator import __version__
 from orchestrator.analyze.verdict import record_verdict, score_cell
 from orchestrator.config.host import Host, Inventory
@@ -251,6 +253,17 @@ class Run:
             for k, v in cell.env.items()
         }
         return data
+
+    def _recorded_cell(self, cell: Cell) -> Cell:
+        """`cell` as the bundle records it: secret env values and every known secret hidden.
+
+        Scoring a cell against its redacted captures needs the declared side redacted alike:
+        a secret server arg (`--api-key`) the server reports back is `***REDACTED***` in both.
+        """
+        try:
+            return Cell.model_validate(_scrub(self._redacted_cell(cell), self.secrets))
+        except ValidationError:  # a secret equal to a typed value (a Literal): compare as is
+            return cell
 
     def _merged_cells(self) -> dict[str, Any]:
         """Every cell of the bundle: earlier Runs' entries, then this Run's outcomes."""
@@ -518,7 +531,9 @@ class Run:
             conn.get(archive, local)
             staged = Path(tmp) / "cell"
             extract_archive(local, staged)
-            verdict = score_cell(staged, cell)
+            # The host redacted its captures (server_info): compare what it reported with the
+            # declared cell redacted the same way, as `orch report`/`audit` read them later.
+            verdict = score_cell(staged, self._recorded_cell(cell))
             cell_json = json.loads((staged / "cell.json").read_text())
             record_verdict(staged, verdict)
             self.writer.add_cell_dir(cell.id, staged, self.secrets)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from bundle_helpers import sim_playbook
 from sim_helpers import free_port
 
 HOST_SECRET = "s3cretHostPass99xyz"  # inventory var `db_password`: secret by name
@@ -181,3 +183,60 @@ def test_overridden_secret_values_reach_no_bundle_file(tmp_path: Path) -> None:
     played = yaml.safe_load((copies / "playbook.yml").read_text())
     assert played["vars"] == {"hf_token": "***REDACTED***"}
     assert played["bench"]["command"][3] == "{{ hf_token }}"  # references stay readable
+
+
+SERVED = "served-model-Zk81qW"  # a server arg's value, held in a var named like a secret
+# The simulator launched with one more `--served-model-name` after orch's flags: it reports
+# another name than the one declared (argparse keeps the last).
+RENAMING_LAUNCHER = [
+    "{{ orch_python }}",
+    "-c",
+    "import runpy, sys; sys.argv += ['--served-model-name', 'another-model-name'];"
+    " runpy.run_module('orchestrator.sim', run_name='__main__')",
+    "serve",
+]
+
+
+def _served_playbook(tmp: Path, var: str, *, renaming: bool = False) -> Path:
+    path = sim_playbook(
+        tmp / f"{var}.yml",
+        name="secret-server-arg",
+        port=free_port(),
+        repo=None,
+        extra_vars={var: SERVED},
+        repeats=1,
+    )
+    data = yaml.safe_load(path.read_text())
+    data["server"]["args"]["served-model-name"] = "{{ " + var + " }}"
+    if renaming:
+        data["server"]["launcher"] = RENAMING_LAUNCHER
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("var", ["served_key", "served_name"])  # secret by name, and not
+def test_a_secret_server_arg_the_server_reports_back_passes(tmp_path: Path, var: str) -> None:
+    (tmp_path / "home").mkdir()
+    playbook = _served_playbook(tmp_path, var)
+    proc = _orch(tmp_path, "apply", str(playbook), "--results", "results")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (metrics,) = (tmp_path / "results").glob("*/cells/*/metrics.json")
+    checks = json.loads(metrics.read_text())["checks"]
+    assert [c["name"] for c in checks] == ["server_args"], checks
+    assert checks[0]["ok"] is True
+    if var == "served_key":  # compared, and still written redacted
+        _assert_nowhere(tmp_path / "results", SERVED, proc.stdout, proc.stderr)
+        (info,) = (tmp_path / "results").glob("*/cells/*/captures/server_info.ready.json")
+        assert json.loads(info.read_text())["served_model_name"] == "***REDACTED***"
+
+
+@pytest.mark.slow
+def test_a_secret_server_arg_the_server_reports_otherwise_fails(tmp_path: Path) -> None:
+    (tmp_path / "home").mkdir()
+    playbook = _served_playbook(tmp_path, "served_key", renaming=True)
+    proc = _orch(tmp_path, "apply", str(playbook), "--results", "results")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "server_arg:served-model-name" in proc.stdout
+    assert "another-model-name" in proc.stdout and "***REDACTED***" in proc.stdout
+    _assert_nowhere(tmp_path / "results", SERVED, proc.stdout, proc.stderr)
