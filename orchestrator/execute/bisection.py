@@ -19,8 +19,9 @@ from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import ExecutionError, InputError, OrchError
 from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.controller import ApplyOptions, Run
-from orchestrator.plan.cell import Cell, cell_id
+from orchestrator.plan.cell import Cell, cell_id, secret_masks
 from orchestrator.results.bundle import FINISHED_STATUSES, BundleWriter
+from orchestrator.results.redact import secret_items_in
 
 BISECT_FILE = "bisect.json"
 # A commit that fails before the benchmark produced numbers cannot be placed: skip it.
@@ -128,7 +129,14 @@ class Bisection:
         data["repo"] = {**data["repo"], "version": sha}
         data["bench"] = {**data["bench"], "repeats": repeats}
         spec = {k: v for k, v in data.items() if k != "id"}
-        data["id"] = cell_id(axes, base.host, spec)
+        # Secret values are hashed as placeholders, as the planner does: no id depends on one.
+        masks = secret_masks(
+            [
+                *secret_items_in(self.setup.secret_vars, base.secrets),
+                *((k, v) for k, v in base.env.items() if k in base.secrets),
+            ]
+        )
+        data["id"] = cell_id(axes, base.host, spec, masks)
         return Cell.model_validate(data)
 
     def _run(self, cell: Cell) -> dict[str, Any]:

@@ -18,7 +18,9 @@ evaluated on the assigned host). Cells are ordered by host, then grouped by repo
 appearance), keeping matrix order inside a group, so one host checks a commit out once.
 
 A cell's id is `cell_id(axes, host, spec)` where spec is the Cell's JSON without `id`,
-`playbook` and `schema_version`: renaming a playbook keeps ids, so runs stay comparable.
+`playbook` and `schema_version`: renaming a playbook keeps ids, so runs stay comparable. Secret
+values (secret vars, rendered; values under secret names inside vars; env values of secret
+names) are hashed as placeholders, so an id never depends on a secret.
 
 Speed: each section is rendered once per distinct value of the matrix axes it reads
 (found statically, through variables that reference variables), not once per cell.
@@ -47,7 +49,7 @@ from orchestrator.config.host import Host, Inventory
 from orchestrator.config.loaded import KeyPath, LoadedPlaybook, format_key_path
 from orchestrator.config.patterns import select_hosts_checked
 from orchestrator.config.playbook import is_secret_name
-from orchestrator.errors import InputError, SourceLocation
+from orchestrator.errors import InputError, OrchError, SourceLocation
 from orchestrator.plan.cell import (
     CELL_SCHEMA_VERSION,
     BenchSpec,
@@ -57,6 +59,9 @@ from orchestrator.plan.cell import (
     ServerSpec,
     SnapshotSpec,
     canonical_json,
+    mask_secrets,
+    secret_masks,
+    secret_placeholder,
     slug_part,
 )
 from orchestrator.plan.matrix import Matrix, MatrixPoint, parse_matrix
@@ -68,6 +73,7 @@ from orchestrator.plan.render import (
     expression_source,
     has_template,
 )
+from orchestrator.results.redact import secret_items_in
 
 BUILTIN_NAMES = ("matrix", "inventory_hostname", "group_names", "groups", "hostvars", "orch_python")
 TIMEOUT_KEYS = ("cell", "setup", "ready", "bench")
@@ -367,6 +373,10 @@ class _HostPlanner:
         self.secret_vars = {
             n for n in self.decls if n in self.listed_secrets or is_secret_name(n)
         } | self.listed_secrets
+        # Secret vars that read the matrix have a value per point; the others one per host.
+        self.point_secret_vars = sorted(self.secret_vars & self.matrix_vars)
+        self._host_secret_pairs: list[tuple[str, str]] | None = None
+        self._masks: dict[Any, dict[str, str]] = {}
 
     # -- variables ---------------------------------------------------------------------------
 
@@ -485,7 +495,7 @@ class _HostPlanner:
             found = u_env.cache.get(u_env.key(values), _MISSING)
             if found is _MISSING:
                 found = u_env.store(values, self._env_entry(self._env(ps)))
-            env, env_text, secrets, secrets_text = found
+            env, env_text, secrets, secrets_text, env_secrets = found
             found = u_server.cache.get(u_server.key(values), _MISSING)
             if found is _MISSING:
                 found = u_server.store(values, self._entry(self._server(ps, timeouts)))
@@ -517,6 +527,9 @@ class _HostPlanner:
                     "}]",
                 ]
             )
+            masks = self._secret_masks(ps, env_secrets)
+            if masks:  # tail is '},"bench":...}]': the spec after its axes, masked as cell_id does
+                tail = "}," + mask_secrets(tail[2:-1], masks) + "]"
             ident = self._cell_id(values, tail)
             cell = _new_cell(
                 {
@@ -557,11 +570,49 @@ class _HostPlanner:
         cell_timeout = timeouts.get("cell", DEFAULT_CELL_TIMEOUT)
         return timeouts, cell_timeout, canonical_json(cell_timeout)
 
-    def _env_entry(self, env: dict[str, str]) -> tuple[dict[str, str], str, tuple[str, ...], str]:
+    def _env_entry(
+        self, env: dict[str, str]
+    ) -> tuple[dict[str, str], str, tuple[str, ...], str, tuple[tuple[str, str], ...]]:
+        """env, its hashed text, the cell's secret names, their text, and the secret env items."""
         names = set(self.secret_vars)
         names.update(k for k in env if k in self.listed_secrets or is_secret_name(k))
         secrets = tuple(sorted(names))
-        return env, canonical_json(env), secrets, canonical_json(list(secrets))
+        # The id hashes a secret env value as its name's placeholder (cell.py `_mask_env`).
+        hashed = {k: (secret_placeholder(k) if k in names else v) for k, v in env.items()}
+        env_secrets = tuple(sorted((k, v) for k, v in env.items() if k in names))
+        return env, canonical_json(hashed), secrets, canonical_json(list(secrets)), env_secrets
+
+    def _secret_masks(
+        self, ps: _PointScope, env_secrets: tuple[tuple[str, str], ...]
+    ) -> dict[str, str]:
+        """{secret value: name} for one point: what its cell id hashes as placeholders."""
+        if self._host_secret_pairs is None:
+            pairs: list[tuple[str, str]] = []
+            for name, decl in self.decls.items():  # literals under secret names, at any depth
+                pairs += secret_items_in({name: decl.value}, self.listed_secrets)
+            for name in sorted(self.secret_vars - self.matrix_vars):
+                pairs += self._rendered_secret(self.host_scope, name)
+            self._host_secret_pairs = pairs
+        point: list[tuple[str, str]] = []
+        for name in self.point_secret_vars:
+            point += self._rendered_secret(ps.scope, name)
+        key = (env_secrets, tuple(point))
+        found = self._masks.get(key)
+        if found is None:
+            found = self._masks[key] = secret_masks(
+                [*self._host_secret_pairs, *env_secrets, *point]
+            )
+        return found
+
+    def _rendered_secret(self, scope: VariableScope, name: str) -> list[tuple[str, str]]:
+        """(name, value) of secret var `name` as rendered (nested secrets of a mapping too)."""
+        if name not in self.decls:
+            return []
+        try:
+            value = scope[name]
+        except OrchError:  # the section that uses it reports the error, in reading order
+            return []
+        return secret_items_in({name: value}, self.secret_vars)
 
     def _value_text(self, value: Any) -> tuple[str, str]:
         """(canonical JSON, slug part) of one axis value, cached."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -125,12 +127,90 @@ def slug_part(value: Any) -> str:
     return text[:24] or "x"
 
 
-def cell_id(axes: dict[str, Any], host: str, spec: Any) -> str:
+def secret_placeholder(name: str) -> str:
+    """What a cell id hashes in place of the value of secret `name`."""
+    return f"<secret:{name}>"
+
+
+def secret_masks(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """{value: name} from (name, value) pairs; a value under two names gets the first in order."""
+    masks: dict[str, str] = {}
+    for name, value in sorted(pairs):
+        if value:
+            masks.setdefault(value, name)
+    return masks
+
+
+MIN_MASKED_SUBSTRING = 4  # as redaction's MIN_SECRET_LENGTH: shorter values only as whole strings
+
+
+@lru_cache(maxsize=256)
+def _mask_pattern(masks: tuple[tuple[str, str], ...]) -> tuple[re.Pattern[str], dict[str, str]]:
+    replace: dict[str, str] = {}
+    for value, name in masks:
+        escaped = json.dumps(value, ensure_ascii=False)  # as canonical_json writes it
+        if len(value) >= MIN_MASKED_SUBSTRING:
+            replace.setdefault(escaped[1:-1], secret_placeholder(name))
+        else:
+            replace.setdefault(escaped, json.dumps(secret_placeholder(name)))
+    alternatives = sorted(replace, key=lambda t: (-len(t), t))  # longest first: no partial hits
+    return re.compile("|".join(re.escape(t) for t in alternatives)), replace
+
+
+def mask_secrets(text: str, masks: Mapping[str, str]) -> str:
+    """Canonical JSON `text` with each secret value (`masks`: value -> name) as its placeholder.
+
+    One pass, so a placeholder is never masked again. A value of `MIN_MASKED_SUBSTRING`
+    characters or more is replaced wherever it appears (inside an argv item or a URL); a shorter
+    one only where it is a whole JSON string (masking every "1" would hide unrelated numbers).
+    """
+    if not masks:
+        return text
+    pattern, replace = _mask_pattern(tuple(sorted(masks.items())))
+    return pattern.sub(lambda m: replace[m.group(0)], text)
+
+
+def _mask_env(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`spec` with the env values of its `secrets` names as placeholders."""
+    secrets = set(spec.get("secrets") or ())
+    env = spec.get("env")
+    if not secrets or not isinstance(env, Mapping) or not secrets.intersection(env):
+        return spec
+    masked = {k: (secret_placeholder(k) if k in secrets else v) for k, v in env.items()}
+    return {**spec, "env": masked}
+
+
+def cell_id_text(host: str, spec: Any, masks: Mapping[str, str] | None = None) -> str:
+    """What a cell id hashes: `[host, spec]` as canonical JSON, secret values as placeholders.
+
+    Env values of the spec's `secrets` names are masked by name; `masks` (value -> name, e.g.
+    the rendered values of secret vars) are masked wherever they appear in the spec, except in
+    `axes`: axis values are declared data, and two points must never share an id.
+    """
+    if isinstance(spec, Mapping):
+        spec = _mask_env(spec)
+    if not masks:
+        return canonical_json([host, spec])
+    if not isinstance(spec, Mapping) or "axes" not in spec or min(spec) != "axes":
+        return mask_secrets(canonical_json([host, spec]), masks)
+    head = "[" + canonical_json(host) + ',{"axes":' + canonical_json(spec["axes"])
+    rest = {k: v for k, v in spec.items() if k != "axes"}
+    if not rest:
+        return head + "}]"
+    # canonical_json(rest) is '{"bench":...}': the spec's text after its "axes" entry.
+    return head + "," + mask_secrets(canonical_json(rest)[1:], masks) + "]"
+
+
+def cell_id(
+    axes: dict[str, Any], host: str, spec: Any, masks: Mapping[str, str] | None = None
+) -> str:
     """A readable slug of the axis values plus a short hash of the rendered spec.
 
     `spec` is everything that defines the cell except its id (canonical JSON is hashed), so the
-    same cell gets the same id in every run and on every machine.
+    same cell gets the same id in every run and on every machine. Secret values are hashed as
+    placeholders (`cell_id_text`): an id neither changes when a token is rotated nor serves as
+    an offline oracle for guessing one.
     """
     slug = "-".join(slug_part(axes[k]) for k in axes) or "cell"
-    digest = hashlib.sha256(canonical_json([host, spec]).encode()).hexdigest()[:8]
+    digest = hashlib.sha256(cell_id_text(host, spec, masks).encode()).hexdigest()[:8]
     return f"{slug[:80]}-{digest}"

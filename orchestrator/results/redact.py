@@ -148,15 +148,15 @@ def _secret_scalar(value: Any) -> str | None:
     return text
 
 
-def secret_values_in(data: Any, names: Iterable[str] = ()) -> list[str]:
-    """Every scalar stored under a secret name (patterns or `names`) at any depth of `data`.
+def secret_items_in(data: Any, names: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """(name, value) of every scalar stored under a secret name at any depth of `data`, sorted.
 
-    `{"vars": {"db": {"password": "x"}}}` gives `["x"]`. Containers under secret names are
-    walked, not taken whole (a `secrets:` list of names is no secret). Templates that only name
-    variables are left out. Sorted longest first, as `secret_values`.
+    `{"vars": {"db": {"password": "x"}}}` gives `[("password", "x")]`. Containers under secret
+    names are walked, not taken whole (a `secrets:` list of names is no secret). Templates that
+    only name variables (`{{ hf_token }}`), bools, nulls and "" are left out.
     """
     is_secret = _Names(names)
-    found: set[str] = set()
+    found: set[tuple[str, str]] = set()
 
     def walk(node: Any) -> None:
         if isinstance(node, Mapping):
@@ -164,14 +164,23 @@ def secret_values_in(data: Any, names: Iterable[str] = ()) -> list[str]:
                 if isinstance(key, str) and is_secret(key):
                     text = _secret_scalar(value)
                     if text is not None:
-                        found.add(text)
+                        found.add((key, text))
                 walk(value)
         elif isinstance(node, list | tuple):
             for item in node:
                 walk(item)
 
     walk(data)
-    return sorted(found, key=lambda v: (-len(v), v))
+    return sorted(found)
+
+
+def secret_values_in(data: Any, names: Iterable[str] = ()) -> list[str]:
+    """Every scalar stored under a secret name (patterns or `names`) at any depth of `data`.
+
+    The values of `secret_items_in`, longest first (as `secret_values`).
+    """
+    values = {value for _, value in secret_items_in(data, names)}
+    return sorted(values, key=lambda v: (-len(v), v))
 
 
 _YAML_SKIP_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:null")

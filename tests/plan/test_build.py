@@ -16,7 +16,7 @@ from orchestrator.config.inventory import load_inventory
 from orchestrator.config.playbook import load_playbook
 from orchestrator.errors import InputError
 from orchestrator.plan.build import _new_cell, build_cells, cell_spec
-from orchestrator.plan.cell import Cell, cell_id
+from orchestrator.plan.cell import Cell, cell_id, cell_id_text
 
 INVENTORY = """
 gpu:
@@ -379,3 +379,98 @@ def test_a_where_in_braces_and_an_unknown_filter_keep_their_messages(tmp_path: P
         "  nccl: [default, tuned]\n  where: \"{{ matrix.nccl == 'tuned' }}\"\n",
     )
     assert {c.axes["nccl"] for c in plan(tmp_path, play)} == {"tuned"}
+
+
+SECRET_PLAY = """
+name: secrets
+hosts: gpu1
+secrets: [license]
+vars:
+  hf_token: hf_playbook_default_1
+  license: LIC-0001
+  creds: {api_key: nested-key-0001}
+  token_by_axis: {a: per-axis-AAAA, b: per-axis-BBBB}
+  pass_token: "{{ token_by_axis[matrix.x] }}"
+matrix:
+  x: [a, b]
+repo:
+  url: "https://u:{{ hf_token }}@example.com/r.git"
+  dest: /srv/r
+  version: main
+env: {HF_TOKEN: "{{ hf_token }}", SHORT_KEY: "ab", MODEL: "m"}
+server:
+  adapter: sglang
+  args:
+    model-path: /m
+    api-key: "{{ creds.api_key }}"
+    served-model-name: "{{ license }}"
+    x: "{{ pass_token }}"
+bench:
+  command: [bench, "--token={{ hf_token }}", "--pass", "{{ pass_token }}"]
+"""
+
+
+def _secret_plan(tmp_path: Path, **extra: Any) -> list[Cell]:
+    return plan(tmp_path, SECRET_PLAY, extra=extra or None)
+
+
+def test_cell_ids_do_not_depend_on_secret_values(tmp_path: Path) -> None:
+    first = _secret_plan(tmp_path)
+    assert first[0].bench.argv[1] == "--token=hf_playbook_default_1"  # the cell keeps the value
+    rotated = _secret_plan(
+        tmp_path,
+        hf_token="hf_rotated_by_cli_2",
+        license="LIC-9999",
+        creds={"api_key": "nested-key-9999"},
+        token_by_axis={"a": "per-axis-CCCC", "b": "per-axis-DDDD"},
+    )
+    assert rotated[0].bench.argv[1] == "--token=hf_rotated_by_cli_2"
+    assert [c.id for c in first] == [c.id for c in rotated]
+    assert len({c.id for c in first}) == 2  # the axis still tells the points apart
+    # A short secret env value is masked by its name too.
+    (tmp_path / "short").mkdir()
+    short = plan(tmp_path / "short", SECRET_PLAY.replace('"ab"', '"zz"'))
+    assert [c.id for c in short] == [c.id for c in first]
+
+
+def test_cell_ids_still_depend_on_everything_that_is_not_secret(tmp_path: Path) -> None:
+    ids = [c.id for c in _secret_plan(tmp_path)]
+    for old, new in [
+        ('MODEL: "m"', 'MODEL: "n"'),
+        ("model-path: /m", "model-path: /n"),
+        ("example.com", "example.org"),
+        ('"--pass"', '"--pas"'),
+    ]:
+        (tmp_path / old[:3]).mkdir(exist_ok=True)
+        changed = plan(tmp_path / old[:3], SECRET_PLAY.replace(old, new))
+        assert set(ids).isdisjoint(c.id for c in changed), old
+
+
+def test_secret_cell_ids_match_cell_py_given_the_secret_values(tmp_path: Path) -> None:
+    for c in _secret_plan(tmp_path):
+        masks = {  # value -> name; a value under two names (HF_TOKEN, hf_token): the first
+            "hf_playbook_default_1": "HF_TOKEN",
+            "LIC-0001": "license",
+            "nested-key-0001": "api_key",
+            f"per-axis-{c.axes['x'].upper() * 4}": "pass_token",
+            "ab": "SHORT_KEY",
+        }
+        assert c.id == cell_id(c.axes, c.host, cell_spec(c), masks)
+        assert c.id != cell_id(c.axes, c.host, cell_spec(c))
+        text = cell_id_text(c.host, cell_spec(c), masks)  # what is hashed holds no secret
+        assert not [v for v in masks if len(v) > 2 and v in text]
+        assert '"SHORT_KEY":"<secret:SHORT_KEY>"' in text
+
+
+def test_masking_nothing_hashes_the_plain_spec(tmp_path: Path) -> None:
+    for c in plan(tmp_path, BASE):
+        assert cell_id(c.axes, c.host, cell_spec(c), {"value-found-nowhere": "x"}) == c.id
+
+
+def test_mask_secrets_finds_values_as_json_writes_them() -> None:
+    from orchestrator.plan.cell import canonical_json, mask_secrets
+
+    tricky = 'to"k\\en-€'
+    text = canonical_json({"argv": [f"--t={tricky}", "1", "12"], "n": 1})
+    masked = mask_secrets(text, {tricky: "tok", "1": "short"})
+    assert masked == '{"argv":["--t=<secret:tok>","<secret:short>","12"],"n":1}'
