@@ -271,11 +271,15 @@ def _check_resume_plan(run_dir: Path, planned_ids: Sequence[str]) -> None:
     known = {c.get("id") for c in recorded.get("cells", []) if isinstance(c, dict)}
     new = [cid for cid in planned_ids if cid not in known]
     if new:
-        again = shlex.join([*_without_resume(original), "--resume", str(run_dir)])
+        from orchestrator.execute.controller import resume_hint
+
+        # run.json's argv holds only the marker for a secret: the user gives the value again.
+        again = resume_hint(shlex.join([*_without_resume(original), "--resume", str(run_dir)]))
+        note = " (give each <secret> its value again)" if "<secret>" in again else ""
         raise InputError(
             f"these arguments plan {len(new)} cell(s) that run {run_dir.name} does not hold "
             f"(e.g. {new[0]}): a resume must use the run's own playbook, inventory, -e and --limit",
-            hint=f"resume with: {again}",
+            hint=f"resume with: {again}{note}",
         )
 
 
@@ -850,7 +854,16 @@ _attach_sim()
 
 
 def _interrupted(resume: str | None) -> None:
-    """Ctrl-C: servers were stopped by their runners; say how to go on, exit 130."""
+    """Ctrl-C: servers were stopped by their runners; say how to go on, exit 130.
+
+    A secret -e value is never printed: the hint shows `<secret>`, to be given again.
+    """
+    if resume:
+        from orchestrator.execute.controller import resume_hint
+
+        resume = resume_hint(resume)
+        if "<secret>" in resume:
+            resume += " (give each <secret> its value again)"
     tail = f"; continue with: {resume}" if resume else ""
     click.echo(f"interrupted: servers stopped{tail}", err=True)
     sys.exit(130)

@@ -8,6 +8,7 @@ others go on; Ctrl-C closes every runner's stdin, which makes each stop its serv
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import signal
 import tempfile
@@ -34,6 +35,7 @@ from orchestrator.plan.cell import Cell
 from orchestrator.results.bundle import BundleWriter, extract_archive
 from orchestrator.results.redact import (
     REDACTED,
+    hide_secret_extra_vars,
     is_secret_name,
     redact_mapping,
     redact_text,
@@ -157,6 +159,30 @@ def extra_vars_in_argv(argv: Sequence[str]) -> list[dict[str, Any]]:
         except OrchError:
             continue
     return found
+
+
+def resume_hint(command: str) -> str:
+    """A resume command line to print: each secret `-e` value as `<secret>`, to give again.
+
+    `command` is shell-quoted, with `--resume RUN`; when RUN is a run directory, the names its
+    cells list as secret (`secrets:`) count besides the name patterns. Cell ids do not depend on
+    secret values, so any value given again plans the same cells.
+    """
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return command
+    names: set[str] = set()
+    if "--resume" in argv[:-1]:
+        plan = Path(argv[argv.index("--resume") + 1]) / "plan.json"
+        try:
+            cells = json.loads(plan.read_text()).get("cells") or []
+        except (OSError, ValueError, AttributeError):
+            cells = []
+        for cell in cells:
+            if isinstance(cell, dict):
+                names.update(str(n) for n in cell.get("secrets") or ())
+    return shlex.join(hide_secret_extra_vars(argv, names))
 
 
 def _scrub(data: Any, secrets: Sequence[str]) -> Any:

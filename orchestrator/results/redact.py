@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -253,6 +254,71 @@ def redact_yaml_file(path: Path, names: Iterable[str] = ()) -> list[str]:
         os.chmod(tmp, path.stat().st_mode & 0o7777)
         os.replace(tmp, path)
     return values
+
+
+SECRET_HINT = "<secret>"  # what a printed command shows for a secret the user gives again
+_PLAIN_WORD = re.compile(r"[^\s'\"\\]*")
+
+
+def _hide_extra_value(text: str, is_secret: _Names) -> str:
+    """One `-e` argument with its secret values as `SECRET_HINT`."""
+    if text.startswith("@"):
+        return text  # a file name; the file holds the values
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return SECRET_HINT if REDACTED in text else text
+
+        def hide(node: Any, secret: bool = False) -> Any:
+            if isinstance(node, Mapping):
+                return {k: hide(v, isinstance(k, str) and is_secret(k)) for k, v in node.items()}
+            if isinstance(node, list):
+                return [hide(v) for v in node]
+            if (secret and _secret_scalar(node) is not None) or (
+                isinstance(node, str) and REDACTED in node
+            ):
+                return SECRET_HINT
+            return node
+
+        return json.dumps(hide(data), ensure_ascii=False)
+    try:
+        tokens = shlex.split(text)
+    except ValueError:
+        return SECRET_HINT if REDACTED in text else text
+    out = []
+    for token in tokens:
+        name, sep, value = token.partition("=")
+        if sep and (is_secret(name) or REDACTED in value):
+            token = f"{name}={SECRET_HINT}"
+        out.append(token if _PLAIN_WORD.fullmatch(token) else shlex.quote(token))
+    return " ".join(out)
+
+
+def hide_secret_extra_vars(argv: Sequence[str], names: Iterable[str] = ()) -> list[str]:
+    """`argv` with each secret `-e` value as `<secret>`: a command to print, holding no secret.
+
+    A value is secret when its name is (patterns or `names`) or it holds the redaction marker
+    (argv as run.json records it). `-e k=v ...`, `-e '{...}'`, `--extra-vars=...` and `-ek=v`
+    are understood; an `@file` argument names a file and stays.
+    """
+    is_secret = _Names(names)
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(_hide_extra_value(arg, is_secret))
+            hide_next = False
+        elif arg in ("-e", "--extra-vars"):
+            out.append(arg)
+            hide_next = True
+        elif arg.startswith("--extra-vars="):
+            out.append("--extra-vars=" + _hide_extra_value(arg.partition("=")[2], is_secret))
+        elif arg.startswith("-e") and not arg.startswith("--") and len(arg) > 2:
+            out.append("-e" + _hide_extra_value(arg[2:], is_secret))
+        else:
+            out.append(arg)
+    return out
 
 
 def _variants(values: Iterable[str]) -> list[bytes]:

@@ -72,3 +72,25 @@ def test_every_extra_vars_argument_is_read_overridden_ones_too(tmp_path: Path) -
         "hf_glued",
         "hf_json",
     ]
+
+
+def test_resume_hint_hides_secrets_by_pattern_and_by_the_runs_listed_names(
+    tmp_path: Path,
+) -> None:
+    import json
+    import shlex
+
+    from orchestrator.execute.controller import resume_hint
+
+    run = tmp_path / "run-1"
+    run.mkdir()
+    (run / "plan.json").write_text(json.dumps({"cells": [{"id": "c", "secrets": ["license"]}]}))
+    argv = ["orch", "apply", "p.yml", "-e", "hf_token=hf_real_1", "-e", "license=LIC-real-2"]
+    command = shlex.join([*argv, "-e", "model=m", "--resume", str(run)])
+    shown = resume_hint(command)
+    assert shlex.split(shown) == [
+        "orch", "apply", "p.yml", "-e", "hf_token=<secret>", "-e", "license=<secret>",
+        "-e", "model=m", "--resume", str(run),
+    ]  # fmt: skip
+    bisect = "orch bisect ... --resume 20261130-x"  # no run directory: patterns only
+    assert resume_hint(bisect) == bisect

@@ -224,3 +224,27 @@ def test_redact_yaml_file_rewrites_in_place_keeping_the_mode(tmp_path: Path) -> 
     assert path.read_text() == f'vars:\n  hf_token: "{REDACTED}"\n'
     assert path.stat().st_mode & 0o777 == 0o640
     assert [p.name for p in tmp_path.iterdir()] == ["base.yml"]
+
+
+def test_hide_secret_extra_vars_shows_a_placeholder_for_every_secret_form() -> None:
+    import shlex
+
+    argv = [
+        "orch", "apply", "p.yml",
+        "-e", 'hf_token=hf_real model=m "note=a b"',
+        "-e", "@secrets.yml",
+        "-e", '{"api_key": "k-real", "db": {"password": 7}, "n": 1}',
+        "--extra-vars=license=LIC-real",
+        "-ehf_token=***REDACTED***",  # as run.json records it
+        "-e", "url=https://u:***REDACTED***@host/r.git",
+        "--limit", "h1",
+    ]  # fmt: skip
+    shown = shlex.join(redact.hide_secret_extra_vars(argv, ["license"]))
+    assert shown == (
+        "orch apply p.yml -e 'hf_token=<secret> model=m '\"'\"'note=a b'\"'\"'' -e @secrets.yml "
+        '-e \'{"api_key": "<secret>", "db": {"password": "<secret>"}, "n": 1}\' '
+        "'--extra-vars=license=<secret>' '-ehf_token=<secret>' -e 'url=<secret>' --limit h1"
+    )
+    for secret in ("hf_real", "k-real", "LIC-real", REDACTED):
+        assert secret not in shown
+    assert shlex.split(shown)[4] == "hf_token=<secret> model=m 'note=a b'"  # one -e, as given
