@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -240,3 +242,73 @@ def test_a_secret_server_arg_the_server_reports_otherwise_fails(tmp_path: Path) 
     assert "server_arg:served-model-name" in proc.stdout
     assert "another-model-name" in proc.stdout and "***REDACTED***" in proc.stdout
     _assert_nowhere(tmp_path / "results", SERVED, proc.stdout, proc.stderr)
+
+
+# Cell a=2 holds its benchmark while the file exists: Ctrl-C lands in it, after a=1 finished.
+HOLD_BENCH = (
+    "import os, sys, time\n"
+    "while sys.argv[2] == '2' and os.path.exists(sys.argv[1]):\n"
+    "    time.sleep(0.05)\n"
+    "print('x 1.0')\n"
+)
+FIRST_TOKEN = "hf_first_value_Qm3Lp9"
+SECOND_TOKEN = "hf_second_value_Vx7Rt2"
+
+
+@pytest.mark.slow
+def test_resume_takes_the_secret_again_with_any_value(tmp_path: Path) -> None:
+    home, hold = tmp_path / "home", tmp_path / "hold"
+    home.mkdir()
+    hold.write_text("")
+    command = [
+        "{{ orch_python }}", "-c", HOLD_BENCH, "{{ hold }}", "{{ matrix.a }}",
+        "{{ label }}", "--token={{ hf_token }}",
+    ]  # fmt: skip
+    playbook = {
+        "name": "resume-secret",
+        "vars": {"hold": str(hold), "label": "a"},
+        "matrix": {"a": [1, 2]},
+        "env": {"HF_TOKEN": "{{ hf_token }}"},
+        "bench": {"command": command, "metrics": {"x": r"x ([0-9.]+)"}},
+    }
+    (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook))
+    argv = ["apply", "playbook.yml", "--results", "results"]
+    with (tmp_path / "out").open("w") as out, (tmp_path / "err").open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", *argv, "-e", f"hf_token={FIRST_TOKEN}"],
+            cwd=tmp_path,
+            env={**os.environ, "HOME": str(home)},
+            stdout=out,
+            stderr=err,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not list((tmp_path / "results").glob("*/cells/1-*/cell.json")):
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+            time.sleep(1.0)  # a=2 is holding in its benchmark
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=60) == 130
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    said = (tmp_path / "out").read_text() + (tmp_path / "err").read_text()
+    (run,) = (tmp_path / "results").iterdir()
+    # The hint asks for the secret again; it never prints it, nor the marker as a value.
+    assert "-e 'hf_token=<secret>'" in said and "give each <secret> its value again" in said
+    assert FIRST_TOKEN not in said and "***REDACTED***" not in said
+    # Other non-secret arguments plan other cells: refused, with the run's own command.
+    refused = _orch(tmp_path, *argv, "-e", "hf_token=x", "-e", "label=b", "--resume", str(run))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "-e 'hf_token=<secret>'" in refused.stderr, refused.stderr
+    assert "***REDACTED***" not in refused.stderr
+    # The same arguments with another token value: the same cells, resumed.
+    hold.unlink()
+    resumed = _orch(tmp_path, *argv, "-e", f"hf_token={SECOND_TOKEN}", "--resume", str(run))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    doc = json.loads((run / "run.json").read_text())
+    assert len(doc["resumed"]) == 1
+    assert sorted(c["status"] for c in doc["cells"].values()) == ["passed", "passed"]
+    for secret in (FIRST_TOKEN, SECOND_TOKEN):
+        _assert_nowhere(run, secret, resumed.stdout, resumed.stderr)
