@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from runner_helpers import cell_dir, load, make_cell, run_cell
 
+from orchestrator.execute.remote import runner
 from orchestrator.plan.cell import RepoPin
 
 GIT_ENV = {
@@ -202,3 +204,214 @@ def test_a_commit_only_a_pull_ref_reaches_is_fetched_by_sha(home: Path, origin: 
     assert runner.done["status"] == "passed", runner.done
     info = load(cell_dir(home, "y-2-0000beef") / "repo.json")
     assert info["sha"] == pr and info["resolved_from"] == "FETCH_HEAD"
+
+
+# --- a clone of another repository at dest ------------------------------------------------------
+
+
+def clone_state(dest: Path) -> dict[str, str]:
+    """Everything a refused cell must leave alone in a clone: config, refs, HEAD, index, files."""
+    return {
+        "config": (dest / ".git" / "config").read_text(),
+        "refs": git(dest, "for-each-ref", "--format=%(refname) %(objectname)"),
+        "head": git(dest, "rev-parse", "HEAD"),
+        "status": git(dest, "status", "--porcelain", "--untracked-files=all"),
+        "files": repr(sorted((p.name, p.read_text()) for p in dest.iterdir() if p.is_file())),
+    }
+
+
+@pytest.fixture
+def fork(tmp_path: Path, origin: Path) -> Path:
+    """A fork of `origin`: same history, one more commit on main, and tag v1 on its own commit."""
+    repo = tmp_path / "fork"
+    git(tmp_path, "clone", "-q", str(origin), str(repo))
+    git(origin, "tag", "v1")
+    commit(repo, "server.txt", "fork\n")
+    git(repo, "tag", "v1")
+    return repo
+
+
+@pytest.mark.parametrize("version", ["v1", "main", "first-sha"])
+def test_a_clone_of_another_repository_is_refused_and_left_alone(
+    home: Path, origin: Path, fork: Path, version: str
+) -> None:
+    assert run_cell(home, repo_cell(str(origin), "v1")).done["status"] == "passed"
+    dest = home / "src" / "demo"
+    (dest / "junk.txt").write_text("work in progress\n")  # must survive even `dirty: reset`
+    before = clone_state(dest)
+    if version == "first-sha":
+        # resolves in the old clone without a fetch: the case that used to pass silently
+        version = git(origin, "rev-list", "--max-parents=0", "HEAD")
+
+    runner = run_cell(home, repo_cell(str(fork), version, "y-2-0000beef", dirty="reset"))
+    done = runner.done
+    assert done["status"] == "failed" and done["step"] == "repo", done
+    reason = done["reason"]
+    assert "\n" not in reason
+    assert reason.startswith(f"repo dest {dest} is a clone of {origin}, not of repo.url {fork};")
+    assert "its own repo.dest" in reason and "remove the old clone" in reason
+    assert f"git -C {dest} remote set-url origin {fork}" in reason
+    assert clone_state(dest) == before
+    failed = load(cell_dir(home, "y-2-0000beef") / "cell.json")
+    assert failed["failed_step"] == "repo" and failed["reason"] == reason
+    assert failed["steps"]["setup"]["status"] == "not_run"
+    assert not (cell_dir(home, "y-2-0000beef") / "repo.json").exists()
+
+
+def test_a_moved_repository_is_refused_until_the_clone_is_pointed_there(
+    home: Path, origin: Path
+) -> None:
+    assert run_cell(home, repo_cell(str(origin), "main")).done["status"] == "passed"
+    moved = origin.parent / "moved"
+    origin.rename(moved)
+    newest = commit(moved, "server.txt", "v2\n")
+    done = run_cell(home, repo_cell(str(moved), "main", "y-2-0000beef")).done
+    assert done["status"] == "failed" and done["step"] == "repo", done
+    # The command the reason suggests, run as given.
+    command = done["reason"].split("point the clone there: ", 1)[1]
+    subprocess.run(shlex.split(command), check=True, timeout=30)
+    runner = run_cell(home, repo_cell(str(moved), "main", "z-3-0000cafe"))
+    assert runner.done["status"] == "passed", runner.done
+    info = load(cell_dir(home, "z-3-0000cafe") / "repo.json")
+    assert info["sha"] == newest and info["origin_url"] == str(moved)
+
+
+def test_a_missing_declared_repository_is_refused_when_dest_holds_another(
+    home: Path, origin: Path
+) -> None:
+    assert run_cell(home, repo_cell(str(origin), "main")).done["status"] == "passed"
+    dest = home / "src" / "demo"
+    before = clone_state(dest)
+    sha = git(origin, "rev-parse", "HEAD")
+    for n, url in enumerate(["/nonexistent/repo", "file:///nonexistent/repo"]):
+        cid = f"y-{n}-0000beef"
+        done = run_cell(home, repo_cell(url, sha, cid)).done
+        assert done["status"] == "failed" and done["step"] == "repo", done
+        assert f"is a clone of {origin}, not of repo.url {url};" in done["reason"]
+    assert clone_state(dest) == before
+
+
+@pytest.mark.parametrize(
+    "spelling", ["slash", "dotgit", "file-uri", "relative", "tilde", "symlink", "bare-dotgit"]
+)
+def test_the_same_repository_spelled_differently_is_accepted(
+    home: Path, origin: Path, spelling: str
+) -> None:
+    first = git(origin, "rev-list", "--max-parents=0", "HEAD")
+    if spelling == "bare-dotgit":
+        # a bare origin `repo.git` named without its suffix, as git itself resolves it
+        bare = origin.parent / "shared.git"
+        git(origin.parent, "clone", "-q", "--bare", str(origin), str(bare))
+        origin = bare
+    assert run_cell(home, repo_cell(str(origin), "main")).done["status"] == "passed"
+    (origin.parent / "link").symlink_to(origin)
+    url = {
+        "slash": f"{origin}/",
+        "dotgit": f"{origin}/.git/",
+        "file-uri": origin.as_uri(),
+        "relative": os.path.relpath(origin, home),
+        "tilde": "~/" + os.path.relpath(origin, home),
+        "symlink": str(origin.parent / "link"),
+        "bare-dotgit": str(origin)[: -len(".git")],
+    }[spelling]
+    runner = run_cell(home, repo_cell(url, first, "y-2-0000beef"))
+    assert runner.done["status"] == "passed", runner.done
+    info = load(cell_dir(home, "y-2-0000beef") / "repo.json")
+    assert info["url"] == url and info["origin_url"] == str(origin)
+    assert info["sha"] == first and info["cloned"] is False
+
+
+def test_a_fresh_clone_records_its_origin(home: Path, origin: Path) -> None:
+    url = origin.as_uri() + "/"
+    assert run_cell(home, repo_cell(url, "main")).done["status"] == "passed"
+    info = load(cell_dir(home) / "repo.json")
+    assert info["cloned"] is True and info["url"] == url and info["origin_url"] == url
+
+
+def test_remote_urls_compare_by_git_s_rewriting_and_without_credentials(
+    home: Path, origin: Path
+) -> None:
+    assert run_cell(home, repo_cell(str(origin), "main")).done["status"] == "passed"
+    dest = home / "src" / "demo"
+    # The clone fetches a "remote" URL (with an old token) that insteadOf maps to the origin.
+    remote = "https://ci:oldtoken@git.example.com/team/demo.git"
+    git(dest, "remote", "set-url", "origin", remote)
+    git(dest, "config", f"url.{origin}.insteadOf", remote)
+    newest = commit(origin, "server.txt", "v2\n")
+
+    same = {
+        "case-slash-token": "https://newtoken@GIT.Example.com/team/demo/",
+        "no-suffix": "https://git.example.com/team/demo",
+        "rewritten": str(origin),  # what the origin's insteadOf rule maps to
+    }
+    for n, url in enumerate(same.values()):
+        cid = f"y-{n}-0000beef"
+        runner = run_cell(home, repo_cell(url, "main", cid))
+        assert runner.done["status"] == "passed", (url, runner.done)
+        info = load(cell_dir(home, cid) / "repo.json")
+        assert info["sha"] == newest and info["origin_url"] == str(origin)
+        text = "".join(p.read_text() for p in cell_dir(home, cid).rglob("*") if p.is_file())
+        assert "oldtoken" not in text and "oldtoken" not in "".join(runner.lines)
+
+    git(dest, "config", "--unset", f"url.{origin}.insteadOf")
+    for n, url in enumerate(
+        ["https://git.example.com/team/other", "ssh://git@git.example.com/team/demo"]
+    ):
+        cid = f"z-{n}-0000cafe"
+        runner = run_cell(home, repo_cell(url, "main", cid))
+        done = runner.done
+        assert done["status"] == "failed" and done["step"] == "repo", done
+        assert (
+            "is a clone of https://***REDACTED***@git.example.com/team/demo.git,"
+            in (done["reason"])
+        )
+        assert "oldtoken" not in "".join(runner.lines)
+
+
+def test_a_clone_without_origin_is_refused(home: Path, origin: Path) -> None:
+    assert run_cell(home, repo_cell(str(origin), "main")).done["status"] == "passed"
+    dest = home / "src" / "demo"
+    git(dest, "remote", "remove", "origin")
+    done = run_cell(home, repo_cell(str(origin), "main", "y-2-0000beef")).done
+    assert done["status"] == "failed" and done["step"] == "repo", done
+    assert done["reason"].startswith(f"repo dest {dest} is a git clone without an origin remote")
+
+
+def test_a_dest_inside_another_work_tree_is_refused(home: Path, origin: Path) -> None:
+    git(home, "init", "-q")  # a dotfiles repository in $HOME
+    dest = home / "src" / "demo"
+    dest.mkdir(parents=True)
+    (dest / "notes.txt").write_text("mine\n")
+    done = run_cell(home, repo_cell(str(origin), "main", dirty="record")).done
+    assert done["status"] == "failed" and done["step"] == "repo", done
+    assert done["reason"].startswith(
+        f"repo dest {dest} is not a clone of its own: it lies inside the git work tree {home}"
+    )
+    assert (dest / "notes.txt").read_text() == "mine\n"
+    # nothing was checked out into $HOME's repository: it still has no commit
+    assert (
+        subprocess.run(
+            ["git", "-C", str(home), "rev-parse", "-q", "--verify", "HEAD"], capture_output=True
+        ).returncode
+        != 0
+    )
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("https://github.com/org/repo", "https://github.com/org/repo.git/", True),
+        ("https://GitHub.com/org/repo", "HTTPS://github.com/org/repo", True),
+        ("https://tok@github.com/org/repo", "https://u:pw@github.com/org/repo", True),
+        ("git@github.com:org/repo.git", "git@GITHUB.com:org/repo/", True),
+        ("ssh://git@host/r.git", "ssh://git:pw@host/r", True),
+        ("https://github.com/org/repo", "https://github.com/fork/repo", False),
+        ("https://github.com/org/repo", "https://github.com/org/Repo", False),
+        ("https://github.com/org/repo", "git@github.com:org/repo", False),
+        ("ssh://alice@host/r", "ssh://bob@host/r", False),
+        ("git@host:r", "host:r", False),
+        ("host:r", "./host:r", False),
+    ],
+)
+def test_repo_url_keys(tmp_path: Path, a: str, b: str, same: bool) -> None:
+    assert (runner.repo_url_key(a, str(tmp_path)) == runner.repo_url_key(b, str(tmp_path))) is same

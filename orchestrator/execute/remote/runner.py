@@ -51,6 +51,7 @@ import threading
 import time
 import traceback
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
@@ -124,6 +125,96 @@ def display_path(path: str) -> str:
     if real == home or real.startswith(home.rstrip("/") + "/"):
         return os.path.relpath(real, home)
     return os.path.abspath(path)
+
+
+# `scheme://rest`, as git's is_url() sees it (a scheme is letters, digits, `+`, `-`, `.`).
+_URL_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(.*)$", re.DOTALL)
+# Schemes whose user name is an account on the host (part of which repository), not a credential.
+_SSH_SCHEMES = ("ssh", "git+ssh", "ssh+git")
+
+
+def is_local_repo_url(url: str) -> bool:
+    """True when git reads `url` as a local path (git's rule: no `:` before the first `/`)."""
+    if url.startswith("file://"):
+        return True
+    if _URL_SCHEME_RE.match(url):
+        return False
+    colon, slash = url.find(":"), url.find("/")
+    return colon < 0 or 0 <= slash < colon
+
+
+def local_repo_path(path: str, base: str) -> str:
+    """The real path of the repository a local `path` names, as git finds it.
+
+    `~` is expanded and a relative path is taken against `base`. git tries `<path>/.git`,
+    `<path>`, `<path>.git/.git` and `<path>.git` in this order; a work tree and its `.git`
+    directory name the same repository, so the answer is the work tree.
+    """
+    path = resolve_path(path, base)
+    for suffix in ("/.git", "", ".git/.git", ".git"):
+        if os.path.isdir(path + suffix):
+            path = path + suffix
+            break
+    real = os.path.realpath(path)
+    if os.path.basename(real) == ".git":
+        real = os.path.dirname(real)
+    return real
+
+
+def repo_url_key(url: str, base: str) -> str:
+    """A comparison key for a repository URL: equal keys name the same repository.
+
+    Local paths (also `file://` ones) become the real path of the repository (`base` for a
+    relative one). Other URLs lose trailing `/` and `.git`, their scheme and host are lowercased,
+    and credentials are dropped (an http(s) user or token says who fetches, not what; an ssh
+    user is kept).
+    """
+    if url.startswith("file://"):
+        # git percent-decodes file URLs (file:///a%20b is the directory "a b").
+        return "path:" + local_repo_path(urllib.parse.unquote(url[len("file://") :]), base)
+    if is_local_repo_url(url):
+        return "path:" + local_repo_path(url, base)
+    match = _URL_SCHEME_RE.match(url)
+    if match:
+        scheme, authority, rest = match.group(1).lower(), match.group(2), match.group(3)
+        user, _at, hostport = authority.rpartition("@")
+        user = user.partition(":")[0] if scheme in _SSH_SCHEMES else ""
+        url = "%s://%s%s%s" % (scheme, user + "@" if user else "", hostport.lower(), rest)
+    elif not url.startswith("["):
+        # scp-like [user@]host:path (a bracketed IPv6 host is compared as written)
+        userhost, _colon, path = url.partition(":")
+        user, at, host = userhost.rpartition("@")
+        url = "%s%s%s:%s" % (user, at, host.lower(), path)
+    url = url.rstrip("/")
+    if url.endswith(".git"):
+        url = url[: -len(".git")].rstrip("/")
+    return "url:" + url
+
+
+def masked_url(url: str) -> str:
+    """`url` with credentials hidden (an http(s) user or token, an ssh password) for display.
+
+    The clone's origin may hold a token the controller never saw, so no redactor knows it.
+    """
+    match = _URL_SCHEME_RE.match(url)
+    if not match or "@" not in match.group(2):
+        return url
+    user, _at, hostport = match.group(2).rpartition("@")
+    if match.group(1).lower() in _SSH_SCHEMES:
+        name, colon, _password = user.partition(":")
+        user = name + (":" + REDACTED if colon else "")
+    else:
+        user = REDACTED
+    return "%s://%s@%s%s" % (match.group(1), user, hostport, match.group(3))
+
+
+def rewrite_url(url: str, rules: List[Tuple[str, str]]) -> str:
+    """`url` after git's `url.<base>.insteadOf <prefix>` rules (the longest prefix wins)."""
+    best: Optional[Tuple[str, str]] = None
+    for base, prefix in rules:
+        if url.startswith(prefix) and (best is None or len(prefix) > len(best[1])):
+            best = (base, prefix)
+    return best[0] + url[len(best[1]) :] if best else url
 
 
 def write_json(path: str, data: Any) -> None:
@@ -875,6 +966,10 @@ class CellRunner:
             cloned = True
         elif not self.git_ok(["rev-parse", "--git-dir"], dest)[0]:
             raise StepFailed("repo dest %s exists and is not a git repository" % dest)
+        else:
+            self.check_own_work_tree(dest)
+        # Before the dirty policy too: `reset` must never clean a checkout of another repository.
+        origin = self.check_origin(dest, str(repo["url"]), checked=not cloned)
 
         porcelain = ""
         if not cloned:
@@ -909,6 +1004,7 @@ class CellRunner:
             self.path("repo.json"),
             {
                 "url": repo["url"],
+                "origin_url": masked_url(origin),
                 "dest": dest,
                 "requested": version,
                 "resolved_from": source,
@@ -924,6 +1020,74 @@ class CellRunner:
             },
         )
         return {"sha": sha, "describe": describe, "dirty": dirty, "fetched": fetched}
+
+    def check_own_work_tree(self, dest: str) -> None:
+        """StepFailed unless `dest` is the top of a git work tree (its own clone).
+
+        `rev-parse --git-dir` also succeeds in a plain directory inside another repository (a
+        dotfiles repo in $HOME): checking out there would move that repository's HEAD.
+        """
+        ok, out = self.git_ok(["rev-parse", "--show-toplevel"], dest)
+        if not ok or not out.strip():
+            raise StepFailed(
+                "repo dest %s exists and is not a git work tree (a bare repository or a .git "
+                "directory?); give the repo another repo.dest" % dest
+            )
+        top = os.path.realpath(out.strip())
+        if top != os.path.realpath(dest):
+            raise StepFailed(
+                "repo dest %s is not a clone of its own: it lies inside the git work tree %s; "
+                "give the repo a repo.dest outside it" % (dest, top)
+            )
+
+    def insteadof_rules(self, dest: str) -> List[Tuple[str, str]]:
+        """git's `url.<base>.insteadOf <prefix>` rules as (base, prefix), as seen in `dest`."""
+        # -z: a base may hold spaces; each record is `key\nvalue\0`.
+        ok, out = self.git_ok(["config", "-z", "--get-regexp", r"^url\..*\.insteadof$"], dest)
+        rules: List[Tuple[str, str]] = []
+        for record in out.split("\0") if ok else ():
+            key, _nl, prefix = record.partition("\n")
+            if key.lower().startswith("url.") and key.lower().endswith(".insteadof"):
+                rules.append((key[len("url.") : -len(".insteadof")], prefix))
+        return rules
+
+    def check_origin(self, dest: str, url: str, checked: bool = True) -> str:
+        """The URL the clone at `dest` fetches from (its origin, after insteadOf rules).
+
+        When `checked`, StepFailed unless that origin is the repository `url` names: a clone of
+        another repository (a fork, another project) at the same dest is never reused, because
+        its tags and branches would silently stand for the declared repository's.
+        """
+        ok, out = self.git_ok(["config", "--get-all", "remote.origin.url"], dest)
+        configured = out.splitlines()[0] if ok and out.strip() else ""
+        if not configured:
+            raise StepFailed(
+                "repo dest %s is a git clone without an origin remote, so it cannot be shown to "
+                "hold repo.url %s; give this repo its own repo.dest or remove that clone"
+                % (dest, masked_url(url))
+            )
+        rules = self.insteadof_rules(dest)
+        origin = rewrite_url(configured, rules)  # what `git fetch` (first url) contacts
+        if not checked:
+            return origin
+        home = home_dir()
+        # A relative origin is relative to the clone; a relative repo.url to $HOME (clone's cwd).
+        if repo_url_key(configured, dest) == repo_url_key(url, home):
+            return origin
+        if repo_url_key(origin, dest) == repo_url_key(rewrite_url(url, rules), home):
+            return origin
+        raise StepFailed(
+            "repo dest %s is a clone of %s, not of repo.url %s; give this repo its own "
+            "repo.dest, or remove the old clone, or, if both name the same repository, point "
+            "the clone there: git -C %s remote set-url origin %s"
+            % (
+                dest,
+                masked_url(origin),
+                masked_url(url),
+                shlex.quote(dest),
+                shlex.quote(masked_url(url)),
+            )
+        )
 
     def _rev(self, dest: str, ref: str) -> Optional[str]:
         ok, out = self.git_ok(["rev-parse", "--verify", "--quiet", ref + "^{commit}"], dest)
