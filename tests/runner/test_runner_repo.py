@@ -167,6 +167,32 @@ def test_unknown_refs_are_fetched_from_origin(home: Path, origin: Path) -> None:
     assert info["sha"] == later and info["describe"] == "v9"
 
 
+def test_tags_come_from_origin_only_and_a_clobbered_tag_says_so(
+    home: Path, origin: Path, tmp_path: Path
+) -> None:
+    url = origin.as_uri()
+    assert run_cell(home, repo_cell(url, "main")).done["status"] == "passed"
+    dest = home / "src" / "demo"
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(origin), str(other))
+    commit(other, "server.txt", "theirs\n")
+    git(other, "tag", "only-there")
+    git(dest, "remote", "add", "other", str(other))  # a remote the user added by hand
+
+    runner = run_cell(home, repo_cell(url, "only-there", "t-1-0000aaaa"))
+    assert runner.done["status"] == "failed", runner.done
+    assert runner.done["reason"].startswith("unknown ref 'only-there'")
+
+    # origin moved its tag v1 to another commit: the fetch refuses, and says why
+    git(origin, "tag", "v1", "HEAD~1")
+    assert run_cell(home, repo_cell(url, "v1", "t-2-0000bbbb")).done["status"] == "passed"
+    commit(origin, "server.txt", "v2\n")
+    git(origin, "tag", "-f", "v1")
+    runner = run_cell(home, repo_cell(url, "main", "t-3-0000cccc"))
+    assert runner.done["status"] == "failed", runner.done
+    assert "would clobber existing tag" in runner.done["reason"], runner.done
+
+
 def test_unknown_ref_fails_clearly(home: Path, origin: Path) -> None:
     runner = run_cell(home, repo_cell(str(origin), "deadbeef"))
     done = runner.done

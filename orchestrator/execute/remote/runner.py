@@ -1112,7 +1112,9 @@ class CellRunner:
             sha = self._rev(dest, version)
             if sha:
                 return sha, version, False
-        self.git(["fetch", "-q", "--all", "--tags"], dest)
+        # origin only: a tag of another remote the user added must not stand in for the
+        # declared repo's. Not -q: git's "would clobber existing tag" line is the reason.
+        self.git(["fetch", "--tags", "--", "origin"], dest)
         candidates = ["origin/" + version, version] if not is_hex else [version]
         for ref in candidates:
             sha = self._rev(dest, ref)
