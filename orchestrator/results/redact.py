@@ -359,15 +359,65 @@ class RedactReport:
     replacements: int = 0
 
 
+_JSON_MAX_BYTES = 64 << 20  # larger JSON is redacted as bytes, streamed
+
+
+def _redact_json_value(data: Any, values: list[str]) -> tuple[Any, int]:
+    """`data` with secrets replaced in strings and keys, and a number that is a secret."""
+    if isinstance(data, str):
+        count = sum(data.count(v) for v in values)
+        return (redact_text(data, values), count) if count else (data, 0)
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        total = 0
+        for key, value in data.items():
+            new_key, n_key = _redact_json_value(key, values)
+            out[new_key], n_value = _redact_json_value(value, values)
+            total += n_key + n_value
+        return out, total
+    if isinstance(data, list):
+        pairs = [_redact_json_value(v, values) for v in data]
+        return [v for v, _ in pairs], sum(n for _, n in pairs)
+    if isinstance(data, int | float) and not isinstance(data, bool) and str(data) in values:
+        return REDACTED, 1
+    return data, 0
+
+
+def _redact_json_file(path: Path, values: list[str]) -> int | None:
+    """A JSON file redacted value by value so it stays JSON (bytes would leave a numeric
+    secret as `"key": ***REDACTED***`); None when it is not JSON or too big."""
+    try:
+        if path.stat().st_size > _JSON_MAX_BYTES:
+            return None
+        original = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    redacted, count = _redact_json_value(original, values)
+    if count:
+        tmp = path.with_name(f".{path.name}.redact.tmp")
+        tmp.write_text(json.dumps(redacted, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    return count
+
+
 def redact_file(path: Path, secret_values: Iterable[str]) -> int:
     """Replace secret values in one file in place (streamed, tmp + rename); the count replaced.
 
     Works on bytes, so binary or undecodable files are handled without error; a secret inside
-    a binary file is still replaced (a leak is worse than a damaged blob).
+    a binary file is still replaced (a leak is worse than a damaged blob). A `.json` file is
+    redacted value by value instead, so it stays valid JSON.
     """
-    variants = _variants(secret_values)
+    values = sorted(
+        {v for v in secret_values if len(v) >= MIN_SECRET_LENGTH}, key=len, reverse=True
+    )
+    variants = _variants(values)
     if not variants:
         return 0
+    if path.suffix == ".json":
+        structured = _redact_json_file(path, values)
+        if structured is not None:
+            return structured
     keep = max(len(v) for v in variants) - 1  # a match may straddle two chunks
     tmp = path.with_name(f".{path.name}.redact.tmp")
     total = 0

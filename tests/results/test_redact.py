@@ -248,3 +248,32 @@ def test_hide_secret_extra_vars_shows_a_placeholder_for_every_secret_form() -> N
     for secret in ("hf_real", "k-real", "LIC-real", REDACTED):
         assert secret not in shown
     assert shlex.split(shown)[4] == "hf_token=<secret> model=m 'note=a b'"  # one -e, as given
+
+
+@pytest.mark.parametrize("side", ["controller", "host"])
+def test_a_json_file_stays_json_when_a_secret_is_a_number(tmp_path: Path, side: str) -> None:
+    """`db_password: 12345678` is a YAML int: replaced as bytes it would leave
+    `"password": ***REDACTED***`, and the cell's JSON could no longer be read."""
+    from orchestrator.execute.remote.runner import Redactor
+
+    doc = {"password": 12345678, "port": 30000, "url": "http://u:s3cr3t-pw@h/x", "n": [12345678]}
+    path = tmp_path / "server_info.json"
+    path.write_text(json.dumps(doc))
+    secrets = ["12345678", "s3cr3t-pw"]
+    if side == "controller":
+        assert redact_file(path, secrets) == 3
+    else:
+        assert Redactor(secrets).file(str(path)) is True
+    assert json.loads(path.read_text()) == {
+        "password": "***REDACTED***",
+        "port": 30000,
+        "url": "http://u:***REDACTED***@h/x",
+        "n": ["***REDACTED***"],
+    }
+    broken = tmp_path / "broken.json"  # not JSON after all: redacted as bytes
+    broken.write_text('{"password": 12345678,')
+    if side == "controller":
+        assert redact_file(broken, secrets) == 1
+    else:
+        assert Redactor(secrets).file(str(broken)) is True
+    assert broken.read_text() == '{"password": ***REDACTED***,'

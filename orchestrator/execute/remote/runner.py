@@ -279,6 +279,9 @@ def stop_all_command(run_id: str, workdir: str) -> str:
 # secrets
 
 
+JSON_REDACT_MAX_BYTES = 64 << 20  # larger JSON is redacted as bytes, streamed
+
+
 class Redactor:
     """Replaces secret values in strings, nested data and files."""
 
@@ -304,20 +307,42 @@ class Redactor:
         return value
 
     def data(self, obj: Any) -> Any:
-        """A copy of `obj` with every string redacted."""
+        """A copy of `obj` with every string redacted, and a number that is a secret too."""
         if isinstance(obj, str):
             return self.text(obj)
         if isinstance(obj, dict):
             return {self.text(str(k)): self.data(v) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
             return [self.data(v) for v in obj]
+        if isinstance(obj, (int, float)) and not isinstance(obj, bool) and str(obj) in self.values:
+            return REDACTED
         return obj
+
+    def _json_file(self, path: str) -> Optional[bool]:
+        """A JSON file redacted value by value, so it stays JSON (a numeric secret replaced by
+        bytes would leave `"key": ***REDACTED***`); None when it is not JSON or too big."""
+        try:
+            if os.path.getsize(path) > JSON_REDACT_MAX_BYTES:
+                return None
+            with open(path, encoding="utf-8") as fh:
+                original = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        redacted = self.data(original)
+        if redacted == original:
+            return False
+        write_json(path, redacted)
+        return True
 
     def file(self, path: str, chunk: int = 1 << 20) -> bool:
         """Redact a file in place (streamed); True when something was replaced."""
         pattern = self.bytes_re
         if pattern is None:
             return False
+        if path.endswith(".json"):
+            structured = self._json_file(path)
+            if structured is not None:
+                return structured
         keep = self.max_len - 1
         changed = False
         tmp = path + ".redact.tmp"
