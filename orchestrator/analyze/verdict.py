@@ -24,6 +24,9 @@ class Verdict:
     status: str  # passed | failed | interrupted
     reason: str | None
     metrics: dict[str, Any] = field(default_factory=dict)  # the metrics.json document
+    # Set when the runner passed the cell and the verdict failed it: results (unparsable or
+    # missing), checks (an adapter check such as a server arg or NCCL var), or expect.
+    failed_step: str | None = None
 
 
 def repeat_dirs(cell_dir: Path) -> list[Path]:
@@ -75,17 +78,23 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
     medians = {m: float(s["median"]) for m, s in summary.items()}
     expectations = [e.to_json() for e in check_all(cell.expect, medians)] if repeats else []
 
+    failed_step = None
     if status == "passed":
         strict = cell.server is None or cell.server.verify_env == "strict"
-        failed_checks = [c for c in checks if not c.get("ok", True)]
-        if strict and failed_checks:
-            problems.extend(f"{c.get('name')}: {c.get('detail')}" for c in failed_checks)
+        failed_checks = [c for c in checks if not c.get("ok", True)] if strict else []
+        problems.extend(f"{c.get('name')}: {c.get('detail')}" for c in failed_checks)
         missed = [e for e in expectations if not e["ok"]]
         problems.extend(f"expectation {e['metric']} {e['bound']}: {e['detail']}" for e in missed)
-        if not repeats and cell.bench.repeats > 0:
+        no_results = not repeats and cell.bench.repeats > 0
+        if no_results:
             problems.append("no benchmark repeat produced results")
         if problems:
             status, reason = "failed", "; ".join(problems)
+            unparsed = len(problems) > len(failed_checks) + len(missed) + int(no_results)
+            if unparsed or no_results:
+                failed_step = "results"
+            else:
+                failed_step = "checks" if failed_checks else "expect"
 
     metrics = metrics_document(repeats, sources=sources, expectations=expectations)
     metrics.update(
@@ -95,7 +104,7 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
         checks=checks,
         problems=problems,
     )
-    return Verdict(status=status, reason=reason, metrics=metrics)
+    return Verdict(status=status, reason=reason, metrics=metrics, failed_step=failed_step)
 
 
 def _read_json(path: Path) -> Any:
@@ -119,4 +128,6 @@ def record_verdict(cell_dir: Path, verdict: Verdict) -> None:
     doc.setdefault("runner_status", doc.get("status"))
     doc.setdefault("runner_reason", doc.get("reason"))
     doc["status"], doc["reason"] = verdict.status, verdict.reason
+    if verdict.failed_step is not None:
+        doc["failed_step"] = verdict.failed_step
     path.write_text(json.dumps(doc, indent=2) + "\n")

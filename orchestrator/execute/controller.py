@@ -569,7 +569,7 @@ class Run:
             conn.host.name,
             verdict.status,
             verdict.reason,
-            cell_json.get("failed_step"),
+            verdict.failed_step or cell_json.get("failed_step"),
             round(seconds, 3),
         )
 

@@ -152,6 +152,10 @@ def test_expectations_pass_and_fail_per_cell(recorded: Recorded) -> None:
     assert cells[good]["status"] == "passed", cells[good]
     assert cells[bad]["status"] == "failed", cells[bad]
     assert "expectation output_throughput >= 75" in cells[bad]["reason"]
+    assert cells[bad]["failed_step"] == "expect" and cells[good]["failed_step"] is None
+    cell_json = json.loads((recorded.run / "cells" / bad / "cell.json").read_text())
+    assert cell_json["failed_step"] == "expect" and cell_json["runner_status"] == "passed"
+    assert f"{bad}" in out and " expect " in out  # the summary's `failed at` column
     for cid, ok in ((good, True), (bad, False)):
         metrics = json.loads((recorded.run / "cells" / cid / "metrics.json").read_text())
         (exp,) = metrics["expectations"]

@@ -241,6 +241,9 @@ def test_a_secret_server_arg_the_server_reports_otherwise_fails(tmp_path: Path) 
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "server_arg:served-model-name" in proc.stdout
     assert "another-model-name" in proc.stdout and "***REDACTED***" in proc.stdout
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
+    (cell,) = json.loads((run / "run.json").read_text())["cells"].values()
+    assert cell["failed_step"] == "checks", cell  # `failed at` says which kind of failure
     _assert_nowhere(tmp_path / "results", SERVED, proc.stdout, proc.stderr)
 
 
