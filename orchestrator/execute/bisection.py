@@ -19,6 +19,7 @@ from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import ExecutionError, InputError, OrchError
 from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.controller import ApplyOptions, Run
+from orchestrator.execute.ship import ensure_runner
 from orchestrator.plan.cell import Cell, cell_id, secret_masks
 from orchestrator.results.bundle import FINISHED_STATUSES, BundleWriter
 from orchestrator.results.redact import secret_items_in
@@ -69,9 +70,22 @@ def commit_range(
         raise InputError("bisect needs a playbook with a repo:", key_path="repo")
     # Commands run in $HOME and argv is quoted, so `~/x` must become `x` as the runner does.
     dest, url = _home_relative(cell.repo.dest), cell.repo.url
+    # The repo step's own check: a clone of another repository at dest (a fork, an old
+    # repo.url) would give the commits of the wrong history, found only at the first step.
+    runner = ensure_runner(conn)
+    check = conn.run([conn.host.python, runner, "check-origin", dest, url], timeout=120)
+    try:
+        verdict = json.loads(check.stdout)
+    except ValueError:
+        raise ExecutionError(
+            f"{conn.host.name}: runner.py check-origin failed (rc {check.rc}): "
+            f"{check.stderr.strip()[-500:]}"
+        ) from None
+    if not verdict.get("ok"):
+        raise InputError(f"{conn.host.name}: {verdict.get('reason')}", key_path="repo.dest")
     probe = conn.run(["git", "-C", dest, "rev-parse", "--git-dir"], timeout=60)
     if probe.rc != 0:
-        res = conn.run(["git", "clone", "--quiet", url, dest], timeout=3600)
+        res = conn.run(["git", "clone", "--quiet", "--", url, dest], timeout=3600)
         if res.rc != 0:
             raise ExecutionError(f"{conn.host.name}: git clone {url} failed: {res.stderr[-500:]}")
 

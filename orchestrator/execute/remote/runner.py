@@ -685,7 +685,89 @@ def _python_of(argv: List[str]) -> Optional[str]:
     return None
 
 
-class CellRunner:
+class RepoChecks:
+    """Is the clone at a repo dest the declared repository's? Used by the repo step, and by
+    `runner.py check-origin` for the controller (bisect reads the commit list from the clone)."""
+
+    def git_ok(self, args: List[str], cwd: str) -> Tuple[bool, str]:
+        """Run git; (succeeded, stdout)."""
+        env = dict(os.environ)
+        env["GIT_TERMINAL_PROMPT"] = "0"
+        proc = subprocess.run(
+            ["git", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        return proc.returncode == 0, proc.stdout.decode("utf-8", "replace")
+
+    def check_own_work_tree(self, dest: str) -> None:
+        """StepFailed unless `dest` is the top of a git work tree (its own clone).
+
+        `rev-parse --git-dir` also succeeds in a plain directory inside another repository (a
+        dotfiles repo in $HOME): checking out there would move that repository's HEAD.
+        """
+        ok, out = self.git_ok(["rev-parse", "--show-toplevel"], dest)
+        if not ok or not out.strip():
+            raise StepFailed(
+                "repo dest %s exists and is not a git work tree (a bare repository or a .git "
+                "directory?); give the repo another repo.dest" % dest
+            )
+        top = os.path.realpath(out.strip())
+        if top != os.path.realpath(dest):
+            raise StepFailed(
+                "repo dest %s is not a clone of its own: it lies inside the git work tree %s; "
+                "give the repo a repo.dest outside it" % (dest, top)
+            )
+
+    def insteadof_rules(self, dest: str) -> List[Tuple[str, str]]:
+        """git's `url.<base>.insteadOf <prefix>` rules as (base, prefix), as seen in `dest`."""
+        # -z: a base may hold spaces; each record is `key\nvalue\0`.
+        ok, out = self.git_ok(["config", "-z", "--get-regexp", r"^url\..*\.insteadof$"], dest)
+        rules: List[Tuple[str, str]] = []
+        for record in out.split("\0") if ok else ():
+            key, _nl, prefix = record.partition("\n")
+            if key.lower().startswith("url.") and key.lower().endswith(".insteadof"):
+                rules.append((key[len("url.") : -len(".insteadof")], prefix))
+        return rules
+
+    def check_origin(self, dest: str, url: str, checked: bool = True) -> str:
+        """The URL the clone at `dest` fetches from (its origin, after insteadOf rules).
+
+        When `checked`, StepFailed unless that origin is the repository `url` names: a clone of
+        another repository (a fork, another project) at the same dest is never reused, because
+        its tags and branches would silently stand for the declared repository's.
+        """
+        ok, out = self.git_ok(["config", "--get-all", "remote.origin.url"], dest)
+        configured = out.splitlines()[0] if ok and out.strip() else ""
+        if not configured:
+            raise StepFailed(
+                "repo dest %s is a git clone without an origin remote, so it cannot be shown to "
+                "hold repo.url %s; give this repo its own repo.dest or remove that clone"
+                % (dest, masked_url(url))
+            )
+        rules = self.insteadof_rules(dest)
+        origin = rewrite_url(configured, rules)  # what `git fetch` (first url) contacts
+        if not checked:
+            return origin
+        home = home_dir()
+        # A relative origin is relative to the clone; a relative repo.url to $HOME (clone's cwd).
+        if repo_url_key(configured, dest) == repo_url_key(url, home):
+            return origin
+        if repo_url_key(origin, dest) == repo_url_key(rewrite_url(url, rules), home):
+            return origin
+        raise StepFailed(
+            "repo dest %s is a clone of %s, not of repo.url %s; give this repo its own "
+            "repo.dest, or remove the old clone, or, if both name the same repository, point "
+            "the clone there: git -C %s remote set-url origin %s"
+            % (
+                dest,
+                masked_url(origin),
+                masked_url(url),
+                shlex.quote(dest),
+                shlex.quote(masked_url(url)),
+            )
+        )
+
+
+class CellRunner(RepoChecks):
     """Runs one cell: the steps of ARCHITECTURE.md, then the cell directory and its archive."""
 
     def __init__(self, payload: Dict[str, Any], out: IO[bytes]) -> None:
@@ -1045,74 +1127,6 @@ class CellRunner:
             },
         )
         return {"sha": sha, "describe": describe, "dirty": dirty, "fetched": fetched}
-
-    def check_own_work_tree(self, dest: str) -> None:
-        """StepFailed unless `dest` is the top of a git work tree (its own clone).
-
-        `rev-parse --git-dir` also succeeds in a plain directory inside another repository (a
-        dotfiles repo in $HOME): checking out there would move that repository's HEAD.
-        """
-        ok, out = self.git_ok(["rev-parse", "--show-toplevel"], dest)
-        if not ok or not out.strip():
-            raise StepFailed(
-                "repo dest %s exists and is not a git work tree (a bare repository or a .git "
-                "directory?); give the repo another repo.dest" % dest
-            )
-        top = os.path.realpath(out.strip())
-        if top != os.path.realpath(dest):
-            raise StepFailed(
-                "repo dest %s is not a clone of its own: it lies inside the git work tree %s; "
-                "give the repo a repo.dest outside it" % (dest, top)
-            )
-
-    def insteadof_rules(self, dest: str) -> List[Tuple[str, str]]:
-        """git's `url.<base>.insteadOf <prefix>` rules as (base, prefix), as seen in `dest`."""
-        # -z: a base may hold spaces; each record is `key\nvalue\0`.
-        ok, out = self.git_ok(["config", "-z", "--get-regexp", r"^url\..*\.insteadof$"], dest)
-        rules: List[Tuple[str, str]] = []
-        for record in out.split("\0") if ok else ():
-            key, _nl, prefix = record.partition("\n")
-            if key.lower().startswith("url.") and key.lower().endswith(".insteadof"):
-                rules.append((key[len("url.") : -len(".insteadof")], prefix))
-        return rules
-
-    def check_origin(self, dest: str, url: str, checked: bool = True) -> str:
-        """The URL the clone at `dest` fetches from (its origin, after insteadOf rules).
-
-        When `checked`, StepFailed unless that origin is the repository `url` names: a clone of
-        another repository (a fork, another project) at the same dest is never reused, because
-        its tags and branches would silently stand for the declared repository's.
-        """
-        ok, out = self.git_ok(["config", "--get-all", "remote.origin.url"], dest)
-        configured = out.splitlines()[0] if ok and out.strip() else ""
-        if not configured:
-            raise StepFailed(
-                "repo dest %s is a git clone without an origin remote, so it cannot be shown to "
-                "hold repo.url %s; give this repo its own repo.dest or remove that clone"
-                % (dest, masked_url(url))
-            )
-        rules = self.insteadof_rules(dest)
-        origin = rewrite_url(configured, rules)  # what `git fetch` (first url) contacts
-        if not checked:
-            return origin
-        home = home_dir()
-        # A relative origin is relative to the clone; a relative repo.url to $HOME (clone's cwd).
-        if repo_url_key(configured, dest) == repo_url_key(url, home):
-            return origin
-        if repo_url_key(origin, dest) == repo_url_key(rewrite_url(url, rules), home):
-            return origin
-        raise StepFailed(
-            "repo dest %s is a clone of %s, not of repo.url %s; give this repo its own "
-            "repo.dest, or remove the old clone, or, if both name the same repository, point "
-            "the clone there: git -C %s remote set-url origin %s"
-            % (
-                dest,
-                masked_url(origin),
-                masked_url(url),
-                shlex.quote(dest),
-                shlex.quote(masked_url(url)),
-            )
-        )
 
     def _rev(self, dest: str, ref: str) -> Optional[str]:
         ok, out = self.git_ok(["rev-parse", "--verify", "--quiet", ref + "^{commit}"], dest)
@@ -2288,6 +2302,24 @@ def cmd_stop_all(run_id: str, workdir: str) -> int:
     return 0
 
 
+def cmd_check_origin(dest: str, url: str) -> int:
+    """`runner.py check-origin DEST URL`: {"ok", "origin" | "reason"}; exit 0 only when the
+    clone at DEST (as the repo step resolves it) is a clone of URL, or DEST holds no clone."""
+    path = resolve_path(dest)
+    checks = RepoChecks()
+    result = {"ok": True, "origin": None}  # type: Dict[str, Any]
+    if os.path.isdir(path) and os.listdir(path):
+        try:
+            if not checks.git_ok(["rev-parse", "--git-dir"], path)[0]:
+                raise StepFailed("repo dest %s exists and is not a git repository" % path)
+            checks.check_own_work_tree(path)
+            result["origin"] = checks.check_origin(path, url)
+        except StepFailed as exc:
+            result = {"ok": False, "reason": exc.reason}
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0 if result["ok"] else 1
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(prog="runner.py", description="orch cell runner")
@@ -2300,6 +2332,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p_probe.add_argument("--repo")
     p_probe.add_argument("--python")
     p_probe.add_argument("--server-log")
+    p_origin = sub.add_parser("check-origin", help="is the clone at DEST a clone of URL?")
+    p_origin.add_argument("dest")
+    p_origin.add_argument("url")
     p_stop = sub.add_parser("stop-all", help="stop every live server of a run")
     p_stop.add_argument("run_id")
     p_stop.add_argument("--workdir", default=".orch")
@@ -2310,6 +2345,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cmd_collect(args.run_id, args.workdir)
     if args.command == "probe":
         return cmd_probe(args.repo, args.python, args.server_log)
+    if args.command == "check-origin":
+        return cmd_check_origin(args.dest, args.url)
     if args.command == "stop-all":
         return cmd_stop_all(args.run_id, args.workdir)
     parser.print_help(sys.stderr)
