@@ -59,6 +59,13 @@ extra_vars_option = click.option(
 limit_option = click.option("-l", "--limit", default=None, help="Further limit hosts (a pattern).")
 
 
+def count_option(flag: str, default: int, text: str, minimum: int = 1) -> Callable[[F], F]:
+    """An integer option with a floor: 0 hosts or 0 repeats is refused before anything runs."""
+    return click.option(
+        flag, type=click.IntRange(min=minimum), default=default, show_default=True, help=text
+    )
+
+
 class Planned:
     """A loaded playbook, its inventory and the cells they give."""
 
@@ -196,13 +203,7 @@ def schema() -> None:
     help="Where run bundles are written.",
 )
 @click.option("--resume", "resume", default=None, help="Continue RUN (an id or a run directory).")
-@click.option(
-    "--max-parallel",
-    type=click.IntRange(min=1),
-    default=16,
-    show_default=True,
-    help="Hosts at once.",
-)
+@count_option("--max-parallel", 16, "Hosts at once.")
 @reports_errors
 def apply(
     playbook: Path,
@@ -716,27 +717,10 @@ def replay(ref: str, results_dir: Path, inventory: Sequence[Path], limit: str | 
 @click.option(
     "--metric", default=None, help="Default: the first expected metric, else output_throughput."
 )
-@click.option(
-    "--repeats",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="Repeats per run at inner commits.",
-)
-@click.option(
-    "--end-repeats",
-    type=click.IntRange(min=2),  # a spread needs two; the noise test needs the ends' spread
-    default=5,
-    show_default=True,
-    help="Repeats at good and bad.",
-)
-@click.option(
-    "--max-runs",
-    type=click.IntRange(min=1),
-    default=4,
-    show_default=True,
-    help="Cap on runs per commit.",
-)
+@count_option("--repeats", 3, "Repeats per run at inner commits.")
+# two at least: the ends' spread is the noise every inner point is judged against
+@count_option("--end-repeats", 5, "Repeats at good and bad.", minimum=2)
+@count_option("--max-runs", 4, "Cap on runs per commit.")
 @click.option("--all-parents", is_flag=True, help="Walk every commit, not first-parent only.")
 @click.option("--show", "show_run", default=None, help="Re-print a finished bisect from RUN.")
 @click.option("--resume", "resume_run", default=None, help="Continue the bisect in RUN.")
