@@ -14,7 +14,7 @@ import json
 import os
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from orchestrator.execute.remote.probe import is_secret_name as _probe_is_secret
 
 REDACTED = "***REDACTED***"  # the probe, shipped alone, carries the same marker
 
+SECRETS_KEY = "secrets"  # the playbook's list of secret *names*: never a value to hide
 MIN_SECRET_LENGTH = 4  # shorter values would shred unrelated text ("1", "on")
 _CHUNK = 4 * 1024 * 1024
 
@@ -152,20 +153,31 @@ def _secret_scalar(value: Any) -> str | None:
 def secret_items_in(data: Any, names: Iterable[str] = ()) -> list[tuple[str, str]]:
     """(name, value) of every scalar stored under a secret name at any depth of `data`, sorted.
 
-    `{"vars": {"db": {"password": "x"}}}` gives `[("password", "x")]`. Containers under secret
-    names are walked, not taken whole (a `secrets:` list of names is no secret). Templates that
-    only name variables (`{{ hf_token }}`), bools, nulls and "" are left out.
+    `{"vars": {"db": {"password": "x"}}}` gives `[("password", "x")]`. Under a secret name every
+    scalar at any depth is secret (`api_keys: [a, b]`), except in the playbook's `secrets:` key,
+    a list of names. Templates that only name variables (`{{ hf_token }}`), bools, nulls and ""
+    are left out.
     """
     is_secret = _Names(names)
     found: set[tuple[str, str]] = set()
 
+    def scalars(node: Any) -> Iterator[str]:
+        if isinstance(node, Mapping):
+            for value in node.values():
+                yield from scalars(value)
+        elif isinstance(node, list | tuple):
+            for item in node:
+                yield from scalars(item)
+        else:
+            text = _secret_scalar(node)
+            if text is not None:
+                yield text
+
     def walk(node: Any) -> None:
         if isinstance(node, Mapping):
             for key, value in node.items():
-                if isinstance(key, str) and is_secret(key):
-                    text = _secret_scalar(value)
-                    if text is not None:
-                        found.add((key, text))
+                if isinstance(key, str) and is_secret(key) and key != SECRETS_KEY:
+                    found.update((key, text) for text in scalars(value))
                 walk(value)
         elif isinstance(node, list | tuple):
             for item in node:
@@ -204,6 +216,20 @@ def redact_yaml_text(text: str, names: Iterable[str] = ()) -> tuple[str, list[st
     spans: dict[tuple[int, int], str] = {}
     seen: set[int] = set()
 
+    def hide_all(node: yaml.Node, depth: int = 0) -> None:
+        """Every scalar at or below `node` (the value of a secret name)."""
+        if depth > 100:
+            return  # a recursive alias
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag not in _YAML_SKIP_TAGS and _secret_scalar(node.value) is not None:
+                spans[(node.start_mark.index, node.end_mark.index)] = str(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for _key, value in node.value:
+                hide_all(value, depth + 1)
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                hide_all(item, depth + 1)
+
     def walk(node: yaml.Node) -> None:
         if id(node) in seen:  # an alias: the anchored node was walked already
             return
@@ -212,12 +238,10 @@ def redact_yaml_text(text: str, names: Iterable[str] = ()) -> tuple[str, list[st
             for key, value in node.value:
                 if (
                     isinstance(key, yaml.ScalarNode)
-                    and isinstance(value, yaml.ScalarNode)
                     and is_secret(str(key.value))
-                    and value.tag not in _YAML_SKIP_TAGS
-                    and _secret_scalar(value.value) is not None
+                    and key.value != SECRETS_KEY
                 ):
-                    spans[(value.start_mark.index, value.end_mark.index)] = str(value.value)
+                    hide_all(value)
                 walk(value)
         elif isinstance(node, yaml.SequenceNode):
             for item in node.value:
@@ -383,14 +407,20 @@ def _redact_json_value(data: Any, values: list[str]) -> tuple[Any, int]:
     return data, 0
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    if len({key for key, _ in pairs}) != len(pairs):
+        raise ValueError("duplicate key")
+    return dict(pairs)
+
+
 def _redact_json_file(path: Path, values: list[str]) -> int | None:
     """A JSON file redacted value by value so it stays JSON (bytes would leave a numeric
     secret as `"key": ***REDACTED***`); None when it is not JSON or too big."""
     try:
         if path.stat().st_size > _JSON_MAX_BYTES:
             return None
-        original = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        original = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_unique_keys)
+    except (OSError, ValueError):  # a duplicate key too: parsing would drop a value unseen
         return None
     redacted, count = _redact_json_value(original, values)
     if count:

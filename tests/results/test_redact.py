@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from results_helpers import PLANTED, files_containing, make_cell_dir
 
 from orchestrator.execute.remote import probe
@@ -270,6 +271,13 @@ def test_a_json_file_stays_json_when_a_secret_is_a_number(tmp_path: Path, side: 
         "url": "http://u:***REDACTED***@h/x",
         "n": ["***REDACTED***"],
     }
+    twice = tmp_path / "twice.json"  # parsing keeps the last duplicate: redacted as bytes
+    twice.write_text('{"token": "s3cr3t-pw", "token": "other"}')
+    if side == "controller":
+        assert redact_file(twice, secrets) == 1
+    else:
+        assert Redactor(secrets).file(str(twice)) is True
+    assert "s3cr3t-pw" not in twice.read_text()
     broken = tmp_path / "broken.json"  # not JSON after all: redacted as bytes
     broken.write_text('{"password": 12345678,')
     if side == "controller":
@@ -277,3 +285,23 @@ def test_a_json_file_stays_json_when_a_secret_is_a_number(tmp_path: Path, side: 
     else:
         assert Redactor(secrets).file(str(broken)) is True
     assert broken.read_text() == '{"password": ***REDACTED***,'
+
+
+def test_every_scalar_under_a_secret_name_is_secret_but_the_secrets_list_is_names() -> None:
+    text = (
+        "secrets: [opaque_name, other_name]\n"
+        "vars:\n"
+        "  api_keys: [sk-listsecret-0001, sk-listsecret-0002]\n"
+        "  credentials:\n"
+        "    primary: {user: bench, pass: pw-nested-0003}\n"
+        "  model: /models/x\n"
+    )
+    out, values = redact.redact_yaml_text(text)
+    assert sorted(values) == ["bench", "pw-nested-0003", "sk-listsecret-0001", "sk-listsecret-0002"]
+    loaded = yaml.safe_load(out)
+    assert loaded["vars"]["api_keys"] == ["***REDACTED***", "***REDACTED***"]
+    assert loaded["vars"]["credentials"]["primary"]["pass"] == "***REDACTED***"
+    assert loaded["secrets"] == ["opaque_name", "other_name"]  # names, kept
+    assert loaded["vars"]["model"] == "/models/x"
+    data = yaml.safe_load(text)
+    assert set(redact.secret_values_in(data)) == set(values)
