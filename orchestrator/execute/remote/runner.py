@@ -282,6 +282,12 @@ def stop_all_command(run_id: str, workdir: str) -> str:
 JSON_REDACT_MAX_BYTES = 64 << 20  # larger JSON is redacted as bytes, streamed
 
 
+def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    if len({key for key, _ in pairs}) != len(pairs):
+        raise ValueError("duplicate key")
+    return dict(pairs)
+
+
 class Redactor:
     """Replaces secret values in strings, nested data and files."""
 
@@ -325,8 +331,8 @@ class Redactor:
             if os.path.getsize(path) > JSON_REDACT_MAX_BYTES:
                 return None
             with open(path, encoding="utf-8") as fh:
-                original = json.load(fh)
-        except (OSError, ValueError):
+                original = json.load(fh, object_pairs_hook=_unique_keys)
+        except (OSError, ValueError):  # a duplicate key too: parsing would drop a value unseen
             return None
         redacted = self.data(original)
         if redacted == original:
