@@ -167,12 +167,13 @@ def plan(
     if verbose:
         for c in cells:
             echo(f"\n== {c.id} on {c.host}")
+            # Redacted before quoting: a quote inside a secret would split it for the sweep.
             for k, v in c.env.items():
-                shown = "***REDACTED***" if k in c.secrets else v
+                shown = "***REDACTED***" if k in c.secrets else redact_text(v, secrets)
                 echo(f"  env {k}={shlex.quote(shown)}")
             if c.server is not None:
-                echo(f"  server: {shlex.join(c.server.argv)}")
-            echo(f"  bench:  {shlex.join(c.bench.argv)}")
+                echo(f"  server: {shlex.join(redact_text(a, secrets) for a in c.server.argv)}")
+            echo(f"  bench:  {shlex.join(redact_text(a, secrets) for a in c.bench.argv)}")
             echo(f"  repeats: {c.bench.warmup} warmup + {c.bench.repeats}")
 
 
@@ -348,6 +349,10 @@ def runs(results_dir: Path) -> None:
     """List runs with time, playbook, hosts and cells passed/failed."""
     from orchestrator.results.bundle import list_runs
 
+    given = click.get_current_context().get_parameter_source("results_dir")
+    if not results_dir.exists() and given == click.core.ParameterSource.DEFAULT:
+        click.echo(f"no runs under {results_dir}")  # nothing has run here yet
+        return
     if not results_dir.is_dir():
         what = "is not a directory" if results_dir.exists() else "does not exist"
         raise InputError(
@@ -853,6 +858,13 @@ def _interrupted(resume: str | None) -> None:
     sys.exit(130)
 
 
+# click >= 8.2 raises this (a UsageError) for a group called without a command; 8.1 prints the
+# help itself. Catching the empty tuple matches nothing.
+_NO_ARGS_IS_HELP: tuple[type[click.ClickException], ...] = tuple(
+    t for t in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if t is not None
+)
+
+
 def run() -> None:
     """Entry point: Ctrl-C anywhere exits 130 without a traceback (click's own says 1).
 
@@ -865,6 +877,9 @@ def run() -> None:
         code = main.main(standalone_mode=False, prog_name="orch")
     except (KeyboardInterrupt, click.exceptions.Abort):
         _interrupted(None)
+    except _NO_ARGS_IS_HELP as exc:  # `orch` alone: the help, as before
+        exc.show()
+        sys.exit(exc.exit_code)
     except click.UsageError as exc:
         # One line, like every other orch error; click's own is 3-4 (usage, try, blank, error).
         where = exc.ctx.command_path if exc.ctx is not None else "orch"

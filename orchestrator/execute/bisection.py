@@ -83,8 +83,7 @@ def commit_range(
         ) from None
     if not verdict.get("ok"):
         raise InputError(f"{conn.host.name}: {verdict.get('reason')}", key_path="repo.dest")
-    probe = conn.run(["git", "-C", dest, "rev-parse", "--git-dir"], timeout=60)
-    if probe.rc != 0:
+    if verdict.get("origin") is None:  # nothing at dest yet (not even inside another repo's tree)
         res = conn.run(["git", "clone", "--quiet", "--", url, dest], timeout=3600)
         if res.rc != 0:
             raise ExecutionError(f"{conn.host.name}: git clone {url} failed: {res.stderr[-500:]}")
@@ -147,6 +146,7 @@ class Bisection:
         masks = secret_masks(
             [
                 *secret_items_in(self.setup.secret_vars, base.secrets),
+                *secret_items_in(self.setup.host.vars, base.secrets),  # inventory secrets too
                 *((k, v) for k, v in base.env.items() if k in base.secrets),
             ]
         )

@@ -103,7 +103,8 @@ def build_cells(
 def cell_spec(cell: Cell) -> dict[str, Any]:
     """What a cell's id hashes: the Cell's JSON without `id`, `playbook` and `schema_version`.
 
-    `cell.id == cell_id(cell.axes, cell.host, cell_spec(cell))` holds for every built cell.
+    `cell.id == cell_id(cell.axes, cell.host, cell_spec(cell), masks)` holds for every built
+    cell, `masks` being the {value: name} of its secret values (none: no masks needed).
     """
     return cell.model_dump(
         mode="json", exclude={"id", "playbook", "schema_version", "host", "snapshot"}

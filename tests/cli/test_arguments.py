@@ -71,3 +71,13 @@ def test_a_bad_argument_is_one_line_and_nothing_runs(
     assert lines[0].startswith("error: ")
     assert "%%" not in lines[0]
     assert not (tmp_path / "results").exists()  # nothing ran, no run directory was made
+
+
+def test_orch_alone_prints_its_help_and_runs_alone_says_no_runs_yet(tmp_path: Path) -> None:
+    bare = orch(tmp_path)
+    assert bare.stderr.startswith("Usage: orch [OPTIONS] COMMAND") or bare.stdout.startswith(
+        "Usage: orch [OPTIONS] COMMAND"
+    ), bare
+    assert "error:" not in bare.stdout + bare.stderr
+    fresh = orch(tmp_path, "runs")  # the default results/ does not exist yet: no runs, exit 0
+    assert fresh.returncode == 0 and fresh.stdout.strip() == "no runs under results", fresh

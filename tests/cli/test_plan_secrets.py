@@ -12,17 +12,19 @@ vars:
   hf_token: hf_PLANSECRET_4242
   db_password: pw-hunter2-xyz
   opaque: zz-opaque-val-4242
+  api_key: "sk-it's-a-secret"
 secrets: [opaque]
 env:
   HF_TOKEN: "{{ hf_token }}"
   MY_API_KEY: sk-plainsecret-998877
 server:
-  command: "python3 -m http.server --bind {{ db_password }} {{ opaque }}"
+  command: "python3 -m http.server --bind {{ db_password }} {{ opaque }} {{ api_key }}"
   port: 8000
 bench:
   command: [echo, "{{ hf_token }}"]
 """
-SECRETS = ["hf_PLANSECRET_4242", "pw-hunter2-xyz", "zz-opaque-val-4242", "sk-plainsecret-998877"]
+SECRETS = ["hf_PLANSECRET_4242", "pw-hunter2-xyz", "zz-opaque-val-4242", "sk-plainsecret-998877",
+           "sk-it", "s-a-secret"]  # fmt: skip
 
 
 def test_plan_output_in_every_form_hides_secret_values(tmp_path: Path) -> None:

@@ -9,18 +9,20 @@ from orchestrator.execute.bisection import Bisection, BisectSetup
 from orchestrator.plan.cell import BenchSpec, Cell, RepoPin
 
 
-def _setup(token: str) -> BisectSetup:
+def _setup(token: str, *, in_inventory: bool = False) -> BisectSetup:
+    """A bisect whose token comes from -e, or from the host's inventory vars only."""
     base = Cell(
         id="base",
         playbook="p",
         host="h",
         axes={"commit": "good"},
         repo=RepoPin(url=f"https://u:{token}@example.com/r.git", dest="/srv/r", version="good"),
-        env={"HF_TOKEN": token, "NCCL_ALGO": "Ring"},
+        env={"NCCL_ALGO": "Ring"} if in_inventory else {"HF_TOKEN": token, "NCCL_ALGO": "Ring"},
         secrets=("HF_TOKEN", "hf_token"),
         bench=BenchSpec(argv=("bench", f"--token={token}")),
     )
-    host = Host(name="h", vars={}, groups=(), connection="local")
+    host_vars = {"hf_token": token} if in_inventory else {}
+    host = Host(name="h", vars=host_vars, groups=(), connection="local")
     return BisectSetup(
         base=base,
         host=host,
@@ -34,7 +36,7 @@ def _setup(token: str) -> BisectSetup:
         playbook_dir=Path(),
         argv=(),
         commit_axes=frozenset({"commit"}),
-        secret_vars={"hf_token": token},
+        secret_vars={} if in_inventory else {"hf_token": token},
     )
 
 
@@ -46,3 +48,11 @@ def test_bisect_step_ids_do_not_depend_on_secret_values() -> None:
     assert first.id == rotated.id
     other_commit = Bisection(_setup("hf_first_token_value"))._step_cell("f" * 40, 3, 1)
     assert other_commit.id != first.id
+
+
+def test_bisect_step_ids_do_not_depend_on_an_inventory_secret() -> None:
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    first = Bisection(_setup("hf_first_token_value", in_inventory=True))._step_cell(sha, 3, 1)
+    rotated = Bisection(_setup("hf_rotated_token_xyz", in_inventory=True))._step_cell(sha, 3, 1)
+    assert first.bench.argv[1] == "--token=hf_first_token_value"
+    assert first.id == rotated.id
