@@ -29,14 +29,16 @@ class StartSpacing:
         self._lock = threading.Lock()
         self._next = 0.0
 
-    def wait(self) -> None:
-        """Return at this caller's turn: `seconds` after the previous caller's turn, or now."""
+    def wait(self) -> float:
+        """Return at this caller's turn (`seconds` after the previous caller's, or now): the
+        turn's time on the monotonic clock."""
         with self._lock:
             now = time.monotonic()
             start = max(now, self._next)
             self._next = start + self.seconds
         if start > now:
             time.sleep(start - now)
+        return start
 
 
 @dataclass
@@ -47,6 +49,7 @@ class HostOutcome(Generic[T]):
     value: T | None = None
     error: BaseException | None = None
     seconds: float = 0.0
+    turn: float = 0.0  # the start StartSpacing granted (monotonic clock)
 
     @property
     def ok(self) -> bool:
@@ -69,12 +72,17 @@ class HostPool:
         Returns outcomes by host name, in the order of `hosts`."""
 
         def one(host: Host) -> HostOutcome[T]:
-            self.spacing.wait()
+            turn = self.spacing.wait()
             started = time.monotonic()
             try:
-                return HostOutcome(host.name, value=fn(host), seconds=time.monotonic() - started)
+                value = fn(host)
             except Exception as exc:
-                return HostOutcome(host.name, error=exc, seconds=time.monotonic() - started)
+                return HostOutcome(
+                    host.name, error=exc, seconds=time.monotonic() - started, turn=turn
+                )
+            return HostOutcome(
+                host.name, value=value, seconds=time.monotonic() - started, turn=turn
+            )
 
         if not hosts:
             return {}
