@@ -78,7 +78,9 @@ def test_short_demo(tmp_path: Path) -> None:
         assert metrics["summary"]["output_throughput"]["n"] == 2
         assert load(run / "cells" / cid / "env_check.json")["ok"] is True
     # the checkout and runner state went to the HOME this test gave it
-    assert (home / ".orch" / "demo" / "sglang-sim" / "orch_sim_model.json").is_file()
+    # (one clone per source repo: the dest is named after it)
+    clone = home / ".orch" / "demo" / str(repo).replace("/", "_")
+    assert (clone / "orch_sim_model.json").is_file()
 
     # what demo.sh prints next: the report by spec
     report = orch(
