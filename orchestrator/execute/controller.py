@@ -517,10 +517,17 @@ class Run:
                 on_stdout_line=on_line,
                 stop=self.stop,
             )
-        except ConnectionFailure as exc:
-            reason = f"lost the connection while the cell ran: {exc}"
-            return CellOutcome(cell.id, host.name, "failed", reason, "connection")
-        except OrchError as exc:
+        except (ConnectionFailure, OrchError) as exc:
+            if self.stop.is_set():
+                # A second Ctrl-C closes the connections on purpose: the runner still stops its
+                # server on stdin EOF, and `--resume` reruns the cell. Not a failure.
+                reason = (
+                    "interrupted (Ctrl-C twice: connection closed); its runner stops the server"
+                )
+                return CellOutcome(cell.id, host.name, "interrupted", reason, "interrupted")
+            if isinstance(exc, ConnectionFailure):
+                reason = f"lost the connection while the cell ran: {exc}"
+                return CellOutcome(cell.id, host.name, "failed", reason, "connection")
             return CellOutcome(cell.id, host.name, "failed", f"lost the runner: {exc}", "runner")
         seconds = time.monotonic() - started
         if not final.get("archive"):

@@ -354,6 +354,27 @@ def test_ctrl_c_stops_cleanly_then_resume(e2e: E2E) -> None:
     _resume_and_check(e2e, run, inventory, playbook)
 
 
+def test_ctrl_c_twice_closes_connections_and_fails_no_cell(e2e: E2E) -> None:
+    """A second SIGINT drops the connections: the cell in flight is interrupted, not failed."""
+    inventory = e2e.inventory()
+    playbook = e2e.playbook({"a": [1, 2, 3]}, bench_extra="--sleep 1.5")
+    log = e2e.tmp / "err.log"
+    proc = _start_and_wait_mid_bench(e2e, e2e.argv(playbook, inventory), log)
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=20) == 130, log.read_text()
+    deadline = time.monotonic() + 20  # the runners stop their servers on stdin EOF
+    while marker_pids(e2e.marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not marker_pids(e2e.marker)
+    doc = run_json(e2e.run_dir())
+    statuses = [c["status"] for c in doc["cells"].values()]
+    assert doc["status"] == "interrupted" and "failed" not in statuses, doc["cells"]
+    assert "interrupted" in statuses, statuses
+    assert "Traceback" not in log.read_text()
+
+
 def test_failure_reasons(e2e: E2E) -> None:
     """Each failure has its own reason in run.json, cell.json and the summary; others pass."""
     good = ["host1", "host3"]
