@@ -184,16 +184,23 @@ def host_drift(run: RunBundle, host: str, now: Mapping[str, Any]) -> HostDrift:
         return HostDrift(host, [], error=f"cannot snapshot {host} now: {now['absent']}")
     recorded = _recorded_evidence(run, host)
     facts = run.hosts.get(host) or {}
+    git = _dict(now.get("git"))
+    repo_then = recorded.repo if recorded else {}
+    # A clone now at another commit this run measured was moved by a later run pinning it, not
+    # by a pull: compare against that cell's repo state. A commit the run never used is drift.
+    for rec in run.cells.values():
+        if rec.host == host and git.get("head") and _dict(rec.repo).get("sha") == git["head"]:
+            repo_then = _dict(rec.repo)
+            break
     before = _host_state(
         run,
         f"{host}@run",
         host,
         cell=recorded.cell if recorded else {},
-        repo=recorded.repo if recorded else {},
+        repo=repo_then,
         snapshot=(recorded.snapshot_post or recorded.snapshot_pre) if recorded else facts,
         run_id=run.run_id,
     )
-    git = _dict(now.get("git"))
     repo_now: dict[str, Any] = {}
     if before.repo:
         # The probe gives `git status --porcelain` as a list of lines, repo.json as one text.

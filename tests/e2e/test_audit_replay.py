@@ -245,6 +245,15 @@ def test_audit_integrity_drift_and_rerun(recorded: Recorded) -> None:
     assert moved[:12] in drift.stdout or moved in drift.stdout, drift.stdout
     assert "integrity: ok" in drift.stdout
 
+    # the clone at the run's other commit, as a later run pinning it leaves it: not drift
+    other_sha = recorded.repo.first if head != recorded.repo.first else recorded.repo.shas[-1]
+    git(clone, "checkout", "-q", other_sha)
+    try:
+        other = recorded.orch("audit", run, "-i", inv, *res)
+    finally:
+        git(clone, "checkout", "-q", head)
+    assert other.returncode == 0 and "drift host1: none" in other.stdout, other.stdout
+
     # host1's GPUs throttled to half their clock after the run
     write_host_state(
         recorded.host("host1").state_file, sm_clock=THROTTLED_SM_CLOCK, max_sm_clock=MAX_SM_CLOCK
