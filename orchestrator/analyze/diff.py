@@ -808,6 +808,12 @@ def _metrics_section(
         va, vb = a.values(name), b.values(name)
         if va and vb:
             c = compare(va, vb, ratio_threshold=ratio_threshold, alpha=alpha)
+            significant: bool | None = c.significant
+            if c.method == "single" and c.delta != 0:
+                # One run on a side shows no noise: a move past the threshold cannot be judged
+                # either way (None counts as a difference to look at, marked "can't tell").
+                moved = c.ratio is None or abs(c.ratio - 1.0) >= ratio_threshold
+                significant = None if moved else False
             section.metrics.append(
                 MetricDelta(
                     name,
@@ -816,7 +822,7 @@ def _metrics_section(
                     c.median_a,
                     c.median_b,
                     c.delta_pct,
-                    c.significant,
+                    significant,
                     c.method,
                     c.p_value,
                 )
@@ -970,7 +976,9 @@ def _entry_lines(entry: Entry) -> list[str]:
 def _metric_lines(metrics: list[MetricDelta]) -> list[str]:
     rows = []
     for m in metrics:
-        if m.significant is None:
+        if m.significant is None and m.method == "single":
+            verdict = f"can't tell (one run on a side: n={m.n_a}/{m.n_b}; add repeats)"
+        elif m.significant is None:
             verdict = "n/a (missing on one side)"
         else:
             test = f"{m.method}, p={m.p_value:.3g}" if m.p_value is not None else f"{m.method}"

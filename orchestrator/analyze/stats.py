@@ -160,7 +160,7 @@ class Comparison:
     ratio: float | None
     delta: float
     significant: bool
-    method: Literal["mann-whitney", "ranges"]
+    method: Literal["mann-whitney", "ranges", "single"]
     p_value: float | None
     median_a: float
     median_b: float
@@ -183,7 +183,8 @@ def compare(
     """Compare two samples as asv does: a ratio threshold AND a statistical check must agree.
 
     With at least 5 values on both sides the check is Mann-Whitney U (p < alpha); with fewer,
-    the ranges [min, max] of the two samples must not overlap.
+    the ranges [min, max] of the two samples must not overlap. A side with one value shows no
+    noise at all: method "single", never significant (callers say they cannot tell).
     """
     xs = _require(a, "compare")
     ys = _require(b, "compare")
@@ -195,8 +196,11 @@ def compare(
         ratio = None
         big_enough = mb != 0.0  # from zero, any change is an infinite ratio
     p: float | None = None
-    if len(xs) >= MIN_SAMPLES_FOR_TEST and len(ys) >= MIN_SAMPLES_FOR_TEST:
-        method: Literal["mann-whitney", "ranges"] = "mann-whitney"
+    method: Literal["mann-whitney", "ranges", "single"]
+    if min(len(xs), len(ys)) < 2:
+        method, test_agrees = "single", False
+    elif len(xs) >= MIN_SAMPLES_FOR_TEST and len(ys) >= MIN_SAMPLES_FOR_TEST:
+        method = "mann-whitney"
         _, p = mann_whitney_u(xs, ys)
         test_agrees = p < alpha
     else:

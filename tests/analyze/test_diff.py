@@ -65,6 +65,18 @@ def test_metrics_moved_within_noise_are_shown_but_are_no_difference(tmp_path: Pa
     assert "[metrics]" not in render_diff(diff_cells(a, a))  # identical medians: nothing to show
 
 
+def test_one_run_a_side_is_shown_as_cannot_tell(tmp_path: Path) -> None:
+    a, b = _pair(tmp_path, {"repeats": GOOD[:1]}, {"repeats": BAD[:1]})
+    diff = diff_cells(a, b)
+    (metric,) = diff.section("metrics").metrics
+    assert metric.significant is None and metric.method == "single"
+    assert [s.name for s in diff.differing] == ["metrics"]  # moved: a person should look
+    assert "can't tell (one run on a side: n=1/1; add repeats)" in render_diff(diff)
+    still = [{"output_throughput": GOOD[0]["output_throughput"] + 0.5}]
+    _, same = _pair(tmp_path / "same", {"repeats": GOOD[:1]}, {"repeats": still})
+    assert diff_cells(a, same).differing == []  # below the threshold: no difference
+
+
 def test_a_diff_without_a_metrics_section_renders(tmp_path: Path) -> None:
     a, b = _pair(tmp_path, {"repeats": GOOD}, {"repeats": BAD})
     diff = diff_cells(a, b)

@@ -106,3 +106,11 @@ def test_compare_ranges_method() -> None:
     assert not small.significant
     zero = stats.compare([0.0, 0.0], [1.0, 1.0])
     assert zero.ratio is None and zero.delta_pct is None and zero.significant
+
+
+def test_compare_with_one_value_on_a_side_is_never_significant() -> None:
+    """One run shows no noise: 94 vs 61 might be a regression or a bad minute."""
+    c = stats.compare([94.0], [61.0])
+    assert c.method == "single" and c.significant is False
+    assert c.ratio == pytest.approx(61 / 94)
+    assert stats.compare([94.0, 94.2, 93.9], [61.0]).method == "single"
