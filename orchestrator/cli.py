@@ -613,7 +613,7 @@ def audit(
         raise InputError(f"{ref}: audit takes a run, not a cell", hint="pass the run directory")
     run = open_run(ref, results_dir)
     ok = True
-    manifest = integrity(run.path)
+    manifest = integrity(run.path, (run.run or {}).get("status"))
     click.echo(f"integrity: {'ok' if manifest.ok else 'FAILED'} ({manifest.checked} files)")
     for label, items in (
         ("changed", manifest.mismatched),

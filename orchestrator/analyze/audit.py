@@ -17,7 +17,7 @@ from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.analyze.metrics import HEADLINE_METRICS
 from orchestrator.analyze.stats import compare
 from orchestrator.results.bundle import RunBundle
-from orchestrator.results.manifest import ManifestReport, verify_manifest
+from orchestrator.results.manifest import MANIFEST_NAME, ManifestReport, verify_manifest
 
 # Sections of the diff that say a host drifted; metrics and flags cannot differ here.
 DRIFT_SECTIONS = ("code", "packages", "system", "hardware")
@@ -88,8 +88,15 @@ class CellReproduction:
         return self.status == recorded and (self.status == "passed" or self.ran)
 
 
-def integrity(run_dir: Path) -> ManifestReport:
-    """Every file against MANIFEST.sha256: changed, missing and extra files."""
+def integrity(run_dir: Path, status: str | None = None) -> ManifestReport:
+    """Every file against MANIFEST.sha256: changed, missing and extra files.
+
+    A finished run (`status` from run.json: passed, failed or interrupted alike) always wrote
+    its manifest, so a missing one is a failed check, listed as missing, not a bad argument;
+    only a run still in progress has none yet (BundleError).
+    """
+    if status not in (None, "running") and not (run_dir / MANIFEST_NAME).exists():
+        return ManifestReport(missing=[MANIFEST_NAME])  # nothing can be checked without it
     return verify_manifest(run_dir)
 
 

@@ -82,8 +82,9 @@ def read_manifest(run_dir: Path) -> dict[str, str]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise BundleError(
-            f"{path}: no manifest: the run was not finalized (interrupted, or still running)",
-            hint="`orch apply --resume` finishes an interrupted run",
+            f"{path}: no manifest: the run was not finalized (still running, or its controller "
+            "was killed)",
+            hint="`orch apply --resume RUN` finishes a run whose controller died",
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BundleError(f"{path}: cannot read the manifest: {exc}") from None

@@ -230,6 +230,10 @@ def test_audit_integrity_drift_and_rerun(recorded: Recorded) -> None:
     assert tampered.returncode == 1, tampered.stdout + tampered.stderr
     assert "integrity: FAILED" in tampered.stdout
     assert f"changed: cells/{recorded.cell_id('good')}/metrics.json" in tampered.stdout
+    (copy / "MANIFEST.sha256").unlink()  # a finished run always wrote one: a failed check
+    unsealed = recorded.orch("audit", str(copy), "--no-drift", "--results", str(copy_root))
+    assert unsealed.returncode == 1, unsealed.stdout + unsealed.stderr
+    assert "integrity: FAILED" in unsealed.stdout and "missing: MANIFEST.sha256" in unsealed.stdout
 
     # HEAD moved in host1's clone after the run: the code drifted
     clone = recorded.clone("host1")
