@@ -781,11 +781,18 @@ def pack(run_dir: Path, out: Path | None = None) -> Path:
     entries are left out. The archive holds one top-level `<run-id>/`.
     """
     run_dir = Path(run_dir)
+    if run_dir.is_file() and _is_archive(run_dir):
+        raise BundleError(f"{run_dir}: already a packed run", hint="share this file as it is")
     if not (run_dir / "run.json").is_file():
         raise BundleError(f"{run_dir}: no run.json: not a run bundle")
     out = Path(out) if out is not None else run_dir.with_name(f"{run_dir.name}.tar.gz")
     if out.is_dir():
         out = out / f"{run_dir.name}.tar.gz"
+    elif not _is_archive(out):  # readers know a packed run by its name
+        raise BundleError(
+            f"{out}: a packed run is a .tar.gz (or .tgz) file",
+            hint=f"-o {out.with_name(out.name.split('.')[0] or run_dir.name)}.tar.gz, or a folder",
+        )
     if out.resolve().is_relative_to(run_dir.resolve()):
         raise BundleError(f"{out}: the archive cannot be written inside the run it packs")
     name = run_dir.name

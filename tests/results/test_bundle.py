@@ -294,6 +294,12 @@ def test_pack_refuses_a_non_run_and_writing_inside_the_run(
         pack(tmp_path)
     with pytest.raises(BundleError, match="inside the run"):
         pack(run.path, run.path / "x.tar.gz")
+    with pytest.raises(BundleError, match=r"x\.zip: a packed run is a \.tar\.gz") as info:
+        pack(run.path, tmp_path / "x.zip")  # no reader would open it
+    assert info.value.hint == f"-o {tmp_path / 'x'}.tar.gz, or a folder"
+    archive = pack(run.path)
+    with pytest.raises(BundleError, match="already a packed run"):
+        pack(archive)
 
 
 def test_pack_into_a_directory_names_the_archive_after_the_run(
