@@ -828,7 +828,11 @@ def bisect(
     except BisectError as exc:
         raise OrchError(f"bisect cannot decide: {exc}") from None
     except KeyboardInterrupt:
-        _interrupted(f"orch bisect ... --resume {job.run_id}" if job.run_id else None)
+        again = None
+        if job.run_id:  # the whole command, with the run's path: runnable as printed
+            run_path = str(results_dir / str(job.run_id))
+            again = shlex.join([*_without_resume(["orch", *sys.argv[1:]]), "--resume", run_path])
+        _interrupted(again)
     click.echo(render_bisect(job.doc))
     click.echo(f"\nbundle: {results_dir / str(job.run_id)}")
 
