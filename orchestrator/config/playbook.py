@@ -1210,9 +1210,12 @@ def _parse_extra_item(item: str) -> dict[str, Any]:
         for token in tokens:
             name, sep, value = token.partition("=")
             if not sep:
-                raise InputError(
-                    f"{label}: {token!r} is not name=value", hint=f"write -e {token}=VALUE"
-                )
+                hint = f"write -e {token}=VALUE"
+                key, colon, rest = text.partition(":")
+                if colon and key.strip() and "=" not in text:  # YAML's `name: value`
+                    shown = rest.strip() or "VALUE"
+                    hint = f"write -e {key.strip()}={shown}, or a mapping: -e '{{{text.strip()}}}'"
+                raise InputError(f"{label}: {token!r} is not name=value", hint=hint)
             data[name] = value
     for name in data:
         try:

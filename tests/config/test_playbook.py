@@ -340,6 +340,7 @@ class TestExtraVars:
         [
             ("", "empty extra vars"),
             ("novalue", "'novalue' is not name=value"),
+            ("cluster: dev", "(write -e cluster=dev, or a mapping: -e '{cluster: dev}')"),
             ("1x=2", "'1x' is not a valid variable name"),
             ("a-b=2", "'a-b' is not a valid variable name"),
             ("a='open", "check the quotes"),
