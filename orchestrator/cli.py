@@ -56,7 +56,30 @@ extra_vars_option = click.option(
     multiple=True,
     help="k=v pairs, @file.yml, or a JSON/YAML mapping; highest precedence.",
 )
-limit_option = click.option("-l", "--limit", default=None, help="Further limit hosts (a pattern).")
+
+
+def _limit_value(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """`--limit @file`, as Ansible's retry files: one host or pattern per line."""
+    if not value or not value.startswith("@"):
+        return value
+    path = Path(value[1:]).expanduser()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {path}: {getattr(exc, 'strerror', exc)}") from None
+    names = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    if not names:
+        raise click.BadParameter(f"{path} names no host")
+    return ",".join(names)
+
+
+limit_option = click.option(
+    "-l",
+    "--limit",
+    default=None,
+    callback=_limit_value,
+    help="Further limit hosts (a pattern, or @FILE with one per line).",
+)
 
 
 def count_option(flag: str, default: int, text: str, minimum: int = 1) -> Callable[[F], F]:

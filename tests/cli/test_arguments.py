@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +82,15 @@ def test_orch_alone_prints_its_help_and_runs_alone_says_no_runs_yet(tmp_path: Pa
     assert "error:" not in bare.stdout + bare.stderr
     fresh = orch(tmp_path, "runs")  # the default results/ does not exist yet: no runs, exit 0
     assert fresh.returncode == 0 and fresh.stdout.strip() == "no runs under results", fresh
+
+
+def test_limit_reads_a_retry_file_as_ansible_does(tmp_path: Path) -> None:
+    (tmp_path / "pb.yml").write_text(PLAYBOOK.replace("name: demo\n", "name: demo\nhosts: gpus\n"))
+    (tmp_path / "inv.yml").write_text("gpus:\n  hosts:\n    g1:\n    g2:\n    g3:\n")
+    (tmp_path / "retry").write_text("g3\n# from the last run\n\ng1\n")
+    proc = orch(tmp_path, "plan", "pb.yml", "-i", "inv.yml", "--limit", "@retry", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [c["host"] for c in json.loads(proc.stdout)] == ["g1", "g3"]
+    missing = orch(tmp_path, "plan", "pb.yml", "-i", "inv.yml", "--limit", "@nope")
+    assert missing.returncode == 2 and len(missing.stderr.splitlines()) == 1, missing.stderr
+    assert "cannot read nope" in missing.stderr
