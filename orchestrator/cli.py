@@ -373,7 +373,8 @@ def runs(results_dir: Path) -> None:
     from orchestrator.results.bundle import list_runs
 
     given = click.get_current_context().get_parameter_source("results_dir")
-    if not results_dir.exists() and given == click.core.ParameterSource.DEFAULT:
+    default = given == click.core.ParameterSource.DEFAULT or results_dir == Path("results")
+    if not results_dir.exists() and default:
         click.echo(f"no runs under {results_dir}")  # nothing has run here yet
         return
     if not results_dir.is_dir():

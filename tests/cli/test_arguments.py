@@ -80,8 +80,9 @@ def test_orch_alone_prints_its_help_and_runs_alone_says_no_runs_yet(tmp_path: Pa
         "Usage: orch [OPTIONS] COMMAND"
     ), bare
     assert "error:" not in bare.stdout + bare.stderr
-    fresh = orch(tmp_path, "runs")  # the default results/ does not exist yet: no runs, exit 0
-    assert fresh.returncode == 0 and fresh.stdout.strip() == "no runs under results", fresh
+    for args in ([], ["results"]):  # the default results/ does not exist yet: no runs, exit 0
+        fresh = orch(tmp_path, "runs", *args)
+        assert fresh.returncode == 0 and fresh.stdout.strip() == "no runs under results", fresh
 
 
 def test_limit_reads_a_retry_file_as_ansible_does(tmp_path: Path) -> None:
