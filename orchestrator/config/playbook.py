@@ -1036,11 +1036,12 @@ class _Loader:
                 doc,
                 ("vars",),
             )
+        earlier: dict[str, tuple[Any, YamlDocument]] = {}  # vars of the files read so far
         for i, ref in enumerate(files):
             if not isinstance(ref, str):
                 raise _err(f"expected a file name, got {describe(ref)}", doc, ("vars_files", i))
             if is_template(ref):
-                ref = self._render_vars_file_name(ref, doc, data.get("vars"), i)
+                ref = self._render_vars_file_name(ref, doc, data.get("vars"), i, earlier)
             target = _relative(doc.path, ref)
             if not target.is_file():
                 raise _err(
@@ -1062,10 +1063,19 @@ class _Loader:
                 _Source(vdoc.data, dict(vdoc.positions), dict(vdoc.value_positions)), ("vars",)
             )
             src = _merge(src, layer, levels=2)  # a var from a vars file replaces it whole
+            earlier.update((str(k), (v, vdoc)) for k, v in vdoc.data.items())
         return src
 
-    def _render_vars_file_name(self, ref: str, doc: YamlDocument, own_vars: Any, index: int) -> str:
-        """`vars/{{ cluster }}.yml` with -e vars and this file's `vars:`, as Ansible templates it.
+    def _render_vars_file_name(
+        self,
+        ref: str,
+        doc: YamlDocument,
+        own_vars: Any,
+        index: int,
+        earlier: Mapping[str, tuple[Any, YamlDocument]],
+    ) -> str:
+        """`vars/{{ cluster }}.yml` as Ansible templates it: with -e vars, the vars of the files
+        listed before it, and this file's `vars:` (that precedence, highest first).
 
         Inventory and matrix variables do not exist yet: the file is read before any host.
         """
@@ -1074,10 +1084,17 @@ class _Loader:
         def locate(path: KeyPath) -> SourceLocation:
             return doc.locate(path, value=True)
 
+        def in_vars_file(source: YamlDocument) -> Callable[[KeyPath], SourceLocation]:
+            # its variables sit at the file's top level: ("vars", name) there is (name,)
+            return lambda path: source.locate(path[1:], value=True)
+
         decls = {
             str(name): VarDecl(value, ("vars", name), locate)
             for name, value in (own_vars or {}).items()
         }
+        for name, (value, vdoc) in earlier.items():
+            decls[name] = VarDecl(value, ("vars", name), in_vars_file(vdoc))
+
         engine = TemplateEngine()
         scope = VariableScope(engine, {**engine.globals, **self.extra_vars}, decls)
         path: KeyPath = ("vars_files", index)
@@ -1089,7 +1106,7 @@ class _Loader:
                 name = exc.message.split("'")[1] if "'" in exc.message else ""
                 close = suggest(name, [*decls, *self.extra_vars])
                 exc.hint = (f"{close}; " if close else "") + (
-                    "vars_files see -e vars and this file's vars: only; "
+                    "vars_files see -e vars, earlier vars files and this file's vars: only; "
                     "the inventory and the matrix come later"
                 )
             raise

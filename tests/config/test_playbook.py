@@ -184,6 +184,19 @@ def test_vars_file_names_are_templates_of_extra_vars_and_own_vars(tmp_path: Path
     assert tmp_path / "vars" / "h100-prod.yml" in loaded.files
 
 
+def test_a_vars_file_name_sees_the_vars_of_the_files_before_it(tmp_path: Path) -> None:
+    write(tmp_path / "vars" / "site.yml", "cluster: h100\n")
+    write(tmp_path / "vars" / "h100.yml", "tp: 4\n")
+    write(tmp_path / "vars" / "h200.yml", "tp: 8\n")
+    pb = write(
+        tmp_path / "pb.yml",
+        "name: x\nvars_files: [vars/site.yml, 'vars/{{ cluster }}.yml']\n"
+        "vars: {cluster: h200}\nbench: {command: [a]}\n",
+    )
+    assert load_playbook(pb).data["vars"]["tp"] == 4  # a vars file beats the file's own vars
+    assert load_playbook(pb, {"cluster": "h200"}).data["vars"]["tp"] == 8  # -e beats both
+
+
 @pytest.mark.parametrize(
     ("name", "needle", "hint"),
     [
