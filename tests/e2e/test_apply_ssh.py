@@ -332,15 +332,24 @@ def test_controller_killed_then_resume(e2e: E2E) -> None:
     assert len(run_json(run)["resumed"]) == 1
 
 
-def test_ctrl_c_stops_cleanly_then_resume(e2e: E2E) -> None:
-    """SIGINT: exit 130, no server left, run.json says interrupted; --resume completes it."""
+def _interrupt_mid_bench(e2e: E2E, signals: int) -> tuple[Path, Path, Path, float]:
+    """Apply a 3-cell run, SIGINT it `signals` times mid-bench; (inventory, playbook, log, t)
+    with t when the first signal was sent; the controller exited 130."""
     inventory = e2e.inventory()
     playbook = e2e.playbook({"a": [1, 2, 3]}, bench_extra="--sleep 1.5")
     log = e2e.tmp / "err.log"
     proc = _start_and_wait_mid_bench(e2e, e2e.argv(playbook, inventory), log)
-    os.kill(proc.pid, signal.SIGINT)
     t = time.monotonic()
+    for i in range(signals):
+        time.sleep(0.3 if i else 0)
+        os.kill(proc.pid, signal.SIGINT)
     assert proc.wait(timeout=20) == 130, log.read_text()
+    return inventory, playbook, log, t
+
+
+def test_ctrl_c_stops_cleanly_then_resume(e2e: E2E) -> None:
+    """SIGINT: exit 130, no server left, run.json says interrupted; --resume completes it."""
+    inventory, playbook, log, t = _interrupt_mid_bench(e2e, signals=1)
     print("SIGINT exit after", time.monotonic() - t)
     print(log.read_text()[-2500:])
     print(json.dumps(run_json(e2e.run_dir())["cells"], indent=1))
@@ -356,14 +365,7 @@ def test_ctrl_c_stops_cleanly_then_resume(e2e: E2E) -> None:
 
 def test_ctrl_c_twice_closes_connections_and_fails_no_cell(e2e: E2E) -> None:
     """A second SIGINT drops the connections: the cell in flight is interrupted, not failed."""
-    inventory = e2e.inventory()
-    playbook = e2e.playbook({"a": [1, 2, 3]}, bench_extra="--sleep 1.5")
-    log = e2e.tmp / "err.log"
-    proc = _start_and_wait_mid_bench(e2e, e2e.argv(playbook, inventory), log)
-    os.kill(proc.pid, signal.SIGINT)
-    time.sleep(0.3)
-    os.kill(proc.pid, signal.SIGINT)
-    assert proc.wait(timeout=20) == 130, log.read_text()
+    _, _, log, _ = _interrupt_mid_bench(e2e, signals=2)
     deadline = time.monotonic() + 20  # the runners stop their servers on stdin EOF
     while marker_pids(e2e.marker) and time.monotonic() < deadline:
         time.sleep(0.2)
