@@ -7,6 +7,7 @@ others go on; Ctrl-C closes every runner's stdin, which makes each stop its serv
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import shutil
@@ -14,7 +15,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -380,12 +381,15 @@ class Run:
             status = "passed" if self._all_passed() else "failed"
         finally:
             _restore_sigterm(previous_term)
-            if self.stop.is_set():
-                status = "interrupted"
-            self._write_run_json(status)
-            # Last sweep: playbook copies, facts and logs alike never keep a secret value.
-            redact_tree(self.writer.path, self.secrets)
-            self.writer.finalize()
+            # Another Ctrl-C here would leave run.json, the last redaction or the manifest
+            # half-done; it is taken once the bundle is whole.
+            with signals_deferred():
+                if self.stop.is_set():
+                    status = "interrupted"
+                self._write_run_json(status)
+                # Last sweep: playbook copies, facts and logs alike never keep a secret value.
+                redact_tree(self.writer.path, self.secrets)
+                self.writer.finalize()
         if interrupted:
             raise KeyboardInterrupt
         return RunOutcome(self.run_id, self.writer.path, status, dict(self.outcomes))
@@ -604,6 +608,27 @@ def _checkout_key(cell: Cell) -> tuple[str, str, str]:
     if cell.repo is None:
         return ("", "", "")
     return (cell.repo.url, cell.repo.dest, cell.repo.version)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM noted, not acted on, inside the block; KeyboardInterrupt after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def note(signum: int, _frame: Any) -> None:
+        caught.append(signum)
+
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if caught:
+        raise KeyboardInterrupt
 
 
 def _raise_on_sigterm() -> Any:
