@@ -704,6 +704,12 @@ class RepoChecks:
         )
         return proc.returncode == 0, proc.stdout.decode("utf-8", "replace")
 
+    def check_existing_clone(self, dest: str) -> None:
+        """StepFailed unless the non-empty `dest` is a git clone of its own."""
+        if not self.git_ok(["rev-parse", "--git-dir"], dest)[0]:
+            raise StepFailed("repo dest %s exists and is not a git repository" % dest)
+        self.check_own_work_tree(dest)
+
     def check_own_work_tree(self, dest: str) -> None:
         """StepFailed unless `dest` is the top of a git work tree (its own clone).
 
@@ -1077,10 +1083,8 @@ class CellRunner(RepoChecks):
             # `--`: a URL starting with "-" is a URL, never an option (--upload-pack=...).
             self.git(["clone", "--no-checkout", "--", str(repo["url"]), dest], home)
             cloned = True
-        elif not self.git_ok(["rev-parse", "--git-dir"], dest)[0]:
-            raise StepFailed("repo dest %s exists and is not a git repository" % dest)
         else:
-            self.check_own_work_tree(dest)
+            self.check_existing_clone(dest)
         # Before the dirty policy too: `reset` must never clean a checkout of another repository.
         origin = self.check_origin(dest, str(repo["url"]), checked=not cloned)
 
@@ -2316,9 +2320,7 @@ def cmd_check_origin(dest: str, url: str) -> int:
     result = {"ok": True, "origin": None}  # type: Dict[str, Any]
     if os.path.isdir(path) and os.listdir(path):
         try:
-            if not checks.git_ok(["rev-parse", "--git-dir"], path)[0]:
-                raise StepFailed("repo dest %s exists and is not a git repository" % path)
-            checks.check_own_work_tree(path)
+            checks.check_existing_clone(path)
             result["origin"] = checks.check_origin(path, url)
         except StepFailed as exc:
             result = {"ok": False, "reason": exc.reason}
