@@ -557,7 +557,10 @@ class SSHConnection(Connection):
         except (OSError, paramiko.SSHException, EOFError) as exc:
             with contextlib.suppress(Exception), self._sftp_client() as sftp:
                 sftp.remove(tmp)
-            raise ExecutionError(f"cannot put {local} to {self.host.name}:{remote}: {exc}") from exc
+            message = f"cannot put {local} to {self.host.name}:{remote}: {exc}"
+            if self._lost():
+                raise ConnectionFailure(message) from exc
+            raise ExecutionError(message) from exc
 
     def get(self, remote: str, local: Path) -> None:
         """See `Connection.get`."""
@@ -570,7 +573,14 @@ class SSHConnection(Connection):
             os.replace(tmp, local)
         except (OSError, paramiko.SSHException, EOFError) as exc:
             tmp.unlink(missing_ok=True)
-            raise ExecutionError(f"cannot get {self.host.name}:{remote}: {exc}") from exc
+            message = f"cannot get {self.host.name}:{remote}: {exc}"
+            if self._lost():  # the link went, not the file: the caller may reconnect
+                raise ConnectionFailure(message) from exc
+            raise ExecutionError(message) from exc
+
+    def _lost(self) -> bool:
+        """True when this connection was closed or its transport died."""
+        return self._closed or not self._transport.is_active()
 
     def close(self) -> None:
         """Close SFTP and the connection; running commands' remote stdin sees EOF."""

@@ -447,10 +447,12 @@ class Run:
                 lost = outcome.failed_step == "connection"
                 self._record(outcome)
         except OrchError as exc:
-            step = "connect" if isinstance(exc, ConnectionFailure) else "host"
+            lost = isinstance(exc, ConnectionFailure)
+            status = "interrupted" if lost and self.stop.is_set() else "failed"
+            step = "interrupted" if status == "interrupted" else "connect" if lost else "host"
             for cell in cells:
                 if cell.id not in self.outcomes and cell.id not in done:
-                    self._record(CellOutcome(cell.id, host.name, "failed", str(exc), step))
+                    self._record(CellOutcome(cell.id, host.name, status, str(exc), step))
         finally:
             conn.close()
 
@@ -551,6 +553,9 @@ class Run:
         try:
             outcome = self._import_archive(conn, cell, str(final["archive"]), seconds)
         except ConnectionFailure as exc:
+            if self.stop.is_set():  # closed by a second Ctrl-C: `--resume` collects or reruns it
+                reason = "interrupted (Ctrl-C twice: connection closed while fetching results)"
+                return CellOutcome(cell.id, host.name, "interrupted", reason, "interrupted")
             reason = f"lost the connection fetching the cell's results: {exc}"
             return CellOutcome(cell.id, host.name, "failed", reason, "connection", seconds)
         except (OrchError, OSError, ValueError) as exc:

@@ -22,7 +22,7 @@ import pytest
 from sshhosts import SSHTestHosts
 
 from orchestrator.config.host import Host
-from orchestrator.errors import ConnectionFailure, HostKeyError
+from orchestrator.errors import ConnectionFailure, ExecutionError, HostKeyError
 from orchestrator.execute.connection import (
     CommandTimeout,
     Connection,
@@ -322,6 +322,25 @@ def test_one_connection_is_safe_across_threads(shared_ssh: Connection, tmp_path:
     assert not errors
     assert results == {n: str(n) for n in range(8)}
     assert all((tmp_path / f"got-{n}").read_text() == "payload" for n in range(8))
+
+
+@pytest.mark.ssh
+def test_get_on_a_closed_connection_is_a_connection_failure(
+    ssh_hosts: SSHTestHosts, tmp_path: Path
+) -> None:
+    """A fetch cut by a closed link says so (the controller reconnects or, after a second
+    Ctrl-C, calls the cell interrupted); a missing file on a live link is not a lost link."""
+    conn = connect(ssh_host(ssh_hosts, "host2"))
+    source = tmp_path / "f"
+    source.write_text("payload")
+    conn.put(source, str(tmp_path / "there"))  # SFTP is open from here on
+    with pytest.raises(ExecutionError) as missing:
+        conn.get(str(tmp_path / "absent"), tmp_path / "x")
+    assert not isinstance(missing.value, ConnectionFailure)
+    conn.close()
+    with pytest.raises(ConnectionFailure, match="cannot get"):
+        conn.get(str(tmp_path / "there"), tmp_path / "back")
+    assert not (tmp_path / "back").exists()
 
 
 @pytest.mark.ssh
