@@ -744,9 +744,20 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
     http_thread = threading.Thread(target=httpd.serve_forever, daemon=True, name="http")
     http_thread.start()
 
+    # The handler only writes a byte, and a thread sets the event: Event.set() takes a lock, and
+    # a second SIGTERM (the runner signals the group, then each pid) arriving inside it deadlocked.
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+
     def on_signal(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(OSError):
+            os.write(wake_w, b"x")
+
+    def relay_signals() -> None:
+        os.read(wake_r, 1)
         srv.stopping.set()
 
+    threading.Thread(target=relay_signals, daemon=True, name="signals").start()
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     rc = 0
