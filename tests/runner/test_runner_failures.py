@@ -142,7 +142,7 @@ def _bench_started(event: dict[str, object]) -> bool:
     return event == {**event, "event": "step", "step": "bench", "status": "start"}
 
 
-@pytest.mark.parametrize("how", ["stdin-eof", "sigterm", "parent-killed"])
+@pytest.mark.parametrize("how", ["stdin-eof", "sigterm", "sigterm-burst", "parent-killed"])
 def test_controller_gone_mid_bench(home: Path, how: str) -> None:
     port = free_port()
     cell = make_cell(port, server_args=("--child", "inherit"), bench_args=("--sleep", "30"))
@@ -158,6 +158,11 @@ def test_controller_gone_mid_bench(home: Path, how: str) -> None:
         runner.close_stdin()
     elif how == "sigterm":
         runner.proc.send_signal(signal.SIGTERM)
+    elif how == "sigterm-burst":
+        # `kill` repeated, or a group then each pid: a handler re-entered while it holds a
+        # lock deadlocked the runner
+        for _ in range(3000):
+            runner.proc.send_signal(signal.SIGTERM)
     else:
         runner.kill()
     if how == "parent-killed":
@@ -176,6 +181,7 @@ def test_controller_gone_mid_bench(home: Path, how: str) -> None:
     expected = {
         "stdin-eof": "controller gone (stdin closed)",
         "sigterm": "signal SIGTERM",
+        "sigterm-burst": "signal SIGTERM",
         "parent-killed": "controller gone (parent process exited)",
     }[how]
     assert done["reason"] == expected

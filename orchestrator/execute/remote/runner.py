@@ -915,9 +915,20 @@ class CellRunner(RepoChecks):
             target=self._watch_parent, args=(os.getppid(),), name="parent", daemon=True
         ).start()
 
+        # The handler takes no lock: Event.set() in a handler deadlocks when the signal lands
+        # while this thread holds the event's lock (in stop_event.wait, or a first handler).
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+
         def on_signal(signum: int, _frame: Any) -> None:
+            with contextlib.suppress(OSError):  # a full pipe: a signal is already on its way
+                os.write(wake_w, bytes([signum]))
+
+        def relay() -> None:
+            signum = os.read(wake_r, 1)[0]
             self.interrupt("signal %s" % signal.Signals(signum).name)
 
+        threading.Thread(target=relay, name="signals", daemon=True).start()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, on_signal)
 
