@@ -310,14 +310,19 @@ def _check_resume_plan(run_dir: Path, planned_ids: Sequence[str]) -> None:
 
 def _without_resume(argv: Sequence[str]) -> list[str]:
     """argv with any `--resume X` / `--resume=X` removed."""
+    return _without_option(argv, "--resume")
+
+
+def _without_option(argv: Sequence[str], *names: str) -> list[str]:
+    """argv with every `NAME X` / `NAME=X` of the given option names removed."""
     out: list[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
-        elif arg == "--resume":
+        elif arg in names:
             skip = True
-        elif not arg.startswith("--resume="):
+        elif not any(arg.startswith(f"{name}=") for name in names):
             out.append(arg)
     return out
 
@@ -773,7 +778,13 @@ def bisect(
 ) -> None:
     """Find the first bad commit for one cell of PLAYBOOK, noise-aware."""
     from orchestrator.analyze.bisect import BisectError, BisectPolicy
-    from orchestrator.execute.bisection import BISECT_FILE, Bisection, BisectSetup, render_bisect
+    from orchestrator.execute.bisection import (
+        BISECT_FILE,
+        Bisection,
+        BisectSetup,
+        MetricNotReported,
+        render_bisect,
+    )
     from orchestrator.plan.select import select_cells
     from orchestrator.results.bundle import open_run
 
@@ -851,6 +862,19 @@ def bisect(
         job.execute()
     except BisectError as exc:
         raise OrchError(f"bisect cannot decide: {exc}") from None
+    except MetricNotReported as exc:
+        if job.run_id and exc.suggestion:
+            from orchestrator.execute.controller import resume_hint
+
+            fixed = _without_option(["orch", *sys.argv[1:]], "--metric", "--resume")
+            fixed += ["--metric", exc.suggestion, "--resume", str(results_dir / str(job.run_id))]
+            exc.hint = (
+                f"did you mean {exc.suggestion!r}? what was measured is kept; "
+                f"continue with: {resume_hint(shlex.join(fixed))}"
+            )
+        elif not exc.hint:
+            exc.hint = "pick one of those with --metric"
+        raise
     except KeyboardInterrupt:
         again = None
         if job.run_id:  # the whole command, with the run's path: runnable as printed

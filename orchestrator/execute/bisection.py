@@ -8,8 +8,9 @@ run again, and the search, being deterministic given them, retraces its path.
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,18 @@ def commit_story(conn: Connection, cell: Cell, sha: str) -> str:
     return _git(conn, dest, "show", "--stat", "--format=fuller", "--no-color", sha)
 
 
+class MetricNotReported(InputError):
+    """`--metric` names nothing the bench reported; `suggestion` is the closest name if any.
+
+    The measurement stays in the bundle (a step's id does not depend on the metric), so a
+    resume with the right `--metric` reads it back instead of measuring again.
+    """
+
+    def __init__(self, message: str, *, suggestion: str | None) -> None:
+        super().__init__(message)
+        self.suggestion = suggestion
+
+
 class Bisection:
     """One `orch bisect`, backed by a bundle."""
 
@@ -214,9 +227,26 @@ class Bisection:
         if status != "passed" and (step in SKIP_STEPS or step is None):
             self.log(f"{sha[:12]}: cannot be measured ({step}): skipped")
             return None
-        raise ExecutionError(
-            f"{sha[:12]} produced no {self.setup.metric!r} values",
-            hint="pick a metric the bench reports with --metric",
+        raise self._no_such_metric(sha, got)
+
+    def _no_such_metric(self, sha: str, got: Mapping[str, Any]) -> OrchError:
+        """The bench ran but never reported --metric: name what it did report."""
+        reported = sorted(
+            {
+                k
+                for r in (got.get("metrics") or {}).get("repeats", [])
+                for k, v in r.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            }
+        )
+        message = f"{sha[:12]} produced no {self.setup.metric!r} values"
+        if not reported:
+            return ExecutionError(message, hint="pick a metric the bench reports with --metric")
+        close = difflib.get_close_matches(self.setup.metric, reported, n=1, cutoff=0.6)
+        shown = ", ".join(reported[:20]) + (", ..." if len(reported) > 20 else "")
+        return MetricNotReported(
+            f"{message}; the bench reported: {shown}",
+            suggestion=close[0] if close else None,
         )
 
     def execute(self, conn_factory: Callable[[Host], Connection] = connect) -> BisectResult:

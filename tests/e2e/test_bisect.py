@@ -218,3 +218,26 @@ def test_failed_setup_at_the_regression_gives_the_honest_range(tmp_path: Path) -
     measured = [p for p in result["points"] if p["verdict"] != "skip"]
     assert len(measured) <= math.ceil(math.log2(32)) + 2, result["points"]
     print(f"adjacent skip: {len(result['points'])} points, {wall:.1f} s")
+
+
+def test_misspelt_metric_names_the_reported_ones_and_keeps_the_measurement(
+    tmp_path: Path,
+) -> None:
+    """`--metric output_througput`: exit 2 after the good end, with the metrics the bench did
+    report; the printed command resumes with the right name and does not measure it again."""
+    repo = init_repo(tmp_path / "repo", commits=4, regress_at=3, seed=3)
+    b = Bisect(tmp_path, repo)
+    wrong = b.orch(*b.argv("--metric", "output_througput"))
+    assert wrong.returncode == 2, wrong.stdout + wrong.stderr
+    assert "Traceback" not in wrong.stderr
+    assert "produced no 'output_througput' values; the bench reported: " in wrong.stderr
+    assert "did you mean 'output_throughput'?" in wrong.stderr
+    hint = shlex.split(wrong.stderr.split("continue with: ", 1)[1].splitlines()[0].rstrip(")"))
+    assert hint[0] == "orch" and "output_througput" not in hint, hint
+    assert hint[-4:] == ["--metric", "output_throughput", "--resume", str(b.run_dir())], hint
+    assert wrong.stderr.count("bisect: measuring ") == 1  # stopped after the first step
+
+    resumed = b.orch(sys.executable, "-m", "orchestrator", *hint[1:])
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"measuring {repo.shas[0][:12]}" not in resumed.stderr  # the good end, read back
+    assert b.doc()["result"]["first_bad"] == repo.regress
