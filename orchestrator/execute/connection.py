@@ -42,7 +42,8 @@ from tenacity import (
     Retrying,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
 
 from orchestrator.config.host import Host
@@ -669,9 +670,10 @@ def connect(
 
     retrying = Retrying(
         stop=stop_after_attempt(max(1, attempts)),
-        wait=wait_exponential_jitter(
-            multiplier=retry_initial_wait, max=retry_max_wait, jitter=retry_initial_wait
-        ),
+        # exponential plus jitter, spelt with parts every tenacity >= 8 has (the jitter
+        # variant's arguments changed name in 9.x)
+        wait=wait_exponential(multiplier=retry_initial_wait, max=retry_max_wait)
+        + wait_random(0, retry_initial_wait),
         retry=retry_if_exception(_is_retryable),
         before_sleep=log_retry,
         reraise=True,
