@@ -24,10 +24,14 @@ def free_port() -> int:
 
 
 def orch(
-    *args: str, cwd: Path, home: Path | None = None, timeout: float = 240
+    *args: str,
+    cwd: Path,
+    home: Path | None = None,
+    timeout: float = 240,
+    env_extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `python -m orchestrator ARGS` to the end; HOME replaced when `home` is given."""
-    env = dict(os.environ)
+    env = {**os.environ, **(env_extra or {})}
     if home is not None:
         home.mkdir(parents=True, exist_ok=True)
         env["HOME"] = str(home)

@@ -64,7 +64,7 @@ def test_short_demo(tmp_path: Path) -> None:
         "apply", str(DEMO), "-e", f"sim_repo={repo}", "-e", f"port={free_port()}",
         "-e", "time_scale=0.02", "-e", "repeats=2", "-e", "num_prompts=2",
         "-e", "output_len=256", "--results", str(results),
-        cwd=tmp_path, home=home,
+        cwd=tmp_path, home=home, env_extra={"ORCH_SIM_SEED": "11"},  # the servers inherit it
     )  # fmt: skip
     wall = time.monotonic() - started
     assert applied.returncode == 0, applied.stdout + applied.stderr

@@ -370,8 +370,13 @@ def test_unknown_host_key_is_refused_without_retry(ssh_hosts: SSHTestHosts, tmp_
     known = ssh_hosts.write_known_hosts(tmp_path / "known", omit=["host1"])
     started = time.monotonic()
     with pytest.raises(HostKeyError) as caught:
-        connect(ssh_host(ssh_hosts, known_hosts=str(known)), attempts=4, retry_initial_wait=2.0)
-    assert time.monotonic() - started < 2.0  # one retry would have waited >= 2 s
+        connect(
+            ssh_host(ssh_hosts, known_hosts=str(known)),
+            attempts=4,
+            retry_initial_wait=10.0,
+            retry_max_wait=10.0,
+        )
+    assert time.monotonic() - started < 8.0  # one retry would have waited >= 10 s
     message = str(caught.value)
     assert "host1" in message and "not in known_hosts" in message
     assert "ssh-keyscan" in message and "host_key_checking: false" in message
@@ -382,8 +387,12 @@ def test_changed_host_key_is_refused(ssh_hosts: SSHTestHosts, tmp_path: Path) ->
     known = ssh_hosts.write_known_hosts(tmp_path / "known", wrong_key_for=["host1"])
     started = time.monotonic()
     with pytest.raises(HostKeyError, match="CHANGED") as caught:
-        connect(ssh_host(ssh_hosts, known_hosts=str(known)), retry_initial_wait=2.0)
-    assert time.monotonic() - started < 2.0
+        connect(
+            ssh_host(ssh_hosts, known_hosts=str(known)),
+            retry_initial_wait=10.0,
+            retry_max_wait=10.0,
+        )
+    assert time.monotonic() - started < 8.0  # no retry (it would wait >= 10 s)
     assert "man-in-the-middle" in str(caught.value)
 
 
@@ -438,8 +447,12 @@ def test_wrong_user_key_is_an_auth_failure_not_retried(
     os.system(f"ssh-keygen -q -t ed25519 -N '' -f {other_key}")
     started = time.monotonic()
     with pytest.raises(ConnectionFailure, match="authentication") as caught:
-        connect(ssh_host(ssh_hosts, key_file=str(other_key)), retry_initial_wait=2.0)
-    assert time.monotonic() - started < 2.0
+        connect(
+            ssh_host(ssh_hosts, key_file=str(other_key)),
+            retry_initial_wait=10.0,
+            retry_max_wait=10.0,
+        )
+    assert time.monotonic() - started < 8.0  # no retry (it would wait >= 10 s)
     assert not isinstance(caught.value, HostKeyError)
 
 

@@ -128,7 +128,8 @@ def sim_server(
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     full_env.update(env or {})
     argv = [sys.executable, "-m", "orchestrator.sim", "serve", "--port", str(port)]
-    argv += ["--time-scale", str(time_scale), *(args or [])]
+    # Seeded: draft acceptance is random even at --noise 0 (a test's own --seed wins).
+    argv += ["--time-scale", str(time_scale), "--seed", "1", *(args or [])]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=fh, stderr=subprocess.STDOUT)
     running = Running(proc, port, log)

@@ -96,7 +96,8 @@ def test_bench_writes_bench_serving_jsonl_matching_the_model(tmp_path: Path) -> 
         num_draft_tokens=3,
     )
     expected = m.predict_output_throughput(m.model_params(), cfg, TUNED, 512, 256)
-    assert row["output_throughput"] == pytest.approx(expected, rel=0.08)
+    # The client's real HTTP overhead only ever lowers a reading (most on a loaded machine).
+    assert 0.85 * expected < row["output_throughput"] < 1.03 * expected
     assert row["accept_length"] == pytest.approx(1.936, abs=0.15)
     assert row["mean_tpot_ms"] == pytest.approx(1000 / expected, rel=0.1)
     assert row["mean_itl_ms"] > row["mean_tpot_ms"] * 1.4  # a chunk carries ~1.9 tokens
@@ -138,10 +139,8 @@ def test_bench_without_speculation_and_with_concurrency(tmp_path: Path) -> None:
     r1 = json.loads((tmp_path / "c1/result.jsonl").read_text())
     r4 = json.loads((tmp_path / "c4/result.jsonl").read_text())
     assert r1["accept_length"] is None
-    assert r1["output_throughput"] == pytest.approx(
-        m.predict_output_throughput(m.model_params(), m.ServingConfig(tp=8), {}, 64, 256),
-        rel=0.08,
-    )
+    predicted = m.predict_output_throughput(m.model_params(), m.ServingConfig(tp=8), {}, 64, 256)
+    assert 0.85 * predicted < r1["output_throughput"] < 1.02 * predicted  # overhead only lowers
     # Batching: four requests at once give nearly four times the throughput.
     assert r4["output_throughput"] > 3 * r1["output_throughput"]
     assert r4["total_output_tokens"] == 8 * 128

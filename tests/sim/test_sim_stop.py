@@ -77,8 +77,10 @@ def test_sigterm_twice_stops_the_whole_group(tmp_path: Path) -> None:
     for round_no in range(ROUNDS):
         servers = []
         try:
-            for _ in range(SERVERS_PER_ROUND):
-                port = free_port()
+            ports: set[int] = set()
+            while len(ports) < SERVERS_PER_ROUND:  # free_port may hand out one twice
+                ports.add(free_port())
+            for port in sorted(ports):
                 servers.append((start(tmp_path, port), port))
             for proc, port in servers:
                 wait_ready(proc, port)
