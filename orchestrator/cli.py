@@ -331,6 +331,8 @@ def _print_summary(cells: dict[str, Any]) -> None:
     rows = []
     for cid, o in sorted(cells.items(), key=lambda item: item[1].host):  # stable: run order
         reason = (o.reason or "").splitlines()[0] if o.reason else ""
+        if o.earlier:  # a resume lists the whole run, saying which cells it did not run
+            reason = f"(earlier) {reason}".strip()
         seconds = o.seconds if o.seconds is not None else ""
         rows.append([o.host, cid, o.status, o.failed_step or "", seconds, reason])
     headers = ["host", "cell", "status", "failed at", "seconds", "reason"]

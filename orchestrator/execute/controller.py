@@ -60,6 +60,7 @@ class CellOutcome:
     reason: str | None = None
     failed_step: str | None = None
     seconds: float | None = None
+    earlier: bool = False  # recorded by an earlier invocation of this run (before --resume)
 
     def to_json(self) -> dict[str, Any]:
         """The run.json entry."""
@@ -93,12 +94,12 @@ class RunOutcome:
     run_id: str
     path: Path
     status: str
-    cells: dict[str, CellOutcome]
+    cells: dict[str, CellOutcome]  # every cell of the bundle, earlier invocations' too
 
     @property
     def ok(self) -> bool:
-        """True when every cell passed."""
-        return all(c.status == "passed" for c in self.cells.values())
+        """True when every cell of the run passed, a resumed run's earlier cells included."""
+        return self.status == "passed"
 
 
 def secret_values(
@@ -392,7 +393,25 @@ class Run:
                 self.writer.finalize()
         if interrupted:
             raise KeyboardInterrupt
-        return RunOutcome(self.run_id, self.writer.path, status, dict(self.outcomes))
+        return RunOutcome(self.run_id, self.writer.path, status, self._all_outcomes())
+
+    def _all_outcomes(self) -> dict[str, CellOutcome]:
+        """This invocation's outcomes, and the earlier ones of a resumed run."""
+        outcomes: dict[str, CellOutcome] = {}
+        planned = {c.id for c in self.cells}
+        for cid, entry in self._previous.get("cells", {}).items():
+            if cid in planned and cid not in self.outcomes and isinstance(entry, dict):
+                outcomes[cid] = CellOutcome(
+                    cid,
+                    str(entry.get("host", "")),
+                    str(entry.get("status", "")),
+                    entry.get("reason"),
+                    entry.get("failed_step"),
+                    entry.get("seconds"),
+                    earlier=True,
+                )
+        outcomes.update(self.outcomes)
+        return outcomes
 
     def _close_all(self) -> None:
         with self._lock:

@@ -321,6 +321,9 @@ def _resume_and_check(e2e: E2E, run: Path, inventory: Path, playbook: Path) -> N
         want = before.get(cid, 0) + again
         assert e2e.count(cid) == want, f"{cid} measured {e2e.count(cid)} times, not {want}"
     assert finished, recorded
+    listed = {cid: line for line in proc.stdout.splitlines() for cid in doc["cells"] if cid in line}
+    assert sorted(listed) == sorted(doc["cells"]), proc.stdout  # the summary is the whole run
+    assert all(("(earlier)" in listed[cid]) == (cid in finished) for cid in listed), proc.stdout
     assert (run / "MANIFEST.sha256").is_file()
 
 
