@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,8 @@ def orch(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     [
         (
             ["apply", "pb.yml", "--bogus"],
-            "error: No such option '--bogus'. (see 'orch apply --help')",
+            # click < 8.4 words it "No such option: --bogus"
+            re.compile(r"error: No such option:? '?--bogus'?\.? \(see 'orch apply --help'\)"),
         ),
         (["report"], "error: Missing argument 'REF'. (see 'orch report --help')"),
         (
@@ -61,14 +63,18 @@ def orch(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_a_bad_argument_is_one_line_and_nothing_runs(
-    tmp_path: Path, args: list[str], message: str
+    tmp_path: Path, args: list[str], message: str | re.Pattern[str]
 ) -> None:
     (tmp_path / "pb.yml").write_text(PLAYBOOK)
     (tmp_path / "a-file").write_text("")
     proc = orch(tmp_path, *args)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert len(lines) == 1, proc.stderr
+    if isinstance(message, re.Pattern):
+        assert message.search(lines[0]), proc.stderr
+    else:
+        assert message in lines[0], proc.stderr
     assert lines[0].startswith("error: ")
     assert "%%" not in lines[0]
     assert not (tmp_path / "results").exists()  # nothing ran, no run directory was made
