@@ -343,6 +343,7 @@ class Run:
         """Run every cell not finished yet; always leaves a consistent bundle behind."""
         self._write_start()
         done = self.writer.complete_cells() if self.options.resume else set()
+        self._trust_cell_files(done)
         todo: dict[str, list[Cell]] = {}
         for cell in self.cells:
             if cell.id in done:
@@ -395,12 +396,29 @@ class Run:
             raise KeyboardInterrupt
         return RunOutcome(self.run_id, self.writer.path, status, self._all_outcomes())
 
+    def _trust_cell_files(self, done: set[str]) -> None:
+        """A finished cell's own cell.json beats run.json's entry for it.
+
+        A controller killed between installing a cell and rewriting run.json left the entry
+        "pending"; the resume skips the cell, so its status must come from the cell itself.
+        """
+        cells = self._previous.setdefault("cells", {})
+        hosts = {c.id: c.host for c in self.cells}
+        for cid in done:
+            doc = self.writer.read_json(f"cells/{cid}/cell.json")
+            if not isinstance(doc, dict) or not isinstance(cells, dict):
+                continue
+            entry = cells.setdefault(cid, {"host": hosts.get(cid, "")})
+            for key in ("status", "reason", "failed_step"):
+                if key in doc:
+                    entry[key] = doc[key]
+
     def _all_outcomes(self) -> dict[str, CellOutcome]:
-        """This invocation's outcomes, and the earlier ones of a resumed run."""
+        """This invocation's outcomes, and every earlier one of a resumed run (a resume with
+        a narrower --limit still answers for the whole run)."""
         outcomes: dict[str, CellOutcome] = {}
-        planned = {c.id for c in self.cells}
         for cid, entry in self._previous.get("cells", {}).items():
-            if cid in planned and cid not in self.outcomes and isinstance(entry, dict):
+            if cid not in self.outcomes and isinstance(entry, dict):
                 outcomes[cid] = CellOutcome(
                     cid,
                     str(entry.get("host", "")),

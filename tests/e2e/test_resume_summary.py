@@ -51,3 +51,59 @@ def test_resume_lists_and_counts_the_cells_finished_before(tmp_path: Path) -> No
     assert len(rows) == 2, again.stdout
     assert all("(earlier)" in row for row in rows), rows
     assert json.loads((run / "run.json").read_text())["status"] == "failed"
+
+
+def test_resume_with_a_narrower_limit_still_shows_the_failure(tmp_path: Path) -> None:
+    """`--limit h1 --resume` exits 1 because of h2's failed cell, and says which one it is."""
+    (tmp_path / "home").mkdir()
+    hosts = {"h1": {"connection": "local", "fail": 0}, "h2": {"connection": "local", "fail": 1}}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    playbook = {
+        "name": "resume-limit",
+        "hosts": "all",
+        "bench": {
+            "command": [
+                "{{ orch_python }}",
+                "-c",
+                "import sys; print('x 1.0'); sys.exit({{ fail }})",
+            ],
+            "metrics": {"x": r"x ([0-9.]+)"},
+        },
+        "snapshot": {"pip_freeze": False, "topo": False},
+    }
+    (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook))
+    common = ("playbook.yml", "-i", "inventory.yml", "--results", "results")
+    first = _orch(tmp_path, "apply", *common)
+    assert first.returncode == 1, first.stdout + first.stderr
+    (run,) = (tmp_path / "results").iterdir()
+    again = _orch(tmp_path, "apply", *common, "--limit", "h1", "--resume", str(run))
+    assert again.returncode == 1, again.stdout + again.stderr
+    h2 = [line.split() for line in again.stdout.splitlines() if line.startswith("h2 ")]
+    assert len(h2) == 1 and h2[0][2] == "failed", again.stdout
+
+
+def test_a_finished_cell_run_json_missed_is_read_from_its_own_files(tmp_path: Path) -> None:
+    """Killed between installing a cell and rewriting run.json: the resume trusts cell.json."""
+    (tmp_path / "home").mkdir()
+    playbook = {
+        "name": "resume-pending",
+        "matrix": {"a": [1, 3]},  # both pass
+        "bench": {
+            "command": ["{{ orch_python }}", "-c", BENCH, "{{ matrix.a }}"],
+            "metrics": {"x": r"x ([0-9.]+)"},
+        },
+        "snapshot": {"pip_freeze": False, "topo": False},
+    }
+    (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook))
+    first = _orch(tmp_path, "apply", "playbook.yml", "--results", "results")
+    assert first.returncode == 0, first.stdout + first.stderr
+    (run,) = (tmp_path / "results").iterdir()
+    doc = json.loads((run / "run.json").read_text())
+    stale = sorted(doc["cells"])[0]
+    doc["cells"][stale].update(status="pending", reason=None)
+    doc["status"] = "running"
+    (run / "run.json").write_text(json.dumps(doc))
+    again = _orch(tmp_path, "apply", "playbook.yml", "--results", "results", "--resume", str(run))
+    assert again.returncode == 0, again.stdout + again.stderr
+    doc = json.loads((run / "run.json").read_text())
+    assert doc["status"] == "passed" and doc["cells"][stale]["status"] == "passed", doc["cells"]
