@@ -11,13 +11,16 @@ import sys
 from collections.abc import Callable, Sequence
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from tabulate import tabulate
 
 from orchestrator import __version__
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, InputError, OrchError
+
+if TYPE_CHECKING:  # imported where used: `orch --help` stays quick
+    from orchestrator.execute.bisection import MetricNotReported
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -865,18 +868,7 @@ def bisect(
     except BisectError as exc:
         raise OrchError(f"bisect cannot decide: {exc}") from None
     except MetricNotReported as exc:
-        if job.run_id and exc.suggestion:
-            from orchestrator.execute.controller import resume_hint
-
-            fixed = _without_option(["orch", *sys.argv[1:]], "--metric", "--resume")
-            fixed += ["--metric", exc.suggestion, "--resume", str(results_dir / str(job.run_id))]
-            exc.hint = (
-                f"did you mean {exc.suggestion!r}? what was measured is kept; "
-                f"continue with: {resume_hint(shlex.join(fixed))}"
-            )
-        elif not exc.hint:
-            exc.hint = "pick one of those with --metric"
-        raise
+        _metric_not_reported(exc, results_dir / str(job.run_id) if job.run_id else None)
     except KeyboardInterrupt:
         again = None
         if job.run_id:  # the whole command, with the run's path: runnable as printed
@@ -894,6 +886,25 @@ def _attach_sim() -> None:
 
 
 _attach_sim()
+
+
+def _metric_not_reported(exc: MetricNotReported, run_dir: Path | None) -> None:
+    """The error, then the whole command that resumes with a reported metric (its own line,
+    so it copies clean); what was measured is read back, not measured again."""
+    from orchestrator.execute.controller import resume_hint
+
+    pick = exc.suggestion
+    if pick:
+        exc.hint = f"did you mean {pick!r}?"
+    click.echo(f"error: {exc.render()}", err=True)
+    if run_dir is not None:
+        fixed = _without_option(["orch", *sys.argv[1:]], "--metric", "--resume")
+        fixed += ["--metric", pick or "METRIC", "--resume", str(run_dir)]
+        again = resume_hint(shlex.join(fixed))
+        note = " (give each <secret> its value again)" if "<secret>" in again else ""
+        name = "" if pick else " (METRIC: one of those)"
+        click.echo(f"what was measured is kept; continue with: {again}{name}{note}", err=True)
+    sys.exit(exc.exit_code)
 
 
 def _interrupted(resume: str | None) -> None:

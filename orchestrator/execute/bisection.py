@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.analyze.bisect import BisectPolicy, BisectResult, bisect
+from orchestrator.analyze.metrics import metric_names, values_of
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import ExecutionError, InputError, OrchError
 from orchestrator.execute.connection import Connection, connect
@@ -121,7 +122,7 @@ def commit_story(conn: Connection, cell: Cell, sha: str) -> str:
     return _git(conn, dest, "show", "--stat", "--format=fuller", "--no-color", sha)
 
 
-class MetricNotReported(InputError):
+class MetricNotReported(ExecutionError):
     """`--metric` names nothing the bench reported; `suggestion` is the closest name if any.
 
     The measurement stays in the bundle (a step's id does not depend on the metric), so a
@@ -142,6 +143,7 @@ class Bisection:
         self.cells: list[Cell] = []
         self.doc: dict[str, Any] = {}
         self.log: Callable[[str], None] = lambda _msg: None
+        self._metric_seen = False  # some measured commit reported --metric
 
     def _step_cell(self, sha: str, repeats: int, attempt: int) -> Cell:
         base = self.setup.base
@@ -223,6 +225,7 @@ class Bisection:
             if isinstance(r.get(self.setup.metric), int | float)
         ]
         if values:
+            self._metric_seen = True
             return values
         if status != "passed" and (step in SKIP_STEPS or step is None):
             self.log(f"{sha[:12]}: cannot be measured ({step}): skipped")
@@ -231,22 +234,21 @@ class Bisection:
 
     def _no_such_metric(self, sha: str, got: Mapping[str, Any]) -> OrchError:
         """The bench ran but never reported --metric: name what it did report."""
-        reported = sorted(
-            {
-                k
-                for r in (got.get("metrics") or {}).get("repeats", [])
-                for k, v in r.items()
-                if isinstance(v, int | float) and not isinstance(v, bool)
-            }
-        )
+        repeats = (got.get("metrics") or {}).get("repeats", [])
+        reported = [m for m in metric_names(repeats) if values_of(repeats, m)]
+        shown = ", ".join(reported[:20]) + (", ..." if len(reported) > 20 else "")
+        if self._metric_seen:  # earlier commits reported it: the bench's output changed here
+            return ExecutionError(
+                f"{sha[:12]} stopped reporting {self.setup.metric!r}"
+                + (f"; it reported: {shown}" if reported else ""),
+                hint="the bench's output changed between the measured commits",
+            )
         message = f"{sha[:12]} produced no {self.setup.metric!r} values"
         if not reported:
             return ExecutionError(message, hint="pick a metric the bench reports with --metric")
         close = difflib.get_close_matches(self.setup.metric, reported, n=1, cutoff=0.6)
-        shown = ", ".join(reported[:20]) + (", ..." if len(reported) > 20 else "")
         return MetricNotReported(
-            f"{message}; the bench reported: {shown}",
-            suggestion=close[0] if close else None,
+            f"{message}; the bench reported: {shown}", suggestion=close[0] if close else None
         )
 
     def execute(self, conn_factory: Callable[[Host], Connection] = connect) -> BisectResult:

@@ -223,16 +223,19 @@ def test_failed_setup_at_the_regression_gives_the_honest_range(tmp_path: Path) -
 def test_misspelt_metric_names_the_reported_ones_and_keeps_the_measurement(
     tmp_path: Path,
 ) -> None:
-    """`--metric output_througput`: exit 2 after the good end, with the metrics the bench did
+    """`--metric output_througput`: exit 1 after the good end, with the metrics the bench did
     report; the printed command resumes with the right name and does not measure it again."""
     repo = init_repo(tmp_path / "repo", commits=4, regress_at=3, seed=3)
     b = Bisect(tmp_path, repo)
     wrong = b.orch(*b.argv("--metric", "output_througput"))
-    assert wrong.returncode == 2, wrong.stdout + wrong.stderr
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
     assert "Traceback" not in wrong.stderr
-    assert "produced no 'output_througput' values; the bench reported: " in wrong.stderr
-    assert "did you mean 'output_throughput'?" in wrong.stderr
-    hint = shlex.split(wrong.stderr.split("continue with: ", 1)[1].splitlines()[0].rstrip(")"))
+    error = [line for line in wrong.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1, wrong.stderr
+    assert "produced no 'output_througput' values; the bench reported: " in error[0]
+    assert "did you mean 'output_throughput'?" in error[0]
+    assert ", n," not in error[0] and "output_throughput" in error[0]  # the repeat number is not
+    hint = shlex.split(wrong.stderr.split("continue with: ", 1)[1].splitlines()[0])
     assert hint[0] == "orch" and "output_througput" not in hint, hint
     assert hint[-4:] == ["--metric", "output_throughput", "--resume", str(b.run_dir())], hint
     assert wrong.stderr.count("bisect: measuring ") == 1  # stopped after the first step
