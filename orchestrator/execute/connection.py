@@ -580,8 +580,17 @@ class SSHConnection(Connection):
             raise ExecutionError(message) from exc
 
     def _lost(self) -> bool:
-        """True when this connection was closed or its transport died."""
-        return self._closed or not self._transport.is_active()
+        """True when this connection was closed, its transport died or its SFTP channel did.
+
+        paramiko closes the channels before it marks a dying transport inactive, so a cut
+        SFTP channel is the first sign of a dropped link. A dead SFTP client is dropped here:
+        the next transfer opens a new one when the transport still lives.
+        """
+        with self._sftp_lock:
+            sftp_dead = self._sftp is not None and self._sftp.sock.closed
+            if sftp_dead:
+                self._sftp = None
+        return sftp_dead or self._closed or not self._transport.is_active()
 
     def close(self) -> None:
         """Close SFTP and the connection; running commands' remote stdin sees EOF."""

@@ -485,11 +485,14 @@ class Run:
                 self._record(outcome)
         except OrchError as exc:
             lost = isinstance(exc, ConnectionFailure)
-            status = "interrupted" if lost and self.stop.is_set() else "failed"
-            step = "interrupted" if status == "interrupted" else "connect" if lost else "host"
+            status, reason = "failed", str(exc)
+            step = "connect" if lost else "host"
+            if lost and self.stop.is_set():
+                status, step = "interrupted", "interrupted"
+                reason = f"interrupted (Ctrl-C or SIGTERM to orch): {exc}"
             for cell in cells:
                 if cell.id not in self.outcomes and cell.id not in done:
-                    self._record(CellOutcome(cell.id, host.name, status, str(exc), step))
+                    self._record(CellOutcome(cell.id, host.name, status, reason, step))
         finally:
             conn.close()
 
@@ -590,9 +593,11 @@ class Run:
         try:
             outcome = self._import_archive(conn, cell, str(final["archive"]), seconds)
         except ConnectionFailure as exc:
-            if self.stop.is_set():  # closed by a second Ctrl-C: `--resume` collects or reruns it
-                reason = "interrupted (Ctrl-C twice: connection closed while fetching results)"
-                return CellOutcome(cell.id, host.name, "interrupted", reason, "interrupted")
+            if self.stop.is_set():  # Ctrl-C: `--resume` collects the archive or reruns the cell
+                reason = f"interrupted (Ctrl-C or SIGTERM to orch) while fetching results: {exc}"
+                return CellOutcome(
+                    cell.id, host.name, "interrupted", reason, "interrupted", round(seconds, 3)
+                )
             reason = f"lost the connection fetching the cell's results: {exc}"
             return CellOutcome(cell.id, host.name, "failed", reason, "connection", seconds)
         except (OrchError, OSError, ValueError) as exc:

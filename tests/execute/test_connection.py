@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import sys
 import threading
@@ -341,6 +342,40 @@ def test_get_on_a_closed_connection_is_a_connection_failure(
     with pytest.raises(ConnectionFailure, match="cannot get"):
         conn.get(str(tmp_path / "there"), tmp_path / "back")
     assert not (tmp_path / "back").exists()
+
+
+# Run on the host: the per-connection sshd processes above this one (not the listener).
+_SSHD_SESSIONS = """
+from pathlib import Path
+pid, found = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[1], []
+while int(pid) > 1:
+    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\\0", b" ").decode()
+    if cmd.startswith("sshd:") and "[listener]" not in cmd and " -D " not in cmd:
+        found.append(pid)
+    pid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+print(" ".join(found))
+"""
+
+
+@pytest.mark.ssh
+def test_get_over_a_dropped_link_is_a_connection_failure(
+    ssh_hosts: SSHTestHosts, tmp_path: Path
+) -> None:
+    """The link drops (the host's sshd for it dies) with SFTP open: a lost connection, which
+    the controller reconnects for, not a file it could not read."""
+    conn = connect(ssh_host(ssh_hosts, "host2"))
+    try:
+        source = tmp_path / "f"
+        source.write_text("payload")
+        conn.put(source, str(tmp_path / "there"))  # SFTP is open from here on
+        sessions = conn.run([PY, "-c", _SSHD_SESSIONS]).stdout.split()
+        assert sessions, "no per-connection sshd above the remote command"
+        for pid in sessions:  # the connection's own sshd processes: the TCP connection drops
+            os.kill(int(pid), signal.SIGKILL)
+        with pytest.raises(ConnectionFailure, match="cannot get"):
+            conn.get(str(tmp_path / "there"), tmp_path / "back")
+    finally:
+        conn.close()
 
 
 @pytest.mark.ssh
