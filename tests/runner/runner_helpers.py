@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from orchestrator.plan.cell import BenchSpec, Capture, Cell, ReadyCheck, RepoPin, ServerSpec
 
@@ -130,6 +130,17 @@ def runner_env(home: Path) -> dict[str, str]:
 class RunnerProcess:
     """`runner.py run` as a real subprocess: stdin kept open, events read as they come."""
 
+    started: ClassVar[list[subprocess.Popen[bytes]]] = []
+
+    @classmethod
+    def kill_all(cls) -> None:
+        """SIGKILL every runner still alive (a failed test must not leave one behind)."""
+        while cls.started:
+            proc = cls.started.pop()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
     def __init__(
         self,
         home: Path,
@@ -149,6 +160,7 @@ class RunnerProcess:
             stdout=subprocess.PIPE,
             stderr=self.stderr,
         )
+        RunnerProcess.started.append(self.proc)
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(data) + "\n").encode())
         self.proc.stdin.flush()

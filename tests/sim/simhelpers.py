@@ -128,8 +128,10 @@ def sim_server(
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     full_env.update(env or {})
     argv = [sys.executable, "-m", "orchestrator.sim", "serve", "--port", str(port)]
-    # Seeded: draft acceptance is random even at --noise 0 (a test's own --seed wins).
-    argv += ["--time-scale", str(time_scale), "--seed", "1", *(args or [])]
+    # Seeded: draft acceptance is random even at --noise 0 (a test's --seed or
+    # ORCH_SIM_SEED wins).
+    seed = [] if "ORCH_SIM_SEED" in full_env else ["--seed", "1"]
+    argv += ["--time-scale", str(time_scale), *seed, *(args or [])]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=fh, stderr=subprocess.STDOUT)
     running = Running(proc, port, log)
