@@ -51,6 +51,30 @@ from orchestrator.errors import ConnectionFailure, ExecutionError, HostKeyError,
 
 log = logging.getLogger(__name__)
 
+
+def _quiet_prefetch_deaths(previous: Callable[[threading.ExceptHookArgs], Any]) -> None:
+    """Keep paramiko's SFTP prefetch thread from printing a traceback when its link closes.
+
+    A get cut by a closed or dropped connection (a second Ctrl-C closes every link) raises in
+    the caller, which reports it; the prefetch thread dies of the same cause and would spill
+    "Exception in thread ... (_prefetch_thread)" over the terminal. Other exceptions pass on.
+    """
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        tb, prefetch = args.exc_traceback, False
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            prefetch |= code.co_name == "_prefetch_thread" and "paramiko" in code.co_filename
+            tb = tb.tb_next
+        lost = isinstance(args.exc_value, OSError | EOFError | paramiko.SSHException)
+        if not (prefetch and lost):
+            previous(args)
+
+    threading.excepthook = hook
+
+
+_quiet_prefetch_deaths(threading.excepthook)
+
 SYSTEM_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
 USER_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
 _POLL_SECONDS = 0.1  # how often a waiting run() checks `stop` and its deadline

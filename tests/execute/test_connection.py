@@ -13,6 +13,7 @@ import secrets
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -376,6 +377,51 @@ def test_get_over_a_dropped_link_is_a_connection_failure(
             conn.get(str(tmp_path / "there"), tmp_path / "back")
     finally:
         conn.close()
+
+
+# Run as its own process: pytest replaces threading.excepthook inside tests.
+_CLOSE_MID_GET = """
+import json, sys, threading, time
+from pathlib import Path
+from orchestrator.config.host import Host
+from orchestrator.execute.connection import connect
+fields, big, out = json.loads(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+for attempt in range(5):
+    conn = connect(Host(**fields))
+    def fetch():
+        try:
+            conn.get(big, out / f"back-{attempt}")
+        except Exception as exc:
+            print("get raised", type(exc).__name__, flush=True)
+    worker = threading.Thread(target=fetch)
+    worker.start()
+    time.sleep(0.05 + 0.05 * attempt)
+    conn.close()
+    worker.join(60)
+    time.sleep(0.3)  # a dying prefetch thread prints now, if it would
+"""
+
+
+@pytest.mark.ssh
+def test_closing_mid_get_prints_no_thread_traceback(
+    ssh_hosts: SSHTestHosts, tmp_path: Path
+) -> None:
+    """A second Ctrl-C closes links mid-fetch: paramiko's prefetch thread must not spill a
+    traceback over the terminal (the get itself raises, and that is reported)."""
+    big = tmp_path / "big"
+    big.write_bytes(os.urandom(64 * 1024 * 1024))
+    host = ssh_host(ssh_hosts, "host2")
+    fields = {f: getattr(host, f) for f in host.__dataclass_fields__}
+    proc = subprocess.run(
+        [sys.executable, "-c", _CLOSE_MID_GET, json.dumps(fields), str(big), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "get raised ConnectionFailure" in proc.stdout, proc.stdout  # cut, and said so
+    assert "Traceback" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.ssh
