@@ -5,40 +5,36 @@ with nothing left to do still exits 1)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
+from sim_helpers import orch
 
 BENCH = "import sys; print('x 1.0'); sys.exit(int(sys.argv[1]) == 2)"  # cell a=2 fails
 
 
 def _orch(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(tmp / "home")}
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return orch(*args, cwd=tmp, home=tmp / "home", timeout=120)
 
 
-def test_resume_lists_and_counts_the_cells_finished_before(tmp_path: Path) -> None:
-    (tmp_path / "home").mkdir()
+def _write_playbook(tmp: Path, name: str, arg: str, **more: Any) -> None:
+    """A server-less playbook whose bench is BENCH with `arg` rendered: it fails for 2."""
     playbook = {
-        "name": "resume-summary",
-        "matrix": {"a": [1, 2]},
+        "name": name,
+        **more,
         "bench": {
-            "command": ["{{ orch_python }}", "-c", BENCH, "{{ matrix.a }}"],
+            "command": ["{{ orch_python }}", "-c", BENCH, arg],
             "metrics": {"x": r"x ([0-9.]+)"},
         },
         "snapshot": {"pip_freeze": False, "topo": False},
     }
-    (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook))
+    (tmp / "playbook.yml").write_text(yaml.safe_dump(playbook))
+
+
+def test_resume_lists_and_counts_the_cells_finished_before(tmp_path: Path) -> None:
+    _write_playbook(tmp_path, "resume-summary", "{{ matrix.a }}", matrix={"a": [1, 2]})
     first = _orch(tmp_path, "apply", "playbook.yml", "--results", "results")
     assert first.returncode == 1, first.stdout + first.stderr
     (run,) = (tmp_path / "results").iterdir()
@@ -55,23 +51,9 @@ def test_resume_lists_and_counts_the_cells_finished_before(tmp_path: Path) -> No
 
 def test_resume_with_a_narrower_limit_still_shows_the_failure(tmp_path: Path) -> None:
     """`--limit h1 --resume` exits 1 because of h2's failed cell, and says which one it is."""
-    (tmp_path / "home").mkdir()
-    hosts = {"h1": {"connection": "local", "fail": 0}, "h2": {"connection": "local", "fail": 1}}
+    hosts = {"h1": {"connection": "local", "fail": 0}, "h2": {"connection": "local", "fail": 2}}
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    playbook = {
-        "name": "resume-limit",
-        "hosts": "all",
-        "bench": {
-            "command": [
-                "{{ orch_python }}",
-                "-c",
-                "import sys; print('x 1.0'); sys.exit({{ fail }})",
-            ],
-            "metrics": {"x": r"x ([0-9.]+)"},
-        },
-        "snapshot": {"pip_freeze": False, "topo": False},
-    }
-    (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook))
+    _write_playbook(tmp_path, "resume-limit", "{{ fail }}", hosts="all")
     common = ("playbook.yml", "-i", "inventory.yml", "--results", "results")
     first = _orch(tmp_path, "apply", *common)
     assert first.returncode == 1, first.stdout + first.stderr
@@ -84,17 +66,7 @@ def test_resume_with_a_narrower_limit_still_shows_the_failure(tmp_path: Path) ->
 
 def test_a_finished_cell_run_json_missed_is_read_from_its_own_files(tmp_path: Path) -> None:
     """Killed between installing a cell and rewriting run.json: the resume trusts cell.json."""
-    (tmp_path / "home").mkdir()
-    playbook = {
-        "name": "resume-pending",
-        "matrix": {"a": [1, 3]},  # both pass
-        "bench": {
-            "command": ["{{ orch_python }}", "-c", BENCH, "{{ matrix.a }}"],
-            "metrics": {"x": r"x ([0-9.]+)"},
-        },
-        "snapshot": {"pip_freeze": False, "topo": False},
-    }
-    (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook))
+    _write_playbook(tmp_path, "resume-pending", "{{ matrix.a }}", matrix={"a": [1, 3]})  # pass
     first = _orch(tmp_path, "apply", "playbook.yml", "--results", "results")
     assert first.returncode == 0, first.stdout + first.stderr
     (run,) = (tmp_path / "results").iterdir()

@@ -149,19 +149,25 @@ def sim_server(
                 proc.wait()
 
 
-def children(pid: int) -> list[int]:
-    """Direct children of `pid`, from /proc."""
-    out = []
+def process_stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/PID/stat after the command name) of every process."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            yield int(entry.name), (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            out.append(int(entry.name))
-    return sorted(out)
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of `pid`, from /proc."""
+    return sorted(child for child, fields in process_stats() if int(fields[1]) == pid)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group `pgid`, from /proc."""
+    return [p for p, fields in process_stats() if int(fields[2]) == pgid and fields[0] not in "ZX"]
 
 
 def environ(pid: int) -> dict[str, str]:

@@ -18,27 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-from .simhelpers import TIME_SCALE, free_port, get
+from .simhelpers import TIME_SCALE, free_port, get, group_members
 
 ROUNDS = 6
 SERVERS_PER_ROUND = 5
 BURST = 3000
 GONE_WITHIN_S = 5.0
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of process group `pgid`, from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] not in {"Z", "X"}:
-            found.append(int(entry.name))
-    return found
 
 
 def start(cwd: Path, port: int) -> subprocess.Popen[bytes]:
