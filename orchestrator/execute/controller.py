@@ -485,14 +485,13 @@ class Run:
                 self._record(outcome)
         except OrchError as exc:
             lost = isinstance(exc, ConnectionFailure)
-            status, reason = "failed", str(exc)
             step = "connect" if lost else "host"
-            if lost and self.stop.is_set():
-                status, step = "interrupted", "interrupted"
-                reason = f"interrupted (Ctrl-C or SIGTERM to orch): {exc}"
             for cell in cells:
                 if cell.id not in self.outcomes and cell.id not in done:
-                    self._record(CellOutcome(cell.id, host.name, status, reason, step))
+                    if lost and self.stop.is_set():
+                        self._record(_stopped(cell.id, host.name, str(exc)))
+                    else:
+                        self._record(CellOutcome(cell.id, host.name, "failed", str(exc), step))
         finally:
             conn.close()
 
@@ -563,14 +562,13 @@ class Run:
                 on_stdout_line=on_line,
                 stop=self.stop,
             )
-        except (ConnectionFailure, OrchError) as exc:
+        except OrchError as exc:
             if self.stop.is_set():
                 # A second Ctrl-C closes the connections on purpose: the runner still stops its
                 # server on stdin EOF, and `--resume` reruns the cell. Not a failure.
-                reason = (
-                    "interrupted (Ctrl-C twice: connection closed); its runner stops the server"
+                return _stopped(
+                    cell.id, host.name, "connection closed; its runner stops its server"
                 )
-                return CellOutcome(cell.id, host.name, "interrupted", reason, "interrupted")
             if isinstance(exc, ConnectionFailure):
                 reason = f"lost the connection while the cell ran: {exc}"
                 return CellOutcome(cell.id, host.name, "failed", reason, "connection")
@@ -594,17 +592,14 @@ class Run:
             outcome = self._import_archive(conn, cell, str(final["archive"]), seconds)
         except ConnectionFailure as exc:
             if self.stop.is_set():  # Ctrl-C: `--resume` collects the archive or reruns the cell
-                reason = f"interrupted (Ctrl-C or SIGTERM to orch) while fetching results: {exc}"
-                return CellOutcome(
-                    cell.id, host.name, "interrupted", reason, "interrupted", round(seconds, 3)
-                )
+                return _stopped(cell.id, host.name, f"while fetching results: {exc}", seconds)
             reason = f"lost the connection fetching the cell's results: {exc}"
             return CellOutcome(cell.id, host.name, "failed", reason, "connection", seconds)
         except (OrchError, OSError, ValueError) as exc:
             reason = f"cannot import the cell's results from {final['archive']}: {exc}"
             return CellOutcome(cell.id, host.name, "failed", reason, "collect", seconds)
         if outcome.status == "interrupted" and self.stop.is_set():
-            outcome.reason = "interrupted (Ctrl-C or SIGTERM to orch); the server was stopped"
+            outcome.reason = f"{STOPPED}; the server was stopped"
         return outcome
 
     def _import_archive(
@@ -648,6 +643,16 @@ def _host_json(host: Host) -> dict[str, Any]:
 
 def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
+
+
+STOPPED = "interrupted (Ctrl-C or SIGTERM to orch)"
+
+
+def _stopped(cell_id: str, host: str, detail: str, seconds: float | None = None) -> CellOutcome:
+    """A cell cut short because orch was told to stop: interrupted (a resume redoes or
+    collects it), never failed."""
+    took = round(seconds, 3) if seconds is not None else None
+    return CellOutcome(cell_id, host, "interrupted", f"{STOPPED}: {detail}", "interrupted", took)
 
 
 def _checkout_key(cell: Cell) -> tuple[str, str, str]:
