@@ -280,7 +280,7 @@ def apply(
     try:
         outcome = run.execute()
     except KeyboardInterrupt:
-        _interrupted(shlex.join([*_without_resume(argv), "--resume", str(run.writer.path)]))
+        _interrupted(_resume_command(argv, run.writer.path))
     _print_summary(outcome.cells)
     click.echo(f"\nbundle: {outcome.path}")
     sys.exit(EXIT_OK if outcome.ok else EXIT_FAILED)
@@ -299,21 +299,21 @@ def _check_resume_plan(run_dir: Path, planned_ids: Sequence[str]) -> None:
     known = {c.get("id") for c in recorded.get("cells", []) if isinstance(c, dict)}
     new = [cid for cid in planned_ids if cid not in known]
     if new:
-        from orchestrator.execute.controller import resume_hint
-
         # run.json's argv holds only the marker for a secret: the user gives the value again.
-        again = resume_hint(shlex.join([*_without_resume(original), "--resume", str(run_dir)]))
-        note = " (give each <secret> its value again)" if "<secret>" in again else ""
         raise InputError(
             f"these arguments plan {len(new)} cell(s) that run {run_dir.name} does not hold "
             f"(e.g. {new[0]}): a resume must use the run's own playbook, inventory, -e and --limit",
-            hint=f"resume with: {again}{note}",
+            hint=f"resume with: {_resume_command(original, run_dir)}",
         )
 
 
-def _without_resume(argv: Sequence[str]) -> list[str]:
-    """argv with any `--resume X` / `--resume=X` removed."""
-    return _without_option(argv, "--resume")
+def _resume_command(argv: Sequence[str], run_dir: str | Path) -> str:
+    """`argv` resuming `run_dir` (any `--resume` of its own dropped), as printed to the user:
+    a secret -e value shows as `<secret>`, with the note to give it again."""
+    from orchestrator.execute.controller import resume_hint
+
+    shown = resume_hint(shlex.join([*_without_option(argv, "--resume"), "--resume", str(run_dir)]))
+    return shown + (" (give each <secret> its value again)" if "<secret>" in shown else "")
 
 
 def _without_option(argv: Sequence[str], *names: str) -> list[str]:
@@ -873,7 +873,7 @@ def bisect(
         again = None
         if job.run_id:  # the whole command, with the run's path: runnable as printed
             run_path = str(results_dir / str(job.run_id))
-            again = shlex.join([*_without_resume(["orch", *sys.argv[1:]]), "--resume", run_path])
+            again = _resume_command(["orch", *sys.argv[1:]], run_path)
         _interrupted(again)
     click.echo(render_bisect(job.doc))
     click.echo(f"\nbundle: {results_dir / str(job.run_id)}")
@@ -891,33 +891,25 @@ _attach_sim()
 def _metric_not_reported(exc: MetricNotReported, run_dir: Path | None) -> None:
     """The error, then the whole command that resumes with a reported metric (its own line,
     so it copies clean); what was measured is read back, not measured again."""
-    from orchestrator.execute.controller import resume_hint
-
     pick = exc.suggestion
     if pick:
         exc.hint = f"did you mean {pick!r}?"
     click.echo(f"error: {exc.render()}", err=True)
     if run_dir is not None:
-        fixed = _without_option(["orch", *sys.argv[1:]], "--metric", "--resume")
-        fixed += ["--metric", pick or "METRIC", "--resume", str(run_dir)]
-        again = resume_hint(shlex.join(fixed))
-        note = " (give each <secret> its value again)" if "<secret>" in again else ""
+        fixed = [
+            *_without_option(["orch", *sys.argv[1:]], "--metric"),
+            "--metric",
+            pick or "METRIC",
+        ]
         name = "" if pick else " (METRIC: one of those)"
-        click.echo(f"what was measured is kept; continue with: {again}{name}{note}", err=True)
+        again = _resume_command(fixed, run_dir)
+        click.echo(f"what was measured is kept; continue with: {again}{name}", err=True)
     sys.exit(exc.exit_code)
 
 
 def _interrupted(resume: str | None) -> None:
-    """Ctrl-C: servers were stopped by their runners; say how to go on, exit 130.
-
-    A secret -e value is never printed: the hint shows `<secret>`, to be given again.
-    """
-    if resume:
-        from orchestrator.execute.controller import resume_hint
-
-        resume = resume_hint(resume)
-        if "<secret>" in resume:
-            resume += " (give each <secret> its value again)"
+    """Ctrl-C: servers were stopped by their runners; say how to go on (`resume`, from
+    `_resume_command`), exit 130."""
     tail = f"; continue with: {resume}" if resume else ""
     click.echo(f"interrupted: servers stopped{tail}", err=True)
     sys.exit(130)
