@@ -1033,7 +1033,8 @@ class CellRunner(RepoChecks):
         return out if rc == 0 else ""
 
     def git_ok(self, args: List[str], cwd: str) -> Tuple[bool, str]:
-        """Run git; (succeeded, stdout)."""
+        """Run git within the cell's time left; (succeeded, stdout). RepoChecks' own has no
+        deadline: `check-origin` runs outside any cell."""
         env = dict(os.environ)
         env["GIT_TERMINAL_PROMPT"] = "0"
         rc, out, _err, _t = self.run_cmd(["git", *args], cwd, self.remaining(), env)
