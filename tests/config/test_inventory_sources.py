@@ -89,26 +89,26 @@ def test_an_empty_directory_says_what_counts(tmp_path: Path) -> None:
     assert "group_vars/" in str(info.value.hint)
 
 
-@pytest.mark.parametrize(
-    ("name", "text", "line", "needle"),
-    [
-        ("ec2.py", "#!/usr/bin/env python3\nprint('{}')\n", 1, "inventory scripts are not run"),
-        ("hosts.ini", "[gpu]\ngpu01 ansible_host=h1\n", 1, "INI inventories are not supported"),
-        ("hosts", "# prod\n[gpu]\ngpu01\n", 2, "INI inventories are not supported"),
-    ],
-)
-def test_scripts_and_ini_files_in_a_directory_say_how_to_convert_them(
-    tmp_path: Path, name: str, text: str, line: int, needle: str
-) -> None:
+def test_a_script_in_a_directory_says_how_to_save_its_output(tmp_path: Path) -> None:
     inv = tmp_path / "inv"
     write(inv / "00-good.yml", "gpus:\n  hosts:\n    g1:\n")
-    bad = write(inv / name, text)
+    bad = write(inv / "ec2.py", "#!/usr/bin/env python3\nprint('{}')\n")
     os.chmod(bad, 0o755)
     with pytest.raises(InputError) as info:
         load_inventory(inv)
-    assert info.value.location == SourceLocation(str(bad), line, 1)
-    assert info.value.message.startswith(needle)
+    assert info.value.location == SourceLocation(str(bad), 1, 1)
+    assert info.value.message.startswith("inventory scripts are not run")
     assert f"ansible-inventory -i {bad} --list > inventory.json" in str(info.value.hint)
+
+
+def test_ini_files_in_a_directory_are_read_with_the_yaml_ones(tmp_path: Path) -> None:
+    inv = tmp_path / "inv"
+    write(inv / "00-good.yml", "gpus:\n  hosts:\n    g1:\n")
+    write(inv / "10-hosts.ini", "[gpus]\ng2 ansible_host=h2\n")
+    write(inv / "20-hosts", "# prod\n[gpus]\ng3\n")
+    loaded = load_inventory(inv)
+    assert loaded.group_members("gpus") == ("g1", "g2", "g3")
+    assert loaded.hosts["g2"].address == "h2"
 
 
 def test_no_sources_is_the_builtin_localhost(tmp_path: Path) -> None:
