@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from orchestrator.runner.probe_parse import (
@@ -444,7 +444,7 @@ def snapshot(
         driver = gpus["devices"][0].get("driver_version")
     snap = {
         "schema_version": SCHEMA_VERSION,
-        "taken_at": datetime.fromtimestamp(started, UTC).isoformat(),
+        "taken_at": datetime.fromtimestamp(started, timezone.utc).isoformat(),
         "taken_at_epoch": round(started, 3),
     }  # type: Dict[str, Any]
     snap.update(results)
