@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from runner_helpers import cell_dir, load, make_cell, run_cell
 
-from orchestrator.runner.repo import repo_url_key
 from orchestrator.plan.cell import RepoPin
+from orchestrator.runner.repo import repo_url_key
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
