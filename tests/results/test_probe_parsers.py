@@ -91,11 +91,13 @@ def test_parse_value_and_reason_edge_cases() -> None:
 
 
 def test_compute_apps() -> None:
-    apps = probe_parse.parse_compute_apps((FIXTURES / "h100-throttled" / "compute-apps.csv").read_text())
+    text = (FIXTURES / "h100-throttled" / "compute-apps.csv").read_text()
+    apps = probe_parse.parse_compute_apps(text)
     assert len(apps) == 8
     assert apps[0] == {"pid": 41230, "process_name": "python3", "used_memory_mib": 74302}
     assert probe_parse.parse_compute_apps("") == []
-    assert probe_parse.parse_compute_apps("7, /usr/bin/python3, 100 MiB\n")[0]["used_memory_mib"] == 100
+    one = probe_parse.parse_compute_apps("7, /usr/bin/python3, 100 MiB\n")
+    assert one[0]["used_memory_mib"] == 100
 
 
 @pytest.mark.parametrize(
