@@ -74,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-remote-code", action="store_true")
     # Simulator-only flags.
     p.add_argument("--time-scale", type=float, default=None)
+    p.add_argument(
+        "--startup-time",
+        type=float,
+        default=None,
+        help="simulated seconds to load weights and capture CUDA graphs (default: the model's "
+        "startup_s); scaled by the time scale like every other wait",
+    )
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--noise", type=float, default=None, help="override the model's noise")
     p.add_argument("--sim-model", default=None, help="model file (default ./orch_sim_model.json)")
@@ -206,9 +213,10 @@ class Engine(threading.Thread):
             "TP0",
         )
         for req in new:
-            # The prefill forward pass yields each request's first token.
-            req.generated = 1
-            req.events.put(1)
+            # The prefill forward pass yields each request's first token (none when 0 were asked).
+            req.generated = min(1, req.max_new_tokens)
+            if req.generated:
+                req.events.put(req.generated)
             if req.done:
                 req.events.put(None)
             else:
@@ -293,6 +301,8 @@ class SimServer:
             m.load_params(self.model_file) if self.model_file.exists() else m.model_params()
         )
         self.noise = float(args.noise if args.noise is not None else self.params["noise"])
+        startup = args.startup_time if args.startup_time is not None else self.params["startup_s"]
+        self.startup_s = max(0.0, float(startup))
         if os.environ.get("ORCH_SIM_NOISE") and args.noise is None:
             self.noise = float(os.environ["ORCH_SIM_NOISE"])
         self.state_path = st.resolve_state_path(args.sim_state)
@@ -451,6 +461,7 @@ class SimServer:
             "internal_states": [internal],
             "sim": {
                 "time_scale": self.time_scale,
+                "startup_s": self.startup_s,
                 "model_file": str(self.model_file.resolve()) if self.model_file.exists() else None,
                 "state_file": str(self.state_path) if self.state_path else None,
                 "worker_pids": [w.proc.pid for w in self.workers],
@@ -466,7 +477,7 @@ class SimServer:
 
     def generate(self, prompt_tokens: int, max_new_tokens: int) -> tuple[Request, Iterator[int]]:
         """Submit a request; iterate the token counts of each chunk as the engine emits them."""
-        req = Request(uuid.uuid4().hex, prompt_tokens, max(1, max_new_tokens))
+        req = Request(uuid.uuid4().hex, prompt_tokens, max_new_tokens)
         self.engine.submit(req)
 
         def chunks() -> Iterator[int]:
@@ -489,6 +500,19 @@ def _count_prompt(body: dict[str, Any], key: str) -> int:
     if isinstance(value, list):
         return len(value)
     return len(str(value or "").split())
+
+
+def _length(value: Any, default: int) -> int | None:
+    """A requested output length: the default when absent, 0 honoured, None when invalid."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _bad_length(key: str) -> dict[str, Any]:
+    return {"error": {"message": f"{key} must be a non-negative integer", "code": 400}}
 
 
 def make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
@@ -599,6 +623,9 @@ def make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
             if srv.stopping.is_set():
                 self._json({"error": {"message": "server is shutting down"}}, 503)
                 return True
+            if not srv.ready.is_set():
+                self._json({"error": {"message": "server is starting"}}, 503)
+                return True
             return False
 
         def _stream_start(self) -> None:
@@ -616,7 +643,10 @@ def make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
             if self._not_ready():
                 return
             params = body.get("sampling_params") or {}
-            max_new = int(params.get("max_new_tokens") or 128)
+            max_new = _length(params.get("max_new_tokens"), 128)
+            if max_new is None:
+                self._json(_bad_length("max_new_tokens"), HTTPStatus.BAD_REQUEST)
+                return
             prompt = _count_prompt(body, "text")
             req, chunks = srv.generate(prompt, max_new)
             start = time.monotonic()
@@ -641,6 +671,8 @@ def make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
                     for n in chunks:
                         text += token_text(req.rid, len(text.split()), n)
                         self._event({"text": text, "meta_info": meta(req.done)})
+                    if not req.generated:  # nothing was generated: still say it finished
+                        self._event({"text": "", "meta_info": meta(True)})
                     self._event("[DONE]")
                 except (BrokenPipeError, ConnectionResetError):
                     return
@@ -652,7 +684,10 @@ def make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
         def _completions(self, body: dict[str, Any]) -> None:
             if self._not_ready():
                 return
-            max_new = int(body.get("max_tokens") or 16)
+            max_new = _length(body.get("max_tokens"), 16)
+            if max_new is None:
+                self._json(_bad_length("max_tokens"), HTTPStatus.BAD_REQUEST)
+                return
             prompt = _count_prompt(body, "prompt")
             req, chunks = srv.generate(prompt, max_new)
             name = body.get("model") or srv.args.served_model_name or srv.args.model_path
@@ -679,6 +714,20 @@ def make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
                                         "text": delta,
                                         "logprobs": None,
                                         "finish_reason": finish,
+                                    }
+                                ],
+                            }
+                        )
+                    if not req.generated:  # nothing was generated: still say it finished
+                        self._event(
+                            {
+                                **base,
+                                "choices": [
+                                    {
+                                        "index": 0,
+                                        "text": "",
+                                        "logprobs": None,
+                                        "finish_reason": "length",
                                     }
                                 ],
                             }
@@ -713,11 +762,21 @@ def make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog of 5 overflows on a burst of clients, and each dropped SYN
+    # costs the client a 1 s retry: uvicorn listens with 2048, so does the simulator.
+    request_queue_size = 2048
 
 
 def serve(args: argparse.Namespace, log: Logger) -> int:
     """Start workers, load, serve until SIGTERM/SIGINT; returns the exit status."""
     srv = SimServer(args, log)
+    if srv.time_scale != 1.0:
+        # A client other than `orch sim bench` times the server in real seconds: say so loudly.
+        log(
+            f"WARNING: sim: time scale {srv.time_scale:g}: every simulated second takes "
+            f"{srv.time_scale:g} s; /server_info reports sim.time_scale, and a client that does "
+            "not divide its timings by it reports scaled, not simulated, numbers"
+        )
     log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in srv.server_args().items())})")
     if not srv.model_file.exists():
         log(f"WARNING: sim: no {srv.model_file} here; using the built-in performance model")
@@ -763,7 +822,8 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
     rc = 0
     try:
         srv.start_workers()
-        startup = float(srv.params["startup_s"]) * srv.time_scale
+        # Simulated seconds: weights load for 60% of the start-up, CUDA graph capture for 40%.
+        startup = srv.startup_s * srv.time_scale
         log(f"Load weight begin. avail mem={srv.state['memory_total_mib'] / 1024:.2f} GB", "TP0")
         if srv.stopping.wait(startup * 0.6):
             return 0
@@ -783,7 +843,11 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
         if srv.stopping.wait(startup * 0.4):
             return 0
         if not srv.cfg.disable_cuda_graph:
-            log("Capture cuda graph end. Time elapsed: 11.32 s. mem usage=2.10 GB.", "TP0")
+            log(
+                f"Capture cuda graph end. Time elapsed: {srv.startup_s * 0.4:.2f} s. "
+                "mem usage=2.10 GB.",
+                "TP0",
+            )
         log(
             f"max_total_num_tokens={srv.token_capacity()}, chunked_prefill_size=8192, "
             f"max_prefill_tokens=16384, max_running_requests={args.max_running_requests}, "
