@@ -228,7 +228,8 @@ def make_prompts(args: argparse.Namespace) -> list[tuple[str, int, int]]:
     """(prompt text, prompt tokens, output tokens) per request, as bench_serving's random sets."""
     rng = random.Random(args.seed)
     low_in = max(int(args.random_input_len * args.random_range_ratio), 1)
-    low_out = max(int(args.random_output_len * args.random_range_ratio), 1)
+    # As bench_serving: an input has at least one token, an output may be asked for none.
+    low_out = int(args.random_output_len * args.random_range_ratio)
     prompts = []
     for _ in range(args.num_prompts):
         n_in = rng.randint(low_in, max(low_in, args.random_input_len))
