@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from orchestrator.sim import model as m
-from orchestrator.sim.server import _VOCAB
+from orchestrator.sim.engine import VOCAB
 
 from .simhelpers import SPEC_FLAGS, TUNED, run_bench, sim_server, write_model
 
@@ -86,7 +86,7 @@ def test_sglang_s_own_client_agrees_with_sim_bench_and_the_model(tmp_path: Path)
     script = bench_serving(tmp_path)
     tokenizer = tmp_path / "tokenizer"
     made = subprocess.run(
-        [python, "-c", TOKENIZER_SCRIPT, str(tokenizer), *_VOCAB],
+        [python, "-c", TOKENIZER_SCRIPT, str(tokenizer), *VOCAB],
         capture_output=True,
         text=True,
         timeout=300,
