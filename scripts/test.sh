@@ -24,6 +24,19 @@ fi
 
 bash scripts/bootstrap.sh
 
+# SGLang's own benchmark client (tests/sim/test_sim_real_client.py) runs in a venv of its own:
+# what it imports is no dependency of orch. Versions pinned to the ones the test was proven with.
+client=.venv-sglang-client
+client_stamp=$client/.installed-1
+if [ ! -f "$client_stamp" ]; then
+  rm -rf "$client"
+  python3 -m venv "$client"
+  "$client/bin/python" -m pip install -q aiohttp==3.14.5 numpy==2.4.6 requests==2.34.2 \
+    tqdm==4.70.1 tokenizers==0.23.3 transformers==5.24.0
+  touch "$client_stamp"
+fi
+export ORCH_TEST_SGLANG_PYTHON="$PWD/$client/bin/python"
+
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
