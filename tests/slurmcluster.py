@@ -1,10 +1,11 @@
 """A real Slurm cluster for tests: munged, slurmctld, and N slurmd nodes on this machine.
 
-Each node is `slurmd -N nodeN` in its own network namespace (its own address on a veth pair in a
-per-run 10.232.S.0/24, as tests/sshhosts.py makes them), so `srun -N2` really spreads a job over
-two "hosts". slurmctld runs in the root namespace at the first veth's outer address; every
-namespace routes to it by default. Each node declares `Gres=gpu:<n>` backed by empty files (no
-devices), and there is no accounting storage: job states come from squeue and scontrol.
+Each node is `slurmd -N nodeN` in its own network namespace, with its own address on a veth pair
+in a per-run 10.232.S.0/24 (made as tests/sshhosts.py makes its hosts), so `srun -N2` really
+spreads a job over two "hosts". slurmctld runs in the root namespace at the first veth's outer
+address; every namespace routes to it by default. Each node declares `Gres=gpu:<n>` backed by
+empty files (no devices), and there is no accounting storage: job states come from squeue and
+scontrol.
 
 Everything lives in a private directory (config, munge key and socket, spool, logs); ports are
 chosen free; `stop()` kills every daemon and job and deletes the namespaces. Needs root, iproute2
@@ -21,6 +22,7 @@ import contextlib
 import os
 import pwd
 import random
+import re
 import secrets
 import shutil
 import signal
@@ -33,8 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from sshhosts import NETNS_PREFIX, collect_stale_namespaces
-
+NETNS_PREFIX = "orchs"  # namespaces are `orchs-<creator pid>-<random>-<index>`
 SUBNET_PREFIX = "10.232"  # one free 10.232.S.0/24 per run; sshhosts takes 10.231
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("munge", "unmunge", "srun", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
@@ -74,6 +75,37 @@ def missing_reason() -> str | None:
     finally:
         _run(["ip", "netns", "del", probe], check=False)
     return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kill_namespace(namespace: str) -> None:
+    """SIGKILL every process in the namespace (slurmd, slurmstepd, jobs), then delete it."""
+    for pid in _run(["ip", "netns", "pids", namespace], check=False).stdout.split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
+    _run(["ip", "netns", "del", namespace], check=False)
+
+
+def collect_stale_namespaces() -> list[str]:
+    """Delete node namespaces whose creating process is gone (a crashed earlier run)."""
+    listing = _run(["ip", "netns", "list"], check=False).stdout
+    removed = []
+    for line in listing.splitlines():
+        name = line.split()[0] if line.split() else ""
+        match = re.fullmatch(rf"{NETNS_PREFIX}-(\d+)-[0-9a-f]+-\d+", name)
+        if match and not _pid_alive(int(match.group(1))):
+            _kill_namespace(name)
+            removed.append(name)
+    return removed
 
 
 def _free_port() -> int:
@@ -219,9 +251,7 @@ class SlurmTestCluster:
         if self.nodes and self._procs:
             self._cancel_all_jobs()
         for namespace in self._namespaces:  # slurmd, slurmstepd and the jobs' processes
-            for pid in _run(["ip", "netns", "pids", namespace], check=False).stdout.split():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
+            _kill_namespace(namespace)
         for proc in reversed(self._procs):  # TERM first: slurmctld then reaps slurmscriptd
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 with contextlib.suppress(ProcessLookupError):
@@ -229,10 +259,8 @@ class SlurmTestCluster:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=3)
                     break
-        for veth in self._veths:
+        for veth in self._veths:  # gone with their namespace, unless it never got the peer
             _run(["ip", "link", "del", veth], check=False)
-        for namespace in self._namespaces:
-            _run(["ip", "netns", "del", namespace], check=False)
         self._procs.clear()
         self._namespaces.clear()
         self._veths.clear()
@@ -268,7 +296,7 @@ class SlurmTestCluster:
         subnet = self._pick_subnet()
         for index in range(self.node_count):
             name = f"node{index + 1}"
-            namespace = f"{NETNS_PREFIX}-{self.run_tag}-s{index}"
+            namespace = f"{NETNS_PREFIX}-{self.run_tag}-{index}"
             short = secrets.token_hex(3)
             outer, inner = f"os{short}o{index}", f"os{short}i{index}"  # <= 15 chars
             outer_ip, inner_ip = f"{subnet}{4 * index + 1}", f"{subnet}{4 * index + 2}"
