@@ -134,7 +134,8 @@ class Connection(ABC):
         """Copy a local file to `remote` (relative to $HOME unless absolute), creating parent
         directories; atomic: written to a temporary name, then renamed. Keeps the file mode.
 
-        Raises `ConnectionFailure` when the link is lost, `ExecutionError` otherwise."""
+        Raises `ConnectionFailure` when the link is lost, `ExecutionError` for a remote
+        failure (a local file that cannot be read surfaces as its own OSError)."""
 
     @abstractmethod
     def get(self, remote: str, local: Path) -> None:
@@ -142,7 +143,7 @@ class Connection(ABC):
         parent directories; atomic on the local side.
 
         Raises `ConnectionFailure` when the link is lost, `ExecutionError` when the file is
-        missing or unreadable."""
+        missing or unreadable (a local side that cannot be written raises its own OSError)."""
 
     @abstractmethod
     def close(self) -> None:
