@@ -186,6 +186,12 @@ class SlurmTestCluster:
                 fields[key] = value
         return fields
 
+    def job_id(self, name: str) -> str:
+        """The id of the one job called `name` (running or recently ended)."""
+        shown = self.run("squeue", "-h", "--states=all", f"--name={name}", "-o", "%i")
+        (job_id,) = shown.stdout.split()
+        return job_id
+
     def wait_for_job(self, job_id: str, states: Sequence[str], timeout: float = 30.0) -> str:
         """Poll until the job's JobState is one of `states`; return it (or raise)."""
         deadline = time.monotonic() + timeout

@@ -10,7 +10,7 @@ import pytest
 from slurmcluster import SlurmTestCluster
 
 from orchestrator.config.host import Host
-from orchestrator.errors import ExecutionError
+from orchestrator.errors import ConnectionFailure, ExecutionError
 from orchestrator.execute.connection import CommandTimeout
 from orchestrator.execute.local import LocalConnection
 from orchestrator.execute.slurm import SlurmConnection, SlurmOptions
@@ -86,8 +86,7 @@ def test_timeout_cancels_the_job(slurm_cluster: SlurmTestCluster, login: Host) -
                        timeout=5)  # fmt: skip
     assert caught.value.result.stdout == "started\n"
     (name,) = connection.job_names
-    shown = slurm_cluster.run("squeue", "-h", "--states=all", f"--name={name}", "-o", "%T")
-    assert shown.stdout.strip() == "CANCELLED"
+    assert slurm_cluster.job(slurm_cluster.job_id(name))["JobState"] == "CANCELLED"
 
 
 def test_slurm_refusing_the_job_is_an_execution_error(login: Host) -> None:
@@ -99,3 +98,19 @@ def test_slurm_refusing_the_job_is_an_execution_error(login: Host) -> None:
 def test_the_programs_exit_code_comes_back(login: Host) -> None:
     result = slurm(login).run([PY, "-c", "import sys; sys.exit(3)"], timeout=60)
     assert result.rc == 3
+
+
+def test_closing_the_connection_ends_the_job(slurm_cluster: SlurmTestCluster, login: Host) -> None:
+    """The controller going away is EOF on the task's stdin: the job ends, nothing stays."""
+    connection = slurm(login)
+    script = "import sys; print('waiting', flush=True); sys.stdin.read(); print('eof', flush=True)"
+    with pytest.raises(ConnectionFailure):
+        connection.run(
+            [PY, "-c", script],
+            keep_stdin_open=True,
+            on_stdout_line=lambda line: line == "waiting" and connection.close(),
+            timeout=60,
+        )
+    (name,) = connection.job_names
+    ended = slurm_cluster.wait_for_job(slurm_cluster.job_id(name), ["COMPLETED", "FAILED"])
+    assert ended == "COMPLETED"  # the program read EOF and exited by itself
