@@ -11,6 +11,11 @@ command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 command -v git >/dev/null 2>&1 || need+=(git)
 if [ "$(id -u)" = 0 ]; then
   { command -v ip || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ]; } >/dev/null 2>&1 || need+=(iproute2)
+  # tests/slurm start a real Slurm (munged, slurmctld, one slurmd per namespace): root only
+  { command -v slurmctld || [ -x /usr/sbin/slurmctld ]; } >/dev/null 2>&1 || need+=(slurmctld)
+  { command -v slurmd || [ -x /usr/sbin/slurmd ]; } >/dev/null 2>&1 || need+=(slurmd)
+  { command -v munged || [ -x /usr/sbin/munged ]; } >/dev/null 2>&1 || need+=(munge)
+  command -v srun >/dev/null 2>&1 || need+=(slurm-client)
 fi
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

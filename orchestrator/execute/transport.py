@@ -1,0 +1,158 @@
+"""The transport interface: what every way of reaching a host must do, and the pieces they share.
+
+A transport (an executor's way to reach a host) is one module with one `Connection` subclass
+that keeps the contract written on `Connection.run`, `put`, `get` and `close` below, plus one
+opener that `orchestrator.execute.connection.connect` picks by the host's `connection` kind.
+Everything above (pool, controller, shipping, probing) sees only this interface.
+
+Transports today: `local.py` (subprocess) and `ssh.py` (Fabric + paramiko, host keys in
+`hostkeys.py`).
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.config.host import Host
+from orchestrator.errors import ExecutionError
+
+POLL_SECONDS = 0.1  # how often a waiting run() checks `stop` and its deadline
+EOF_GRACE_SECONDS = 1.0  # after exit status: how long to wait for a backgrounded child's output
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a finished command gave: exit code, whole stdout and stderr, wall seconds.
+
+    `rc` is negative when a signal ended the program: -N locally (subprocess's convention),
+    -1 over SSH (sshd reports `exit-signal`, which paramiko does not parse).
+    """
+
+    rc: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+class CommandTimeout(ExecutionError):
+    """A command ran past its timeout and was stopped; `result` holds its output so far."""
+
+    def __init__(self, message: str, *, result: RunResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class LineSplitter:
+    """Collects a byte stream; hands each complete line (no newline) to a callback."""
+
+    def __init__(self, on_line: Callable[[str], None] | None) -> None:
+        self.on_line = on_line
+        self.chunks: list[bytes] = []
+        self._partial = b""
+
+    def feed(self, data: bytes) -> None:
+        """Add bytes as they arrive; every line they complete goes to the callback now."""
+        self.chunks.append(data)
+        if self.on_line is None:
+            return
+        self._partial += data
+        *lines, self._partial = self._partial.split(b"\n")
+        for line in lines:
+            self.on_line(line.decode("utf-8", "replace"))
+
+    def finish(self) -> str:
+        """Hand over a last line without newline; return the whole stream as text."""
+        if self.on_line is not None and self._partial:
+            self.on_line(self._partial.decode("utf-8", "replace"))
+            self._partial = b""
+        return b"".join(self.chunks).decode("utf-8", "replace")
+
+
+def relative_to_home(remote: str) -> str:
+    """`~/x` and `x` both mean `x` under $HOME; absolute paths stay absolute."""
+    if remote == "~":
+        return "."
+    if remote.startswith("~/"):
+        return remote[2:]
+    return remote
+
+
+class Connection(ABC):
+    """A way to run programs and move files on one host. Safe to use from several threads.
+
+    One object serves a whole run: the controller runs many commands over it, several at once
+    from different threads (a cell's runner while a probe or a transfer goes on), so `run`,
+    `put` and `get` must not share per-call state unguarded. Errors are the orch family only:
+    `ConnectionFailure` when the link to the host is gone (the caller may reconnect and resume),
+    `ExecutionError` for everything that went wrong on the host side, `CommandTimeout` below.
+    """
+
+    host: Host
+    host_key_verified: bool = True  # False only when host key checking was turned off
+
+    @abstractmethod
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        keep_stdin_open: bool = False,
+        timeout: float | None = None,
+        on_stdout_line: Callable[[str], None] | None = None,
+        stop: threading.Event | None = None,
+    ) -> RunResult:
+        """Run `argv` (no shell; cwd $HOME) and wait for it to exit.
+
+        `argv[0]` is found on the host's PATH; arguments reach the program byte for byte
+        (a transport that goes through a shell quotes them). The program's stderr is kept
+        apart from stdout.
+
+        `stdin` is sent first; stdin is then closed, unless `keep_stdin_open`: then the program
+        reads EOF only when `stop` is set, the connection is closed, or this process dies (the
+        runner reads that EOF as "controller gone" and stops its cell).
+        Setting `stop` closes stdin and keeps waiting for the exit, up to `timeout`.
+        stdout lines go to `on_stdout_line` as they arrive (without their newline; a last line
+        without newline is passed at exit), on the transport's reader thread, while the command
+        runs; the whole output is also returned.
+
+        Returns when the program exited, whatever its exit code (`rc`, negative for a signal).
+
+        Raises `CommandTimeout` (with the partial output) when `timeout` seconds pass: the
+        command and every process it started are ended, TERM then KILL (locally its process
+        group; over SSH every remote process carrying the command's token), before it raises.
+        Raises `ConnectionFailure` when the connection is lost or closed while it runs, or was
+        closed before; `ExecutionError` when the program cannot be started (through a remote
+        shell that is rc 127 instead).
+        """
+
+    @abstractmethod
+    def put(self, local: Path, remote: str) -> None:
+        """Copy a local file to `remote` (relative to $HOME unless absolute), creating parent
+        directories; atomic: written to a temporary name, then renamed. Keeps the file mode.
+
+        Raises `ConnectionFailure` when the link is lost, `ExecutionError` for a remote
+        failure (a local file that cannot be read surfaces as its own OSError)."""
+
+    @abstractmethod
+    def get(self, remote: str, local: Path) -> None:
+        """Copy the file `remote` (relative to $HOME unless absolute) to `local`, creating
+        parent directories; atomic on the local side.
+
+        Raises `ConnectionFailure` when the link is lost, `ExecutionError` when the file is
+        missing or unreadable (a local side that cannot be written raises its own OSError)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close the connection; commands still running see EOF on stdin, and `run` calls
+        still waiting raise `ConnectionFailure` (at least those that get no exit status back).
+        Idempotent; nothing is killed here: the runner ends its own cell on EOF."""
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
