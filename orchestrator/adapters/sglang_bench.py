@@ -31,8 +31,8 @@ from orchestrator.adapters.sglang import (
     launcher_argv,
     load_server_infos,
 )
+from orchestrator.cell import BenchSpec, Cell, ServerSpec
 from orchestrator.errors import InputError
-from orchestrator.plan.cell import BenchSpec, Cell, ServerSpec
 
 RESULT_FILE = "result.jsonl"
 

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from orchestrator.config.loaded import KeyPath, LoadedPlaybook, format_key_path
+from orchestrator.config.templates import TemplateEngine, VarDecl, VariableScope
 from orchestrator.config.yamlpos import YamlDocument, load_yaml, locate, parse_yaml
 from orchestrator.errors import InputError, SourceLocation
 
@@ -1079,7 +1080,6 @@ class _Loader:
 
         Inventory and matrix variables do not exist yet: the file is read before any host.
         """
-        from orchestrator.plan.render import TemplateEngine, VarDecl, VariableScope
 
         def locate(path: KeyPath) -> SourceLocation:
             return doc.locate(path, value=True)

@@ -45,12 +45,7 @@ from jinja2.parser import Parser
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.adapters import bench_adapter, server_adapter
-from orchestrator.config.host import Host, Inventory
-from orchestrator.config.loaded import KeyPath, LoadedPlaybook, format_key_path
-from orchestrator.config.patterns import select_hosts_checked
-from orchestrator.config.playbook import is_secret_name
-from orchestrator.errors import InputError, OrchError, SourceLocation
-from orchestrator.plan.cell import (
+from orchestrator.cell import (
     CELL_SCHEMA_VERSION,
     BenchSpec,
     Cell,
@@ -64,8 +59,11 @@ from orchestrator.plan.cell import (
     secret_placeholder,
     slug_part,
 )
-from orchestrator.plan.matrix import Matrix, MatrixPoint, parse_matrix
-from orchestrator.plan.render import (
+from orchestrator.config.host import Host, Inventory
+from orchestrator.config.loaded import KeyPath, LoadedPlaybook, format_key_path
+from orchestrator.config.patterns import select_hosts_checked
+from orchestrator.config.playbook import is_secret_name
+from orchestrator.config.templates import (
     Locate,
     TemplateEngine,
     VarDecl,
@@ -73,6 +71,8 @@ from orchestrator.plan.render import (
     expression_source,
     has_template,
 )
+from orchestrator.errors import InputError, OrchError, SourceLocation
+from orchestrator.plan.matrix import Matrix, MatrixPoint, parse_matrix
 from orchestrator.results.redact import secret_items_in
 
 BUILTIN_NAMES = ("matrix", "inventory_hostname", "group_names", "groups", "hostvars", "orch_python")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from orchestrator.plan.cell import BenchSpec, Capture, Cell, ReadyCheck, RepoPin, ServerSpec
+from orchestrator.cell import BenchSpec, Capture, Cell, ReadyCheck, RepoPin, ServerSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = ROOT / "orchestrator" / "execute" / "remote" / "runner.py"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from runner_helpers import cell_dir, load, make_cell, run_cell
 
+from orchestrator.cell import RepoPin
 from orchestrator.execute.remote import runner
-from orchestrator.plan.cell import RepoPin
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
