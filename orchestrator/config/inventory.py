@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.fields import describe, is_template, suggest
 from orchestrator.config.host import ConnectionKind, Group, Host, Inventory, localhost_inventory
 from orchestrator.config.inventory_sources import (
     inventory_files,
@@ -24,7 +25,6 @@ from orchestrator.config.inventory_sources import (
     vars_folder,
 )
 from orchestrator.config.loaded import KeyPath, format_key_path
-from orchestrator.config.playbook import describe, is_template, suggest
 from orchestrator.config.yamlpos import YamlDocument, load_yaml
 from orchestrator.errors import InputError, SourceLocation
 
