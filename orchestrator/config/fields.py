@@ -7,13 +7,14 @@ below the field and a hint; `validation.py` turns it into one located `InputErro
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Callable, Collection
 from typing import Annotated, Any
 
-from pydantic import PlainValidator, WithJsonSchema
+from pydantic import PlainValidator, ValidationInfo, WithJsonSchema
 
-from orchestrator.config.loaded import KeyPath
+from orchestrator.config.keypath import KeyPath
 
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -65,6 +66,27 @@ def suggest(word: str, known: Collection[str]) -> str | None:
 # Validation building blocks
 
 
+# The validation context of a section after rendering: templates are gone, so a string that looks
+# like one is no template, numbers may arrive as text ("30" from a variable) and come out floats,
+# and list items that render to null add nothing.
+RENDERED: dict[str, Any] = {"rendered": True}
+
+
+def _rendered(info: ValidationInfo | None) -> bool:
+    return bool(info is not None and info.context and info.context.get("rendered"))
+
+
+def type_name(value: Any) -> str:
+    """The kind of a rendered value, for messages about what a template gave: int, a mapping."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
 class FieldProblem(ValueError):
     """A validation failure below the value being validated (`sub_path`), with a hint."""
 
@@ -100,16 +122,40 @@ def is_number(value: Any) -> bool:
 
 
 def _leaf(
-    expected: str, check: Callable[[Any], bool], *, hint: Callable[[Any], str | None] | None = None
-) -> Callable[[Any], Any]:
-    """A validator accepting a template or a value passing `check`."""
+    expected: str,
+    check: Callable[[Any], bool],
+    *,
+    hint: Callable[[Any], str | None] | None = None,
+    number: bool = False,
+) -> Callable[[Any, ValidationInfo], Any]:
+    """A validator accepting a template or a value passing `check`.
 
-    def validate(value: Any) -> Any:
-        if is_template(value) or check(value):
+    Rendered, a `number` field takes numeric text too, must be finite, and gives a float.
+    """
+
+    def validate(value: Any, info: ValidationInfo) -> Any:
+        if _rendered(info):
+            if number:
+                value = _rendered_number(value)
+            if check(value) and (not number or math.isfinite(value)):
+                return value
+        elif is_template(value) or check(value):
             return value
         raise FieldProblem(f"expected {expected}, got {describe(value)}", hint=hint and hint(value))
 
     return validate
+
+
+def _rendered_number(value: Any) -> Any:
+    """A rendered value as a float when it is a number or numeric text; else unchanged."""
+    if is_number(value):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _quote_hint(value: Any) -> str | None:
@@ -118,9 +164,9 @@ def _quote_hint(value: Any) -> str | None:
     return None
 
 
-def _choice(*names: str) -> Callable[[Any], Any]:
-    def validate(value: Any) -> Any:
-        if is_template(value) or value in names:
+def _choice(*names: str) -> Callable[[Any, ValidationInfo], Any]:
+    def validate(value: Any, info: ValidationInfo) -> Any:
+        if (is_template(value) and not _rendered(info)) or value in names:
             return value
         options = ", ".join(names)
         raise FieldProblem(
@@ -193,21 +239,30 @@ def _launcher(value: Any) -> Any:
 
 
 def _mapping_list(
-    what: str, check_mapping: Callable[[dict[Any, Any], KeyPath], None]
-) -> Callable[[Any], Any]:
-    """mapping | [mapping | template] | template, each mapping checked by `check_mapping`."""
+    what: str, gives: str, check_mapping: Callable[[dict[Any, Any], KeyPath, bool], None]
+) -> Callable[[Any, ValidationInfo], Any]:
+    """mapping | [mapping | template] | template, each mapping checked by `check_mapping`.
 
-    def validate(value: Any) -> Any:
-        if is_template(value):
-            return value
+    Rendered, a list item that gave null adds nothing, and any other non-mapping is refused
+    as `gives` ("env must give a mapping of NAME: value") names it.
+    """
+
+    def validate(value: Any, info: ValidationInfo) -> Any:
+        rendered = _rendered(info)
         if isinstance(value, dict):
-            check_mapping(value, ())
+            check_mapping(value, (), rendered)
+            return value
+        if rendered and not isinstance(value, list):
+            raise FieldProblem(f"{gives}, got {type_name(value)}")
+        if is_template(value):
             return value
         if isinstance(value, list):
             for i, item in enumerate(value):
                 if isinstance(item, dict):
-                    check_mapping(item, (i,))
-                elif not is_template(item):
+                    check_mapping(item, (i,), rendered)
+                elif rendered and item is not None:
+                    raise FieldProblem(f"{gives}, got {type_name(item)}", sub_path=(i,))
+                elif not rendered and not is_template(item):
                     raise FieldProblem(
                         f"expected a mapping or a template giving one, got {describe(item)}",
                         sub_path=(i,),
@@ -218,7 +273,9 @@ def _mapping_list(
     return validate
 
 
-def _check_env_mapping(mapping: dict[Any, Any], at: KeyPath) -> None:
+def _check_env_mapping(mapping: dict[Any, Any], at: KeyPath, rendered: bool) -> None:
+    """NAME: value pairs. A bare yes/no in the file is refused; a rendered boolean is deliberate
+    (the planner writes it as true/false)."""
     for name, value in mapping.items():
         if not isinstance(name, str) or not ENV_NAME.match(name):
             raise FieldProblem(
@@ -227,6 +284,9 @@ def _check_env_mapping(mapping: dict[Any, Any], at: KeyPath) -> None:
                 at_key=True,
                 hint="letters, digits and '_', not starting with a digit",
             )
+        if rendered:
+            _check_rendered_env_value(value, (*at, name))
+            continue
         if isinstance(value, bool):
             raise FieldProblem(
                 f"an environment value must be text, got {describe(value)}",
@@ -240,7 +300,23 @@ def _check_env_mapping(mapping: dict[Any, Any], at: KeyPath) -> None:
             )
 
 
-def _check_args_mapping(mapping: dict[Any, Any], at: KeyPath) -> None:
+def _check_rendered_env_value(value: Any, at: KeyPath) -> None:
+    if value is None:
+        raise FieldProblem(
+            "env value is null",
+            sub_path=at,
+            hint='write "" for an empty value, or remove the variable',
+        )
+    if not (isinstance(value, str | bool) or is_number(value)):
+        raise FieldProblem(
+            f"env value must be text, a number or a boolean, got {type_name(value)}",
+            sub_path=at,
+            hint="a mapping under a list item of env is merged; "
+            "did you nest it one level too deep?",
+        )
+
+
+def _check_args_mapping(mapping: dict[Any, Any], at: KeyPath, rendered: bool) -> None:
     for name in mapping:
         if not isinstance(name, str) or not name:
             raise FieldProblem(
@@ -334,17 +410,38 @@ def _metrics(value: Any) -> Any:
     return value
 
 
-_PERCENT = re.compile(r"^\s*\d+(\.\d+)?\s*%\s*$")
+def parse_tolerance(value: Any, *, numeric_text: bool = False) -> float:
+    """A relative tolerance as a fraction: '5%' -> 0.05, 0.05 -> 0.05 (finite, >= 0).
+
+    `numeric_text` also takes '0.05' (what a template gives); the file must write a number.
+    """
+    number: float | None = None
+    if is_number(value):
+        number = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            if text.endswith("%"):
+                number = float(text[:-1]) / 100
+            elif numeric_text:
+                number = float(text)
+        except ValueError:
+            number = None
+    if number is None or not math.isfinite(number) or number < 0:
+        raise FieldProblem(
+            f"bad tolerance {describe(value)}: expected a tolerance like '5%' or 0.05",
+            hint="write a percentage such as '5%' or a fraction such as 0.05",
+        )
+    return number
 
 
-def _tolerance(value: Any) -> Any:
-    if is_template(value) or (is_number(value) and value >= 0):
-        return value
-    if isinstance(value, str) and _PERCENT.match(value):
-        return value
-    raise FieldProblem(
-        f"expected a tolerance like '5%' or 0.05, got {describe(value)}",
-    )
+def _tolerance(value: Any, info: ValidationInfo) -> Any:
+    """As written in the file (templates pass); rendered, the fraction it stands for."""
+    if _rendered(info):
+        return parse_tolerance(value, numeric_text=True)
+    if not is_template(value):
+        parse_tolerance(value)
+    return value
 
 
 _NUMBER: dict[str, Any] = {"type": "number"}
@@ -378,15 +475,17 @@ TBool = Annotated[
     PlainValidator(_leaf("true or false", lambda v: isinstance(v, bool))),
     _or_template({"type": "boolean"}),
 ]
-TNumber = Annotated[Any, PlainValidator(_leaf("a number", is_number)), _or_template(_NUMBER)]
+TNumber = Annotated[
+    Any, PlainValidator(_leaf("a number", is_number, number=True)), _or_template(_NUMBER)
+]
 TPositive = Annotated[
     Any,
-    PlainValidator(_leaf("a positive number", lambda v: is_number(v) and v > 0)),
+    PlainValidator(_leaf("a positive number", lambda v: is_number(v) and v > 0, number=True)),
     _or_template({"type": "number", "exclusiveMinimum": 0}),
 ]
 TNonNegative = Annotated[
     Any,
-    PlainValidator(_leaf("a number >= 0", lambda v: is_number(v) and v >= 0)),
+    PlainValidator(_leaf("a number >= 0", lambda v: is_number(v) and v >= 0, number=True)),
     _or_template({"type": "number", "minimum": 0}),
 ]
 
@@ -428,12 +527,24 @@ _MAPPINGS_SCHEMA: dict[str, Any] = {
 }
 TArgs = Annotated[
     Any,
-    PlainValidator(_mapping_list("a flag mapping or a list of them", _check_args_mapping)),
+    PlainValidator(
+        _mapping_list(
+            "a flag mapping or a list of them",
+            "args must give a mapping of flag: value",
+            _check_args_mapping,
+        )
+    ),
     WithJsonSchema(_MAPPINGS_SCHEMA),
 ]
 TEnv = Annotated[
     Any,
-    PlainValidator(_mapping_list("a mapping of NAME: value or a list of them", _check_env_mapping)),
+    PlainValidator(
+        _mapping_list(
+            "a mapping of NAME: value or a list of them",
+            "env must give a mapping of NAME: value",
+            _check_env_mapping,
+        )
+    ),
     WithJsonSchema(_MAPPINGS_SCHEMA),
 ]
 TVars = Annotated[Any, PlainValidator(validate_vars), WithJsonSchema(_ANY_MAP)]

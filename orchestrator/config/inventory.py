@@ -24,7 +24,7 @@ from orchestrator.config.inventory_sources import (
     refuse_unreadable_format,
     vars_folder,
 )
-from orchestrator.config.loaded import KeyPath, format_key_path
+from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.config.yamlpos import YamlDocument, load_yaml
 from orchestrator.errors import InputError, SourceLocation
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.config.loaded import KeyPath
+from orchestrator.config.keypath import KeyPath
 from orchestrator.errors import SourceLocation
 
 # --------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config.fields import FieldProblem, describe, is_template, suggest, validate_vars
-from orchestrator.config.loaded import KeyPath, LoadedPlaybook, format_key_path
+from orchestrator.config.keypath import KeyPath, format_key_path
+from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.merge import Layer, copy_positions, merge_layers, reroot
 from orchestrator.config.model import playbook_json_schema
 from orchestrator.config.templates import TemplateEngine, VarDecl, VariableScope
@@ -268,10 +269,11 @@ def load_playbook(path: Path, extra_vars: Mapping[str, Any] | None = None) -> Lo
         base_positions = merged.positions[()]
         merged = merge_layers(merged, layer, levels=2)
         merged.positions[()] = base_positions
-    validate_playbook_data(merged.data, merged.positions, str(path), merged.value_positions)
+    model = validate_playbook_data(merged.data, merged.positions, str(path), merged.value_positions)
     return LoadedPlaybook(
         path=path,
         data=merged.data,
+        model=model,
         files=tuple(loader.files),
         positions=merged.positions,
         extra_vars=dict(extra_vars or {}),

@@ -39,7 +39,7 @@ from jinja2.runtime import Context, Undefined
 from jinja2.sandbox import SandboxedEnvironment
 from jinja2.utils import missing
 
-from orchestrator.config.loaded import KeyPath, format_key_path
+from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.errors import InputError, SourceLocation
 
 Locate = Callable[[KeyPath], SourceLocation]

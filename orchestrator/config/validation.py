@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import cache
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from orchestrator.config.fields import FieldProblem, describe
-from orchestrator.config.loaded import KeyPath, format_key_path
+from orchestrator.config.fields import RENDERED, FieldProblem, describe
+from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.config.model import PlaybookModel
 from orchestrator.config.yamlpos import locate
 from orchestrator.errors import InputError, SourceLocation
@@ -55,6 +57,8 @@ def _data_path(data: Any, loc: Sequence[Any]) -> KeyPath:
 
 @dataclass(frozen=True)
 class _Where:
+    """Where a path points in a loaded file: at its key, or at its value."""
+
     positions: Mapping[KeyPath, SourceLocation]
     value_positions: Mapping[KeyPath, SourceLocation]
     file: str
@@ -68,12 +72,28 @@ class _Where:
         )
 
 
-def _error_from(exc: ValidationError, data: Any, where: _Where) -> InputError:
+@dataclass(frozen=True)
+class _RenderedWhere:
+    """Where a path of a rendered section points: the key it was rendered from (or above)."""
+
+    section: KeyPath
+    locate: Callable[[KeyPath], SourceLocation]
+
+    @property
+    def file(self) -> str:
+        return self.locate(self.section).file
+
+    def at(self, path: KeyPath, *, value: bool) -> SourceLocation:
+        return self.locate((*self.section, *path))
+
+
+def _error_from(exc: ValidationError, data: Any, where: _Where | _RenderedWhere) -> InputError:
     candidates: list[InputError] = []
     for err in exc.errors(include_url=False):
         kind = err["type"]
         path = _data_path(data, err["loc"])
         problem = (err.get("ctx") or {}).get("error")
+        prefix = where.section if isinstance(where, _RenderedWhere) else ()
         if isinstance(problem, FieldProblem):
             full = (*path, *problem.sub_path)
             location = where.at(full, value=not problem.at_key)
@@ -81,7 +101,7 @@ def _error_from(exc: ValidationError, data: Any, where: _Where) -> InputError:
                 InputError(
                     problem.message,
                     location=location,
-                    key_path=format_key_path(full) or None,
+                    key_path=format_key_path((*prefix, *full)) or None,
                     hint=problem.hint,
                 )
             )
@@ -93,7 +113,7 @@ def _error_from(exc: ValidationError, data: Any, where: _Where) -> InputError:
                 InputError(
                     message,
                     location=where.at(parent, value=False),
-                    key_path=format_key_path(parent) or None,
+                    key_path=format_key_path((*prefix, *parent)) or None,
                 )
             )
             continue
@@ -108,7 +128,7 @@ def _error_from(exc: ValidationError, data: Any, where: _Where) -> InputError:
             InputError(
                 message,
                 location=where.at(path, value=kind != "extra_forbidden"),
-                key_path=format_key_path(path) or None,
+                key_path=format_key_path((*prefix, *path)) or None,
             )
         )
     # Report the first problem in file order, as a person reading top-down would meet it.
@@ -140,3 +160,35 @@ def validate_playbook_data(
         return PlaybookModel.model_validate(data)
     except ValidationError as exc:
         raise _error_from(exc, data, where) from None
+
+
+@cache
+def _field_type(owner: type[BaseModel], name: str) -> TypeAdapter[Any]:
+    info = owner.model_fields[name]
+    kind: Any = info.annotation
+    members = get_args(kind)
+    if get_origin(kind) in (Union, UnionType) and type(None) in members:
+        # A rendered section is present: null is what it gave, not "no section".
+        (kind,) = [m for m in members if m is not type(None)]
+    if info.metadata:
+        kind = Annotated[kind, *info.metadata]
+    return TypeAdapter(kind)
+
+
+def validate_rendered(
+    owner: type[BaseModel],
+    name: str,
+    value: Any,
+    path: KeyPath,
+    locate: Callable[[KeyPath], SourceLocation],
+) -> Any:
+    """`value`, rendered from the playbook at `path`, checked as field `name` of `owner` is.
+
+    The same field types and section models that validated the file, in their rendered mode
+    (`fields.RENDERED`); a problem is one InputError at the key the value was rendered from.
+    Returns the validated value: a section model, or the field's value with numbers as floats.
+    """
+    try:
+        return _field_type(owner, name).validate_python(value, context=RENDERED)
+    except ValidationError as exc:
+        raise _error_from(exc, value, _RenderedWhere(path, locate)) from None

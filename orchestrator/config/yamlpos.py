@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from orchestrator.config.loaded import KeyPath, format_key_path
+from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.errors import InputError, SourceLocation
 
 # libyaml is several times faster; the pure-Python loader gives the same nodes and marks.

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config.loaded import KeyPath
+from orchestrator.config.keypath import KeyPath
 from orchestrator.config.templates import TemplateEngine, VarDecl, VariableScope
 from orchestrator.errors import InputError, SourceLocation
 

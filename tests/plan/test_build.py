@@ -16,7 +16,8 @@ from orchestrator.cell import Cell, cell_id, cell_id_text
 from orchestrator.config.inventory import load_inventory
 from orchestrator.config.playbook import load_playbook
 from orchestrator.errors import InputError
-from orchestrator.plan.build import _new_cell, build_cells, cell_spec
+from orchestrator.plan.build import build_cells, cell_spec
+from orchestrator.plan.planner import _new_cell
 
 INVENTORY = """
 gpu:
