@@ -6,61 +6,23 @@ below the field and a hint; `validation.py` turns it into one located `InputErro
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
-from collections.abc import Callable, Collection
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Any
 
-from pydantic import PlainValidator, ValidationInfo, WithJsonSchema
+from pydantic import ValidationInfo
 
 from orchestrator.config.keypath import KeyPath
-
-VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-# Names templates get from orch itself; a playbook var of the same name would hide them.
-RESERVED_VAR_NAMES = frozenset(
-    {"matrix", "inventory_hostname", "group_names", "groups", "hostvars", "orch_python"}
+from orchestrator.config.values import (
+    ENV_NAME,
+    RESERVED_VAR_NAMES,
+    VAR_NAME,
+    describe,
+    is_template,
+    suggest,
+    type_name,
 )
-
-SERVER_ADAPTER_NAMES = ("sglang", "vllm", "generic")
-BENCH_ADAPTER_NAMES = (
-    "sglang.bench_serving",
-    "sglang.bench_one_batch_server",
-    "vllm.bench_serve",
-    "generic",
-)
-
-
-def is_template(value: Any) -> bool:
-    """Whether `value` is a string Jinja2 will render (holds `{{` or `{%`)."""
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
-
-
-def describe(value: Any) -> str:
-    """A short human description of a value a user wrote, for 'expected X, got Y'."""
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        text = value if len(value) <= 40 else value[:37] + "..."
-        return repr(text)
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
-
-
-def suggest(word: str, known: Collection[str]) -> str | None:
-    """`did you mean 'x'?` for the closest known name, or None."""
-    close = difflib.get_close_matches(str(word), [str(k) for k in known], n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else None
-
 
 # --------------------------------------------------------------------------------------------
 # Validation building blocks
@@ -74,17 +36,6 @@ RENDERED: dict[str, Any] = {"rendered": True}
 
 def _rendered(info: ValidationInfo | None) -> bool:
     return bool(info is not None and info.context and info.context.get("rendered"))
-
-
-def type_name(value: Any) -> str:
-    """The kind of a rendered value, for messages about what a template gave: int, a mapping."""
-    if value is None:
-        return "null"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return type(value).__name__
 
 
 class FieldProblem(ValueError):
@@ -105,23 +56,12 @@ class FieldProblem(ValueError):
         self.at_key = at_key  # point at the key itself (unknown keys), not at its value
 
 
-_TEMPLATE_SCHEMA: dict[str, Any] = {
-    "type": "string",
-    "pattern": r"\{\{|\{%",
-    "description": "a Jinja2 template rendered per cell and host",
-}
-
-
-def _or_template(schema: dict[str, Any]) -> WithJsonSchema:
-    return WithJsonSchema({"anyOf": [schema, _TEMPLATE_SCHEMA]})
-
-
 def is_number(value: Any) -> bool:
     """An int or float that is not a bool (YAML's true is no number)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _leaf(
+def leaf(
     expected: str,
     check: Callable[[Any], bool],
     *,
@@ -158,13 +98,13 @@ def _rendered_number(value: Any) -> Any:
     return value
 
 
-def _quote_hint(value: Any) -> str | None:
+def quote_hint(value: Any) -> str | None:
     if is_number(value):
         return f'quote it: "{value}" (unquoted digits are read as a number)'
     return None
 
 
-def _choice(*names: str) -> Callable[[Any, ValidationInfo], Any]:
+def one_of(*names: str) -> Callable[[Any, ValidationInfo], Any]:
     def validate(value: Any, info: ValidationInfo) -> Any:
         if (is_template(value) and not _rendered(info)) or value in names:
             return value
@@ -177,7 +117,7 @@ def _choice(*names: str) -> Callable[[Any, ValidationInfo], Any]:
     return validate
 
 
-def _regex(value: Any) -> Any:
+def regex_validator(value: Any) -> Any:
     if is_template(value):
         return value
     if not isinstance(value, str):
@@ -189,7 +129,7 @@ def _regex(value: Any) -> Any:
     return value
 
 
-def _str_list(value: Any) -> Any:
+def str_list_validator(value: Any) -> Any:
     if not isinstance(value, list):
         raise FieldProblem(f"expected a list of strings, got {describe(value)}")
     for i, item in enumerate(value):
@@ -198,10 +138,10 @@ def _str_list(value: Any) -> Any:
     return value
 
 
-def _extends(value: Any) -> Any:
+def extends_validator(value: Any) -> Any:
     if isinstance(value, str):
         return value
-    return _str_list(value)
+    return str_list_validator(value)
 
 
 def _argv_item(value: Any, sub_path: KeyPath) -> None:
@@ -211,7 +151,7 @@ def _argv_item(value: Any, sub_path: KeyPath) -> None:
         )
 
 
-def _command(value: Any) -> Any:
+def command_validator(value: Any) -> Any:
     if isinstance(value, str):
         if not value.strip():
             raise FieldProblem("the command is empty")
@@ -225,7 +165,7 @@ def _command(value: Any) -> Any:
     raise FieldProblem(f"expected a command string or a list of arguments, got {describe(value)}")
 
 
-def _launcher(value: Any) -> Any:
+def launcher_validator(value: Any) -> Any:
     if is_template(value):
         return value
     if not isinstance(value, list) or not value:
@@ -238,7 +178,7 @@ def _launcher(value: Any) -> Any:
     return value
 
 
-def _mapping_list(
+def mapping_list_validator(
     what: str, gives: str, check_mapping: Callable[[dict[Any, Any], KeyPath, bool], None]
 ) -> Callable[[Any, ValidationInfo], Any]:
     """mapping | [mapping | template] | template, each mapping checked by `check_mapping`.
@@ -273,7 +213,7 @@ def _mapping_list(
     return validate
 
 
-def _check_env_mapping(mapping: dict[Any, Any], at: KeyPath, rendered: bool) -> None:
+def check_env_mapping(mapping: dict[Any, Any], at: KeyPath, rendered: bool) -> None:
     """NAME: value pairs. A bare yes/no in the file is refused; a rendered boolean is deliberate
     (the planner writes it as true/false)."""
     for name, value in mapping.items():
@@ -316,7 +256,7 @@ def _check_rendered_env_value(value: Any, at: KeyPath) -> None:
         )
 
 
-def _check_args_mapping(mapping: dict[Any, Any], at: KeyPath, rendered: bool) -> None:
+def check_args_mapping(mapping: dict[Any, Any], at: KeyPath, rendered: bool) -> None:
     for name in mapping:
         if not isinstance(name, str) or not name:
             raise FieldProblem(
@@ -362,7 +302,7 @@ def _point_list(value: Any, key: str) -> None:
             )
 
 
-def _matrix(value: Any) -> Any:
+def matrix_validator(value: Any) -> Any:
     if not isinstance(value, dict):
         raise FieldProblem(f"expected a mapping of axis: [values], got {describe(value)}")
     for key, item in value.items():
@@ -398,12 +338,12 @@ def _matrix(value: Any) -> Any:
     return value
 
 
-def _metrics(value: Any) -> Any:
+def metrics_validator(value: Any) -> Any:
     if not isinstance(value, dict):
         raise FieldProblem(f"expected a mapping of metric: regex, got {describe(value)}")
     for name, pattern in value.items():
         try:
-            _regex(pattern)
+            regex_validator(pattern)
         except FieldProblem as problem:
             problem.sub_path = (name,)
             raise
@@ -435,164 +375,10 @@ def parse_tolerance(value: Any, *, numeric_text: bool = False) -> float:
     return number
 
 
-def _tolerance(value: Any, info: ValidationInfo) -> Any:
+def tolerance_validator(value: Any, info: ValidationInfo) -> Any:
     """As written in the file (templates pass); rendered, the fraction it stands for."""
     if _rendered(info):
         return parse_tolerance(value, numeric_text=True)
     if not is_template(value):
         parse_tolerance(value)
     return value
-
-
-_NUMBER: dict[str, Any] = {"type": "number"}
-_INT: dict[str, Any] = {"type": "integer"}
-_STR: dict[str, Any] = {"type": "string"}
-_STR_LIST: dict[str, Any] = {"type": "array", "items": _STR}
-_ARGV: dict[str, Any] = {"type": "array", "items": {"type": ["string", "number"]}}
-_ANY_MAP: dict[str, Any] = {"type": "object"}
-
-
-def _enum(*names: str) -> dict[str, Any]:
-    return {"enum": list(names)}
-
-
-TStr = Annotated[
-    Any, PlainValidator(_leaf("a string", lambda v: isinstance(v, str))), WithJsonSchema(_STR)
-]
-TRef = Annotated[
-    Any,
-    PlainValidator(_leaf("a string", lambda v: isinstance(v, str), hint=_quote_hint)),
-    WithJsonSchema(_STR),
-]
-TName = Annotated[
-    Any,
-    PlainValidator(_leaf("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip()))),
-    WithJsonSchema({"type": "string", "minLength": 1}),
-]
-TRegex = Annotated[Any, PlainValidator(_regex), WithJsonSchema({"type": "string"})]
-TBool = Annotated[
-    Any,
-    PlainValidator(_leaf("true or false", lambda v: isinstance(v, bool))),
-    _or_template({"type": "boolean"}),
-]
-TNumber = Annotated[
-    Any, PlainValidator(_leaf("a number", is_number, number=True)), _or_template(_NUMBER)
-]
-TPositive = Annotated[
-    Any,
-    PlainValidator(_leaf("a positive number", lambda v: is_number(v) and v > 0, number=True)),
-    _or_template({"type": "number", "exclusiveMinimum": 0}),
-]
-TNonNegative = Annotated[
-    Any,
-    PlainValidator(_leaf("a number >= 0", lambda v: is_number(v) and v >= 0, number=True)),
-    _or_template({"type": "number", "minimum": 0}),
-]
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-TCount = Annotated[
-    Any,
-    PlainValidator(_leaf("an integer >= 0", lambda v: _is_int(v) and v >= 0)),
-    _or_template({"type": "integer", "minimum": 0}),
-]
-TPositiveCount = Annotated[
-    Any,
-    PlainValidator(_leaf("an integer >= 1", lambda v: _is_int(v) and v >= 1)),
-    _or_template({"type": "integer", "minimum": 1}),
-]
-TPort = Annotated[
-    Any,
-    PlainValidator(_leaf("a port number (1-65535)", lambda v: _is_int(v) and 0 < v < 65536)),
-    _or_template({"type": "integer", "minimum": 1, "maximum": 65535}),
-]
-THttpStatus = Annotated[
-    Any,
-    PlainValidator(_leaf("an HTTP status (100-599)", lambda v: _is_int(v) and 100 <= v <= 599)),
-    _or_template({"type": "integer", "minimum": 100, "maximum": 599}),
-]
-TStrList = Annotated[Any, PlainValidator(_str_list), WithJsonSchema(_STR_LIST)]
-TExtends = Annotated[Any, PlainValidator(_extends), WithJsonSchema({"anyOf": [_STR, _STR_LIST]})]
-TCommand = Annotated[Any, PlainValidator(_command), WithJsonSchema({"anyOf": [_STR, _ARGV]})]
-TLauncher = Annotated[Any, PlainValidator(_launcher), _or_template(_ARGV)]
-_MAPPINGS_SCHEMA: dict[str, Any] = {
-    "anyOf": [
-        _ANY_MAP,
-        {"type": "array", "items": {"anyOf": [_ANY_MAP, _TEMPLATE_SCHEMA]}},
-        _TEMPLATE_SCHEMA,
-    ]
-}
-TArgs = Annotated[
-    Any,
-    PlainValidator(
-        _mapping_list(
-            "a flag mapping or a list of them",
-            "args must give a mapping of flag: value",
-            _check_args_mapping,
-        )
-    ),
-    WithJsonSchema(_MAPPINGS_SCHEMA),
-]
-TEnv = Annotated[
-    Any,
-    PlainValidator(
-        _mapping_list(
-            "a mapping of NAME: value or a list of them",
-            "env must give a mapping of NAME: value",
-            _check_env_mapping,
-        )
-    ),
-    WithJsonSchema(_MAPPINGS_SCHEMA),
-]
-TVars = Annotated[Any, PlainValidator(validate_vars), WithJsonSchema(_ANY_MAP)]
-TMatrix = Annotated[
-    Any,
-    PlainValidator(_matrix),
-    WithJsonSchema(
-        {
-            "type": "object",
-            "properties": {
-                "zip": {"type": "array", "items": _STR_LIST},
-                "exclude": {"type": "array", "items": _ANY_MAP},
-                "include": {"type": "array", "items": _ANY_MAP},
-                "where": _STR,
-            },
-            "additionalProperties": {"type": "array"},
-        }
-    ),
-]
-TMetrics = Annotated[
-    Any,
-    PlainValidator(_metrics),
-    WithJsonSchema({"type": "object", "additionalProperties": _STR}),
-]
-TTolerance = Annotated[
-    Any,
-    PlainValidator(_tolerance),
-    WithJsonSchema(
-        {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": "%$"}]}
-    ),
-]
-
-
-_STRATEGIES = ("each", "spread")
-_DIRTY = ("refuse", "reset", "record")
-_VERIFY_ENV = ("strict", "warn", "off")
-TStrategy = Annotated[Any, PlainValidator(_choice(*_STRATEGIES)), _or_template(_enum(*_STRATEGIES))]
-TDirty = Annotated[Any, PlainValidator(_choice(*_DIRTY)), _or_template(_enum(*_DIRTY))]
-TVerifyEnv = Annotated[
-    Any, PlainValidator(_choice(*_VERIFY_ENV)), _or_template(_enum(*_VERIFY_ENV))
-]
-TServerAdapter = Annotated[
-    Any,
-    PlainValidator(_choice(*SERVER_ADAPTER_NAMES)),
-    _or_template(_enum(*SERVER_ADAPTER_NAMES)),
-]
-TBenchAdapter = Annotated[
-    Any,
-    PlainValidator(_choice(*BENCH_ADAPTER_NAMES)),
-    _or_template(_enum(*BENCH_ADAPTER_NAMES)),
-]

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.fields import describe, is_template, suggest
 from orchestrator.config.host import ConnectionKind, Group, Host, Inventory, localhost_inventory
 from orchestrator.config.inventory_sources import (
     inventory_files,
@@ -25,6 +24,7 @@ from orchestrator.config.inventory_sources import (
     vars_folder,
 )
 from orchestrator.config.keypath import KeyPath, format_key_path
+from orchestrator.config.values import describe, is_template, suggest
 from orchestrator.config.yamlpos import YamlDocument, load_yaml
 from orchestrator.errors import InputError, SourceLocation
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from orchestrator.config.fields import (
-    FieldProblem,
+from orchestrator.config.fields import FieldProblem, is_number
+from orchestrator.config.fieldtypes import (
     TArgs,
     TBenchAdapter,
     TBool,
@@ -39,11 +39,8 @@ from orchestrator.config.fields import (
     TTolerance,
     TVars,
     TVerifyEnv,
-    describe,
-    is_number,
-    is_template,
-    suggest,
 )
+from orchestrator.config.values import describe, is_template, suggest
 
 # --------------------------------------------------------------------------------------------
 # The model

@@ -16,13 +16,14 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.fields import FieldProblem, describe, is_template, suggest, validate_vars
+from orchestrator.config.fields import FieldProblem, validate_vars
 from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.merge import Layer, copy_positions, merge_layers, reroot
 from orchestrator.config.model import playbook_json_schema
 from orchestrator.config.templates import TemplateEngine, VarDecl, VariableScope
 from orchestrator.config.validation import validate_playbook_data
+from orchestrator.config.values import describe, is_template, suggest
 from orchestrator.config.yamlpos import YamlDocument, load_yaml, parse_yaml
 from orchestrator.errors import InputError, SourceLocation
 

@@ -10,9 +10,10 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from orchestrator.config.fields import RENDERED, FieldProblem, describe
+from orchestrator.config.fields import RENDERED, FieldProblem
 from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.config.model import PlaybookModel
+from orchestrator.config.values import describe
 from orchestrator.config.yamlpos import locate
 from orchestrator.errors import InputError, SourceLocation
 

@@ -26,12 +26,12 @@ from orchestrator.cell import (
     slug_part,
     spec_id_text,
 )
-from orchestrator.config.fields import RESERVED_VAR_NAMES
 from orchestrator.config.host import Host, Inventory
 from orchestrator.config.keypath import KeyPath
 from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.playbook import is_secret_name
 from orchestrator.config.templates import TemplateEngine, VarDecl, VariableScope, expression_source
+from orchestrator.config.values import RESERVED_VAR_NAMES
 from orchestrator.errors import OrchError, SourceLocation
 from orchestrator.plan.matrix import Matrix, MatrixPoint
 from orchestrator.plan.sections import SectionRenderer
