@@ -75,10 +75,9 @@ def leaf(
 
     def validate(value: Any, info: ValidationInfo) -> Any:
         if _rendered(info):
-            if number:
-                value = _rendered_number(value)
-            if check(value) and (not number or math.isfinite(value)):
-                return value
+            given = _rendered_number(value) if number else value
+            if check(given) and (not number or math.isfinite(given)):
+                return given
         elif is_template(value) or check(value):
             return value
         raise FieldProblem(f"expected {expected}, got {describe(value)}", hint=hint and hint(value))
