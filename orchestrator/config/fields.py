@@ -227,11 +227,7 @@ def check_env_mapping(mapping: dict[Any, Any], at: KeyPath, rendered: bool) -> N
             _check_rendered_env_value(value, (*at, name))
             continue
         if isinstance(value, bool):
-            raise FieldProblem(
-                f"an environment value must be text, got {describe(value)}",
-                sub_path=(*at, name),
-                hint="quote it ('1', 'true'): YAML reads yes/no/true/false as booleans",
-            )
+            raise bare_boolean(value, "an environment value", (*at, name))
         if not (isinstance(value, str) or is_number(value)):
             raise FieldProblem(
                 f"an environment value must be a string or number, got {describe(value)}",
@@ -253,6 +249,19 @@ def _check_rendered_env_value(value: Any, at: KeyPath) -> None:
             hint="a mapping under a list item of env is merged; "
             "did you nest it one level too deep?",
         )
+
+
+def bare_boolean(value: bool, what: str, sub_path: KeyPath = ()) -> FieldProblem:
+    """A boolean where text is meant, refused: YAML read a bare yes/no/on/off; say to quote it.
+
+    Env values (any boolean) and matrix values (yes/no/on/off, see playbook.py) get the same
+    words: `spec: [off, eagle3]` would otherwise be False, in argv and in cell ids.
+    """
+    return FieldProblem(
+        f"{what} must be text, got {describe(value)}",
+        sub_path=sub_path,
+        hint="quote it ('on', 'off', 'true'): YAML reads yes/no/on/off/true/false as booleans",
+    )
 
 
 def check_args_mapping(mapping: dict[Any, Any], at: KeyPath, rendered: bool) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.fields import FieldProblem, validate_vars
+from orchestrator.config.fields import FieldProblem, bare_boolean, validate_vars
 from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.merge import Layer, copy_positions, merge_layers, reroot
@@ -69,6 +69,34 @@ def _err(message: str, doc: YamlDocument, path: KeyPath, *, hint: str | None = N
     )
 
 
+def _refuse_word_booleans_in_matrix(doc: YamlDocument) -> None:
+    """`spec: [off, eagle3]`: a matrix value YAML read as a boolean from yes/no/on/off.
+
+    Refused as env refuses booleans (same words), while `true`/`false` stay deliberate booleans.
+    """
+
+    def reading_order(path: KeyPath) -> tuple[int, int]:
+        where = doc.locate(path, value=True)
+        return (where.line or 0, where.col or 0)
+
+    for path in sorted(filter(_is_matrix_value, doc.word_booleans), key=reading_order):
+        problem = bare_boolean(_value_at(doc.data, path), "a matrix value")
+        raise _err(problem.message, doc, path, hint=problem.hint)
+
+
+def _is_matrix_value(path: KeyPath) -> bool:
+    """An axis value (`matrix.spec[0]`) or a point's value (`matrix.include[0].spec`)."""
+    if len(path) == 3 and path[0] == "matrix":
+        return path[1] not in ("zip", "include", "exclude", "where") and isinstance(path[2], int)
+    return len(path) == 4 and path[0] == "matrix" and path[1] in ("include", "exclude")
+
+
+def _value_at(data: Any, path: KeyPath) -> Any:
+    for part in path:
+        data = data[part]
+    return data
+
+
 def _relative(base_file: Path, ref: str) -> Path:
     return Path(os.path.normpath(base_file.parent / os.path.expanduser(ref)))
 
@@ -91,6 +119,7 @@ class _Loader:
                 f"got {describe(doc.data)}",
                 location=doc.locate((), value=True),
             )
+        _refuse_word_booleans_in_matrix(doc)
         own = self._own(doc)
         merged: Layer | None = None
         for ref, at in self._extends(doc):
