@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 CELL_SCHEMA_VERSION = 1
+DEFAULT_CELL_TIMEOUT = 4 * 3600.0  # seconds, when the playbook gives no timeouts.cell
 
 
 class _Frozen(BaseModel):
@@ -107,7 +108,7 @@ class Cell(_Frozen):
     server: ServerSpec | None = None
     bench: BenchSpec
     expect: dict[str, Expectation] = Field(default_factory=dict)
-    cell_timeout: float = 4 * 3600.0
+    cell_timeout: float = DEFAULT_CELL_TIMEOUT
     snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
 
 

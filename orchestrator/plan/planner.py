@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from orchestrator.cell import (
     CELL_SCHEMA_VERSION,
+    DEFAULT_CELL_TIMEOUT,
     Cell,
     canonical_json,
     entries_text,
@@ -36,8 +37,6 @@ from orchestrator.errors import OrchError, SourceLocation
 from orchestrator.plan.matrix import Matrix, MatrixPoint
 from orchestrator.plan.sections import SectionRenderer
 from orchestrator.results.redact import secret_items_in
-
-DEFAULT_CELL_TIMEOUT = 4 * 3600.0
 
 AxisDeps = frozenset[str] | None  # None: every axis
 _MISSING: Any = object()

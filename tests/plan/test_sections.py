@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.adapters import BENCH_ADAPTERS, SERVER_ADAPTERS
 from orchestrator.cell import Cell
 from orchestrator.config.fields import FieldProblem, parse_tolerance
 from orchestrator.config.inventory import load_inventory
 from orchestrator.config.model import PlaybookModel, TimeoutsSection
 from orchestrator.config.playbook import load_playbook
+from orchestrator.config.values import BENCH_ADAPTER_NAMES, SERVER_ADAPTER_NAMES
 from orchestrator.errors import InputError
 from orchestrator.plan.build import build_cells
 
@@ -144,3 +146,9 @@ def test_parse_tolerance_refuses_the_rest(value: object) -> None:
     with pytest.raises(FieldProblem, match="bad tolerance"):
         parse_tolerance(value)
     assert parse_tolerance("0.05", numeric_text=True) == pytest.approx(0.05)
+
+
+def test_the_model_names_the_adapters_the_planner_has() -> None:
+    """config sits below adapters, so the model lists their names; they must stay the same."""
+    assert set(SERVER_ADAPTER_NAMES) == set(SERVER_ADAPTERS)
+    assert set(BENCH_ADAPTER_NAMES) == set(BENCH_ADAPTERS)
