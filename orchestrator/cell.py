@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -181,9 +181,22 @@ def _mask_env(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**spec, "env": masked}
 
 
+@lru_cache(maxsize=1024)
+def _key_order(keys: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
+    """(index, key's JSON with ':') in canonical order; planning asks for the same keys often."""
+    return tuple(
+        (i, canonical_json(keys[i]) + ":") for i in sorted(range(len(keys)), key=keys.__getitem__)
+    )
+
+
 def entries_text(entries: Mapping[str, str]) -> str:
     """A mapping's canonical JSON without its braces, from the canonical JSON of each value."""
-    return ",".join([canonical_json(k) + ":" + entries[k] for k in sorted(entries)])
+    return keyed_text(tuple(entries), list(entries.values()))
+
+
+def keyed_text(keys: tuple[str, ...], texts: Sequence[str]) -> str:
+    """`entries_text` of `keys` with `texts[i]` the canonical JSON of the value of `keys[i]`."""
+    return ",".join([key + texts[i] for i, key in _key_order(keys)])
 
 
 def spec_id_text(

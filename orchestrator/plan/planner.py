@@ -20,8 +20,8 @@ from orchestrator.cell import (
     DEFAULT_CELL_TIMEOUT,
     Cell,
     canonical_json,
-    entries_text,
     id_from_text,
+    keyed_text,
     secret_masks,
     secret_placeholder,
     slug_part,
@@ -37,6 +37,9 @@ from orchestrator.errors import OrchError, SourceLocation
 from orchestrator.plan.matrix import Matrix, MatrixPoint
 from orchestrator.plan.sections import SectionRenderer
 from orchestrator.results.redact import secret_items_in
+
+# The spec's entries after `axes` (what `cell_spec` keeps), in the order `cells` gives their text.
+_SPEC_KEYS = ("bench", "cell_timeout", "env", "expect", "repo", "secrets", "server")
 
 AxisDeps = frozenset[str] | None  # None: every axis
 _MISSING: Any = object()
@@ -307,16 +310,17 @@ class HostPlanner(SectionRenderer):
             if found is _MISSING:
                 found = u_expect.store(values, self._entry(self.expect(ps)))
             expect, expect_text = found
-            rest = entries_text(
-                {
-                    "bench": bench_text,
-                    "cell_timeout": timeout_text,
-                    "env": env_text,
-                    "expect": expect_text,
-                    "repo": repo_text,
-                    "secrets": secrets_text,
-                    "server": server_text,
-                }
+            rest = keyed_text(
+                _SPEC_KEYS,
+                [
+                    bench_text,
+                    timeout_text,
+                    env_text,
+                    expect_text,
+                    repo_text,
+                    secrets_text,
+                    server_text,
+                ],
             )
             ident = self._cell_id(values, rest, self._secret_masks(ps, env_secrets))
             cell = _new_cell(
@@ -422,11 +426,7 @@ class HostPlanner(SectionRenderer):
         for value in values.values():
             found = value_texts.get(value if type(value) is str else _value_key(value))
             parts.append(found if found is not None else self._value_text(value))
-        axes = (
-            "{"
-            + entries_text({name: part[0] for name, part in zip(values, parts, strict=True)})
-            + "}"
-        )
+        axes = "{" + keyed_text(tuple(values), [p[0] for p in parts]) + "}"
         text = spec_id_text(self._host_text, axes, rest, masks)
         return id_from_text([p[1] for p in parts], text)
 
