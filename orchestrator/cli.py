@@ -49,8 +49,9 @@ inventory_option = click.option(
     "inventory",
     type=click.Path(path_type=Path),
     multiple=True,
-    help="Inventory file or directory (Ansible YAML or `ansible-inventory --list` JSON); "
-    "repeat to combine several. Default: localhost.",
+    help="Inventory file or directory (Ansible YAML, INI or `ansible-inventory --list` JSON), "
+    "or a host list `host1,host2,`; repeat to combine several. Default: $ANSIBLE_INVENTORY, "
+    "else localhost.",
 )
 extra_vars_option = click.option(
     "-e",
@@ -106,7 +107,7 @@ class Planned:
         from orchestrator.config.playbook import load_playbook, parse_extra_vars
         from orchestrator.plan.build import build_cells
 
-        self.inventory = load_inventory(inventory)
+        self.inventory = load_inventory(inventory, playbook_dir=playbook.parent)
         self.extra = parse_extra_vars(list(extra_vars))
         self.playbook = load_playbook(playbook, self.extra)
         self.cells = build_cells(self.playbook, self.inventory, limit=limit)

@@ -1,4 +1,4 @@
-"""Loading a playbook: `extends:` composition, `vars_files`, `-e` extra vars, secret names.
+"""Loading a playbook: `extends:` composition, `vars_files`, `-e` extra vars.
 
 `load_playbook` returns the merged data exactly as written (no defaults filled in) together with
 the position of every key and the validated `PlaybookModel`. Every problem is one `InputError`
@@ -12,7 +12,7 @@ import json
 import os
 import re
 import shlex
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,10 @@ from orchestrator.config.validation import validate_playbook_data
 from orchestrator.config.values import describe, is_template, suggest
 from orchestrator.config.yamlpos import YamlDocument, load_yaml, parse_yaml
 from orchestrator.errors import InputError, SourceLocation
+from orchestrator.runner.redaction import is_secret_name
 
 __all__ = [
     "EXTRA_VARS_SOURCE",
-    "SECRET_NAME_PATTERN",
     "is_secret_name",
     "load_playbook",
     "parse_extra_vars",
@@ -37,23 +37,7 @@ __all__ = [
     "suggest_file",
 ]
 
-# --------------------------------------------------------------------------------------------
-# Names
-
-SECRET_NAME_PATTERN = re.compile(
-    r"SECRET|PASSWORD|PASSWD|CREDENTIAL"
-    # TOKEN and KEY only as whole word parts: HF_TOKEN, HF_API_KEY, but not MAX_TOKENS, MONKEY.
-    r"|(?:^|[^A-Z0-9])(?:TOKEN|KEYS?|APIKEY)(?=$|[^A-Z0-9])",
-    re.IGNORECASE,
-)
-
-
 EXTRA_VARS_SOURCE = "<extra vars>"
-
-
-def is_secret_name(name: str, declared: Collection[str] = ()) -> bool:
-    """Whether a var or env name holds a secret: by name pattern, or listed in `secrets:`."""
-    return name in declared or SECRET_NAME_PATTERN.search(name) is not None
 
 
 # --------------------------------------------------------------------------------------------

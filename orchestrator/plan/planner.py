@@ -30,13 +30,13 @@ from orchestrator.cell import (
 from orchestrator.config.host import Host, Inventory
 from orchestrator.config.keypath import KeyPath
 from orchestrator.config.loaded import LoadedPlaybook
-from orchestrator.config.playbook import is_secret_name
 from orchestrator.config.templates import TemplateEngine, VarDecl, VariableScope, expression_source
 from orchestrator.config.values import RESERVED_VAR_NAMES
 from orchestrator.errors import OrchError, SourceLocation
 from orchestrator.plan.matrix import Matrix, MatrixPoint
 from orchestrator.plan.sections import SectionRenderer
 from orchestrator.results.redact import secret_items_in
+from orchestrator.runner.redaction import is_secret_name
 
 # The spec's entries after `axes` (what `cell_spec` keeps), in the order `cells` gives their text.
 _SPEC_KEYS = ("bench", "cell_timeout", "env", "expect", "repo", "secrets", "server")
@@ -173,7 +173,7 @@ class HostPlanner(SectionRenderer):
         listed = self.data.get("secrets") or []
         self.listed_secrets = {str(s) for s in listed} if isinstance(listed, list) else set()
         self.secret_vars = {
-            n for n in self.decls if n in self.listed_secrets or is_secret_name(n)
+            n for n in self.decls if is_secret_name(n, self.listed_secrets)
         } | self.listed_secrets
         # Secret vars that read the matrix have a value per point; the others one per host.
         self.point_secret_vars = sorted(self.secret_vars & self.matrix_vars)
@@ -367,7 +367,7 @@ class HostPlanner(SectionRenderer):
     ) -> tuple[dict[str, str], str, tuple[str, ...], str, tuple[tuple[str, str], ...]]:
         """env, its hashed text, the cell's secret names, their text, and the secret env items."""
         names = set(self.secret_vars)
-        names.update(k for k in env if k in self.listed_secrets or is_secret_name(k))
+        names.update(k for k in env if is_secret_name(k, self.listed_secrets))
         secrets = tuple(sorted(names))
         # The id hashes a secret env value as its name's placeholder (cell.py `_mask_env`).
         hashed = {k: (secret_placeholder(k) if k in names else v) for k, v in env.items()}
