@@ -16,6 +16,7 @@ from typing import Any
 
 from orchestrator.config.host import localhost_inventory
 from orchestrator.config.loaded import LoadedPlaybook
+from orchestrator.config.model import PlaybookModel
 from orchestrator.plan.build import build_cells
 
 
@@ -73,7 +74,9 @@ def scale_playbook(size: int = 10) -> LoadedPlaybook:
         "timeouts": {"cell": 3600, "ready": 1200},
     }
     path = Path("bench/plan_scale.yml")
-    return LoadedPlaybook(path=path, data=data, files=(path,))
+    return LoadedPlaybook(
+        path=path, data=data, model=PlaybookModel.model_validate(data), files=(path,)
+    )
 
 
 def main(argv: list[str]) -> int:

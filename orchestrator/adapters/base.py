@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from orchestrator.cell import BenchSpec, Capture, Cell, ReadyCheck, ServerSpec
 from orchestrator.errors import InputError
-from orchestrator.plan.cell import BenchSpec, Capture, Cell, ReadyCheck, ServerSpec
 
 ListStyle = Literal["nargs", "repeat", "csv", "json"]
 

@@ -23,8 +23,8 @@ from orchestrator.adapters.base import (
     read_text,
     split_command,
 )
+from orchestrator.cell import BenchSpec, Cell, ServerSpec
 from orchestrator.errors import InputError
-from orchestrator.plan.cell import BenchSpec, Cell, ServerSpec
 
 
 def _require_command(section: Mapping[str, Any]) -> list[str]:

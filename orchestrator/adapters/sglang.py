@@ -32,8 +32,8 @@ from orchestrator.adapters.base import (
     split_command,
 )
 from orchestrator.adapters.nccl import analyze_nccl
+from orchestrator.cell import Cell, ServerSpec
 from orchestrator.errors import InputError
-from orchestrator.plan.cell import Cell, ServerSpec
 
 DEFAULT_PORT = 30000
 DEFAULT_HOST = "127.0.0.1"

@@ -32,8 +32,8 @@ from orchestrator.adapters.sglang import (
     load_server_infos,
     server_time_scale,
 )
+from orchestrator.cell import BenchSpec, Cell, ServerSpec
 from orchestrator.errors import InputError
-from orchestrator.plan.cell import BenchSpec, Cell, ServerSpec
 from orchestrator.sim.bench import SIMULATED_UNITS_LINE
 
 RESULT_FILE = "result.jsonl"

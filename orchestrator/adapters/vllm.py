@@ -35,8 +35,8 @@ from orchestrator.adapters.base import (
 from orchestrator.adapters.nccl import analyze_nccl
 from orchestrator.adapters.sglang import section_vs_args
 from orchestrator.adapters.sglang_bench import server_base_url
+from orchestrator.cell import BenchSpec, Cell, ServerSpec
 from orchestrator.errors import InputError
-from orchestrator.plan.cell import BenchSpec, Cell, ServerSpec
 
 DEFAULT_PORT = 8000
 READY_PATH = "/health"

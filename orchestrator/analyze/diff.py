@@ -31,8 +31,8 @@ from orchestrator.analyze.evidence import (
 )
 from orchestrator.analyze.metrics import format_number
 from orchestrator.analyze.stats import compare, median
+from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
-from orchestrator.plan.cell import canonical_json
 
 SECTION_TITLES: dict[str, str] = {
     "code": "code (repo ref, commit, tree state)",

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orchestrator.plan.cell import Expectation
+from orchestrator.cell import Expectation
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from tabulate import tabulate
 from orchestrator.analyze import stats
 from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.analyze.metrics import format_number
+from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
-from orchestrator.plan.cell import canonical_json
 
 ReportFormat = Literal["table", "md", "csv", "json"]
 FORMATS: tuple[str, ...] = ("table", "md", "csv", "json")

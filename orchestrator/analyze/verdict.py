@@ -11,8 +11,8 @@ from typing import Any
 from orchestrator.adapters import bench_adapter, server_adapter
 from orchestrator.analyze.expect import check_all
 from orchestrator.analyze.metrics import metrics_document, summarize
+from orchestrator.cell import Cell
 from orchestrator.errors import OrchError
-from orchestrator.plan.cell import Cell
 
 _REPEAT_DIR = re.compile(r"^\d+$")
 

@@ -41,8 +41,8 @@ from orchestrator.config.inventory_sources import (
     sources_from_environment,
     vars_folder,
 )
-from orchestrator.config.loaded import KeyPath, format_key_path
-from orchestrator.config.playbook import describe, suggest
+from orchestrator.config.keypath import KeyPath, format_key_path
+from orchestrator.config.values import describe, suggest
 from orchestrator.config.yamlpos import YamlDocument, load_yaml, read_text
 from orchestrator.errors import InputError, SourceLocation
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from orchestrator.config.host import ConnectionKind, Host
 from orchestrator.config.inventory_graph import VarLayer
-from orchestrator.config.playbook import describe, is_template, suggest
+from orchestrator.config.values import describe, is_template, suggest
 from orchestrator.errors import InputError, SourceLocation
 
 _CONNECTIONS: dict[str, ConnectionKind] = {

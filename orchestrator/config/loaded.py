@@ -7,33 +7,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.keypath import KeyPath
+from orchestrator.config.model import PlaybookModel
 from orchestrator.errors import SourceLocation
-
-KeyPath = tuple[str | int, ...]
-
-
-def format_key_path(path: KeyPath) -> str:
-    """`("server", "args", 0, "tp-size")` -> `server.args[0].tp-size`."""
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
 
 
 @dataclass(frozen=True)
 class LoadedPlaybook:
-    """The merged playbook (extends, vars_files and -e applied), validated, as plain data.
+    """The merged playbook (extends, vars_files and -e applied): its data and its model.
 
     `data` holds only what users wrote (no defaults filled in), so rendering touches exactly their
-    strings; its shape has been checked against the playbook model. `positions` maps key paths
+    strings; `model` is the `PlaybookModel` that validated it (templates still in place), whose
+    section models the planner validates each rendered section with. `positions` maps key paths
     to the file, line and column they came from, across every file of an `extends` chain.
     """
 
     path: Path
     data: dict[str, Any]
+    model: PlaybookModel
     files: tuple[Path, ...]  # every file it was built from: the playbook, its bases, vars files
     positions: Mapping[KeyPath, SourceLocation] = field(default_factory=dict)
     extra_vars: Mapping[str, Any] = field(default_factory=dict)

@@ -16,13 +16,14 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from orchestrator.config.loaded import KeyPath, format_key_path
+from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.errors import InputError, SourceLocation
 
 # libyaml is several times faster; the pure-Python loader gives the same nodes and marks.
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
 
 Positions = dict[KeyPath, SourceLocation]
 
@@ -35,6 +36,8 @@ class YamlDocument:
     data: Any
     positions: Positions = field(default_factory=dict)  # key (or list item) locations
     value_positions: Positions = field(default_factory=dict)  # value locations
+    # Values YAML 1.1 read as booleans from yes/no/on/off: rarely meant as such (`spec: off`).
+    word_booleans: frozenset[KeyPath] = frozenset()
 
     def locate(self, path: KeyPath, *, value: bool = False) -> SourceLocation:
         """The location of `path` (its value when `value`), else of its nearest known ancestor."""
@@ -108,11 +111,14 @@ class _Builder:
         self.loader = loader
         self.positions: Positions = {}
         self.value_positions: Positions = {}
+        self.word_booleans: set[KeyPath] = set()
         self._active: set[int] = set()
 
     def build(self, node: Node, path: KeyPath) -> Any:
         self.value_positions[path] = _mark_location(self.file, node.start_mark)
         if isinstance(node, ScalarNode):
+            if node.tag == _BOOL_TAG and node.value.lower() not in ("true", "false"):
+                self.word_booleans.add(path)
             return self.loader.construct_object(node, deep=True)
         if id(node) in self._active:
             raise InputError(
@@ -227,7 +233,9 @@ def _parse(text: str, path: Path, *, allow_empty: bool) -> YamlDocument:
     finally:
         loader.dispose()
     builder.positions[()] = SourceLocation(file, 1, 1)
-    return YamlDocument(path, data, builder.positions, builder.value_positions)
+    return YamlDocument(
+        path, data, builder.positions, builder.value_positions, frozenset(builder.word_booleans)
+    )
 
 
 def read_text(path: Path, *, what: str = "file") -> str:

@@ -17,12 +17,12 @@ from typing import Any
 
 from orchestrator.analyze.bisect import BisectPolicy, BisectResult, bisect
 from orchestrator.analyze.metrics import metric_names, values_of
+from orchestrator.cell import Cell, cell_id, secret_masks
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import ExecutionError, InputError, OrchError
 from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.controller import ApplyOptions, Run
 from orchestrator.execute.ship import ensure_runner
-from orchestrator.plan.cell import Cell, cell_id, secret_masks
 from orchestrator.results.bundle import FINISHED_STATUSES, BundleWriter
 from orchestrator.results.redact import secret_items_in
 

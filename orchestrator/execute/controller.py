@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from orchestrator import __version__
 from orchestrator.analyze.verdict import record_verdict, score_cell
+from orchestrator.cell import Cell
 from orchestrator.config.host import Host, Inventory
 from orchestrator.config.playbook import parse_extra_vars
 from orchestrator.errors import ConnectionFailure, OrchError
@@ -32,7 +33,6 @@ from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.pool import StartSpacing
 from orchestrator.execute.progress import Progress
 from orchestrator.execute.ship import ensure_runner
-from orchestrator.plan.cell import Cell
 from orchestrator.results.bundle import BundleWriter, extract_archive
 from orchestrator.results.redact import (
     hide_secret_extra_vars,

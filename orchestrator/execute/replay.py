@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.cell import Cell
 from orchestrator.config.host import Group, Host, Inventory
 from orchestrator.config.patterns import select_hosts_checked
 from orchestrator.errors import InputError
 from orchestrator.execute.controller import ApplyOptions, Run, RunOutcome
-from orchestrator.plan.cell import Cell
 from orchestrator.plan.select import select_cells
 from orchestrator.results.bundle import RunBundle
 from orchestrator.runner.redaction import REDACTED

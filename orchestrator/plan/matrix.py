@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from orchestrator.config.loaded import KeyPath, format_key_path
+from orchestrator.config.keypath import KeyPath, format_key_path
+from orchestrator.config.templates import TemplateEngine, VariableScope
 from orchestrator.errors import InputError, SourceLocation
 
 RESERVED_KEYS = ("zip", "exclude", "include", "where")
@@ -298,8 +299,6 @@ def expand_matrix(
 
 
 def _matrix_only_where(locate: Locate) -> WhereEvaluator:
-    from orchestrator.plan.render import TemplateEngine, VariableScope
-
     engine = TemplateEngine()
 
     def evaluate(expression: str, values: dict[str, Any], path: KeyPath) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.plan.cell import BenchSpec, Cell, ServerSpec
+from orchestrator.cell import BenchSpec, Cell, ServerSpec
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

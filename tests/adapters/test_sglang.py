@@ -11,8 +11,8 @@ import pytest
 
 from orchestrator.adapters import server_adapter
 from orchestrator.adapters.sglang import parse_decode_lines
+from orchestrator.cell import ServerSpec
 from orchestrator.errors import InputError
-from orchestrator.plan.cell import ServerSpec
 
 from .cells import FIXTURES, make_cell
 

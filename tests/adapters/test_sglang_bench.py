@@ -12,8 +12,8 @@ import pytest
 
 from orchestrator.adapters import bench_adapter, server_adapter
 from orchestrator.adapters.base import RepeatResult
+from orchestrator.cell import BenchSpec, Cell
 from orchestrator.errors import InputError
-from orchestrator.plan.cell import BenchSpec, Cell
 
 from .cells import FIXTURES, make_cell
 

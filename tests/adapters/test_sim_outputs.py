@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.adapters import bench_adapter, server_adapter
 from orchestrator.adapters.base import RepeatResult
-from orchestrator.plan.cell import Cell
+from orchestrator.cell import Cell
 from orchestrator.sim import bench as sim_bench
 
 from .cells import make_cell

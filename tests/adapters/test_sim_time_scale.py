@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from orchestrator.adapters import bench_adapter, server_adapter
-from orchestrator.plan.cell import Cell
+from orchestrator.cell import Cell
 from orchestrator.sim import bench as sim_bench
 
 from .cells import make_cell

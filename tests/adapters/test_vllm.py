@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.adapters import bench_adapter, server_adapter
+from orchestrator.cell import BenchSpec
 from orchestrator.errors import InputError
-from orchestrator.plan.cell import BenchSpec
 
 from .cells import FIXTURES, make_cell
 

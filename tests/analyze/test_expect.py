@@ -1,5 +1,5 @@
 from orchestrator.analyze.expect import check, check_all, describe
-from orchestrator.plan.cell import Expectation
+from orchestrator.cell import Expectation
 
 
 def test_min_max_bounds() -> None:

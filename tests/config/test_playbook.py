@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.inventory import load_inventory
 from orchestrator.config.playbook import (
     is_secret_name,
     load_playbook,
@@ -14,6 +15,7 @@ from orchestrator.config.playbook import (
     playbook_json_schema,
 )
 from orchestrator.errors import InputError, SourceLocation
+from orchestrator.plan.build import build_cells
 
 FULL = """\
 name: eagle3-regression
@@ -411,3 +413,54 @@ def test_secret_names(name: str, secret: bool) -> None:
 def test_declared_secrets_count_too() -> None:
     assert is_secret_name("WANDB_API", declared=["WANDB_API"])
     assert not is_secret_name("WANDB_API")
+
+
+@pytest.mark.parametrize(
+    ("snippet", "key_path", "shown", "line", "col"),
+    [
+        ("env: {NCCL_CROSS_NIC: yes}", "env.NCCL_CROSS_NIC", "an environment value", 3, 23),
+        ("matrix: {spec: [eagle3, off]}", "matrix.spec[1]", "a matrix value", 3, 25),
+        ("matrix: {cuda_graph: [on, 'off']}", "matrix.cuda_graph[0]", "a matrix value", 3, 23),
+        (
+            "matrix: {spec: [a], include: [{spec: no}]}",
+            "matrix.include[0].spec",
+            "a matrix value",
+            3,
+            38,
+        ),
+        (
+            "matrix: {spec: [a], exclude: [{spec: 'off', x: yes}]}",
+            "matrix.exclude[0].x",
+            "a matrix value",
+            3,
+            48,
+        ),
+    ],
+)
+def test_bare_booleans_are_refused_alike_in_env_and_matrix(
+    tmp_path: Path, snippet: str, key_path: str, shown: str, line: int, col: int
+) -> None:
+    """YAML reads a bare on/off/yes/no as a boolean: env and matrix values both say to quote it."""
+    pb = write(tmp_path / "pb.yml", f"name: x\nbench: {{command: [a]}}\n{snippet}\n")
+    with pytest.raises(InputError) as info:
+        load_playbook(pb)
+    error = info.value
+    assert error.message.startswith(f"{shown} must be text, got ")
+    assert error.hint is not None and error.hint.startswith("quote it")
+    assert error.key_path == key_path
+    assert error.location == SourceLocation(str(pb), line, col)
+
+
+def test_quoted_on_off_stay_matrix_text_and_true_false_stay_booleans(tmp_path: Path) -> None:
+    pb = write(
+        tmp_path / "pb.yml",
+        "name: x\nmatrix: {spec: ['off', 'on'], graph: [true, false]}\n"
+        "bench: {command: [b, '{{ matrix.spec }}', '{{ matrix.graph }}']}\n",
+    )
+    cells = build_cells(load_playbook(pb), load_inventory(None))
+    assert [c.axes for c in cells][:2] == [
+        {"spec": "off", "graph": True},
+        {"spec": "off", "graph": False},
+    ]
+    assert cells[0].bench.argv == ("b", "off", "true")
+    assert [c.id.split("-")[0] for c in cells] == ["off", "off", "on", "on"]

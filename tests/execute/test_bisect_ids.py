@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from orchestrator.cell import BenchSpec, Cell, RepoPin
 from orchestrator.config.host import Group, Host, Inventory
 from orchestrator.execute.bisection import Bisection, BisectSetup
-from orchestrator.plan.cell import BenchSpec, Cell, RepoPin
 
 
 def _setup(token: str, *, in_inventory: bool = False) -> BisectSetup:

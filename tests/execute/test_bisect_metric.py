@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from test_bisect_ids import _setup
 
+from orchestrator.cell import Cell
 from orchestrator.errors import ExecutionError
 from orchestrator.execute.bisection import Bisection, MetricNotReported
-from orchestrator.plan.cell import Cell
 
 
 class CannedBisection(Bisection):

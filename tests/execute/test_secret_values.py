@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
+from orchestrator.cell import BenchSpec, Cell
 from orchestrator.execute.controller import extra_vars_in_argv, secret_values
-from orchestrator.plan.cell import BenchSpec, Cell
 
 
 def _cell(env: dict[str, str], secrets: tuple[str, ...] = ()) -> Cell:

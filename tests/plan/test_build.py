@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
+from orchestrator.cell import Cell, cell_id, cell_id_text
 from orchestrator.config.inventory import load_inventory
 from orchestrator.config.playbook import load_playbook
 from orchestrator.errors import InputError
-from orchestrator.plan.build import _new_cell, build_cells, cell_spec
-from orchestrator.plan.cell import Cell, cell_id, cell_id_text
+from orchestrator.plan.build import build_cells, cell_spec
+from orchestrator.plan.planner import _new_cell
 
 INVENTORY = """
 gpu:
@@ -468,7 +469,7 @@ def test_masking_nothing_hashes_the_plain_spec(tmp_path: Path) -> None:
 
 
 def test_mask_secrets_finds_values_as_json_writes_them() -> None:
-    from orchestrator.plan.cell import canonical_json, mask_secrets
+    from orchestrator.cell import canonical_json, mask_secrets
 
     tricky = 'to"k\\en-€'
     text = canonical_json({"argv": [f"--t={tricky}", "1", "12"], "n": 1})

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config.loaded import KeyPath, format_key_path
+from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.errors import InputError, SourceLocation
 from orchestrator.plan.matrix import expand_matrix
 

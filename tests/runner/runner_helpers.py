@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from orchestrator.cell import BenchSpec, Capture, Cell, ReadyCheck, RepoPin, ServerSpec
 from orchestrator.execute.ship import runner_hash, write_runner
-from orchestrator.plan.cell import BenchSpec, Capture, Cell, ReadyCheck, RepoPin, ServerSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 # The runner as hosts get it: runner.pyz, built from orchestrator/runner/ (one per content hash).

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from runner_helpers import cell_dir, load, make_cell, run_cell
 
-from orchestrator.plan.cell import RepoPin
+from orchestrator.cell import RepoPin
 from orchestrator.runner.repo import repo_url_key
 
 GIT_ENV = {

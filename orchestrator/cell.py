@@ -9,13 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 CELL_SCHEMA_VERSION = 1
+DEFAULT_CELL_TIMEOUT = 4 * 3600.0  # seconds, when the playbook gives no timeouts.cell
 
 
 class _Frozen(BaseModel):
@@ -107,7 +108,7 @@ class Cell(_Frozen):
     server: ServerSpec | None = None
     bench: BenchSpec
     expect: dict[str, Expectation] = Field(default_factory=dict)
-    cell_timeout: float = 4 * 3600.0
+    cell_timeout: float = DEFAULT_CELL_TIMEOUT
     snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
 
 
@@ -180,25 +181,61 @@ def _mask_env(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**spec, "env": masked}
 
 
+@lru_cache(maxsize=1024)
+def _key_order(keys: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
+    """(index, key's JSON with ':') in canonical order; planning asks for the same keys often."""
+    return tuple(
+        (i, canonical_json(keys[i]) + ":") for i in sorted(range(len(keys)), key=keys.__getitem__)
+    )
+
+
+def entries_text(entries: Mapping[str, str]) -> str:
+    """A mapping's canonical JSON without its braces, from the canonical JSON of each value."""
+    return keyed_text(tuple(entries), list(entries.values()))
+
+
+def keyed_text(keys: tuple[str, ...], texts: Sequence[str]) -> str:
+    """`entries_text` of `keys` with `texts[i]` the canonical JSON of the value of `keys[i]`."""
+    return ",".join([key + texts[i] for i, key in _key_order(keys)])
+
+
+def spec_id_text(
+    host_text: str, axes_text: str, rest_text: str, masks: Mapping[str, str] | None = None
+) -> str:
+    """`[host, spec]` as canonical JSON from its pieces, for a spec whose first key is `axes`.
+
+    `host_text` and `axes_text` are canonical JSON, `rest_text` the spec's other entries
+    (`entries_text`); `masks` (value -> name) are masked in those entries only: axis values are
+    declared data, and two points must never share an id.
+    """
+    head = "[" + host_text + ',{"axes":' + axes_text
+    if not rest_text:
+        return head + "}]"
+    return head + "," + mask_secrets(rest_text + "}", masks or {}) + "]"
+
+
 def cell_id_text(host: str, spec: Any, masks: Mapping[str, str] | None = None) -> str:
     """What a cell id hashes: `[host, spec]` as canonical JSON, secret values as placeholders.
 
     Env values of the spec's `secrets` names are masked by name; `masks` (value -> name, e.g.
     the rendered values of secret vars) are masked wherever they appear in the spec, except in
-    `axes`: axis values are declared data, and two points must never share an id.
+    `axes` (`spec_id_text`).
     """
     if isinstance(spec, Mapping):
         spec = _mask_env(spec)
-    if not masks:
-        return canonical_json([host, spec])
     if not isinstance(spec, Mapping) or "axes" not in spec or min(spec) != "axes":
-        return mask_secrets(canonical_json([host, spec]), masks)
-    head = "[" + canonical_json(host) + ',{"axes":' + canonical_json(spec["axes"])
-    rest = {k: v for k, v in spec.items() if k != "axes"}
-    if not rest:
-        return head + "}]"
-    # canonical_json(rest) is '{"bench":...}': the spec's text after its "axes" entry.
-    return head + "," + mask_secrets(canonical_json(rest)[1:], masks) + "]"
+        return mask_secrets(canonical_json([host, spec]), masks or {})
+    rest = {k: canonical_json(v) for k, v in spec.items() if k != "axes"}
+    return spec_id_text(
+        canonical_json(host), canonical_json(spec["axes"]), entries_text(rest), masks
+    )
+
+
+def id_from_text(slug_parts: Iterable[str], text: str) -> str:
+    """A cell id: the slug of its axis values, then a short hash of `text` (`cell_id_text`)."""
+    slug = "-".join(slug_parts) or "cell"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{slug[:80]}-{digest}"
 
 
 def cell_id(
@@ -211,6 +248,4 @@ def cell_id(
     placeholders (`cell_id_text`): an id neither changes when a token is rotated nor serves as
     an offline oracle for guessing one.
     """
-    slug = "-".join(slug_part(axes[k]) for k in axes) or "cell"
-    digest = hashlib.sha256(cell_id_text(host, spec, masks).encode()).hexdigest()[:8]
-    return f"{slug[:80]}-{digest}"
+    return id_from_text((slug_part(axes[k]) for k in axes), cell_id_text(host, spec, masks))

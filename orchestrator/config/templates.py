@@ -22,16 +22,13 @@ Rules (the contract the rest of planning relies on):
 
 from __future__ import annotations
 
-import difflib
 import operator
-import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
-from jinja2.defaults import DEFAULT_NAMESPACE
 from jinja2.exceptions import SecurityError, UndefinedError
 from jinja2.meta import find_undeclared_variables
 from jinja2.nativetypes import NativeCodeGenerator
@@ -39,7 +36,8 @@ from jinja2.runtime import Context, Undefined
 from jinja2.sandbox import SandboxedEnvironment
 from jinja2.utils import missing
 
-from orchestrator.config.loaded import KeyPath, format_key_path
+from orchestrator.config.keypath import KeyPath, format_key_path
+from orchestrator.config.template_errors import UndefinedName, render_error, syntax_error
 from orchestrator.errors import InputError, SourceLocation
 
 Locate = Callable[[KeyPath], SourceLocation]
@@ -79,22 +77,13 @@ def _word(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-class _UndefinedName(UndefinedError):
-    """An undefined name or key, with what was looked up and on what."""
-
-    def __init__(self, message: str, name: Any, obj: Any) -> None:
-        super().__init__(message)
-        self.name = name
-        self.obj = obj
-
-
 class _StrictUndefined(StrictUndefined):
     __slots__ = ()
 
     def _fail_with_undefined_error(self, *args: Any, **kwargs: Any) -> NoReturn:
         if self._undefined_exception is not UndefinedError:  # sandbox violations keep their type
             raise self._undefined_exception(self._undefined_message)
-        raise _UndefinedName(self._undefined_message, self._undefined_name, self._undefined_obj)
+        raise UndefinedName(self._undefined_message, self._undefined_name, self._undefined_obj)
 
 
 # Undefined binds its operators (`<`, `+`, `==`, ...) to the base method at class creation: point
@@ -238,7 +227,7 @@ class TemplateEngine:
             try:
                 tmpl = env.from_string(source)
             except TemplateSyntaxError as exc:
-                raise _syntax_error(exc, where, key_path, env) from None
+                raise syntax_error(exc, where, key_path, env) from None
             except Exception as exc:  # a sandbox refusal while compiling, or similar
                 raise InputError(
                     f"cannot compile template: {exc}", location=where, key_path=key_path
@@ -259,7 +248,7 @@ class TemplateEngine:
             # Compiles the template: an unknown filter or test is found here, not by parse().
             names = frozenset(find_undeclared_variables(ast))
         except TemplateSyntaxError as exc:
-            raise _syntax_error(exc, where, key_path, self.plain) from None
+            raise syntax_error(exc, where, key_path, self.plain) from None
         axes: frozenset[str] | None = frozenset()
         if "matrix" in names:
             named: set[str] = set()
@@ -452,81 +441,3 @@ class VariableScope(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
-
-
-_UNKNOWN = re.compile(r"No (filter|test) named '([^']+)'")
-
-
-def _syntax_error(
-    exc: TemplateSyntaxError, where: SourceLocation, key_path: str, env: Any = None
-) -> InputError:
-    line = f" (line {exc.lineno} of the template)" if exc.lineno and exc.lineno > 1 else ""
-    unknown = _UNKNOWN.search(exc.message or "")
-    if unknown and env is not None:
-        kind, name = unknown.groups()
-        known = env.filters if kind == "filter" else env.tests
-        close = _close(name, known)
-        hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else None
-        return InputError(
-            f"unknown {kind} {name!r}{line}", location=where, key_path=key_path, hint=hint
-        )
-    return InputError(
-        f"template syntax error: {exc.message}{line}",
-        location=where,
-        key_path=key_path,
-        hint="Jinja syntax: {{ expression }}, {% statement %}",
-    )
-
-
-def _close(name: str, candidates: Iterable[Any]) -> list[str]:
-    words = [c for c in candidates if isinstance(c, str)]
-    return difflib.get_close_matches(name, words, n=3, cutoff=0.6)
-
-
-def _close_variables(name: str, scope: Iterable[Any]) -> list[str]:
-    """Close names for an undefined variable: the user's variables first; Jinja's globals
-    (range, dict, cycler, ...) only when very close, so `cluster` is not offered `cycler`."""
-    names = [c for c in scope if isinstance(c, str)]
-    own = _close(name, [c for c in names if c not in DEFAULT_NAMESPACE])
-    builtin = difflib.get_close_matches(name, [c for c in names if c in DEFAULT_NAMESPACE], 1, 0.8)
-    return (own + builtin)[:3]
-
-
-def render_error(
-    exc: Exception, scope: Mapping[str, Any], where: SourceLocation, key_path: str
-) -> InputError:
-    """Turn anything a render raised into an InputError at the string's location."""
-    if isinstance(exc, _UndefinedName):
-        name = exc.name
-        if exc.obj is missing:
-            close = _close_variables(str(name), scope)
-            hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else None
-            return InputError(
-                f"undefined variable {name!r}",
-                location=where,
-                key_path=key_path,
-                hint=hint or "define it under vars:, in the inventory, or with -e",
-            )
-        if isinstance(exc.obj, Mapping):
-            keys = list(exc.obj)
-            close = _close(str(name), keys)
-            if close:
-                hint = f"did you mean {' or '.join(repr(c) for c in close)}?"
-            else:
-                shown = ", ".join(repr(k) for k in keys[:10]) + (", ..." if len(keys) > 10 else "")
-                hint = f"its keys: {shown}" if keys else "the mapping is empty"
-            return InputError(
-                f"undefined key {name!r}", location=where, key_path=key_path, hint=hint
-            )
-        return InputError(f"undefined value: {exc}", location=where, key_path=key_path)
-    if isinstance(exc, SecurityError):
-        return InputError(
-            f"unsafe template refused by the sandbox: {exc}",
-            location=where,
-            key_path=key_path,
-        )
-    if isinstance(exc, TemplateSyntaxError):
-        return _syntax_error(exc, where, key_path)
-    return InputError(
-        f"template failed: {type(exc).__name__}: {exc}", location=where, key_path=key_path
-    )

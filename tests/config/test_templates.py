@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config.loaded import KeyPath
+from orchestrator.config.keypath import KeyPath
+from orchestrator.config.templates import TemplateEngine, VarDecl, VariableScope
 from orchestrator.errors import InputError, SourceLocation
-from orchestrator.plan.render import TemplateEngine, VarDecl, VariableScope
 
 PWNED = ["$(touch /tmp/pwned)", "; rm -rf ~", "`id`", "a b", "'q'", '"dq"', "x && y | z > f"]
 

@@ -1,0 +1,196 @@
+"""The annotated types of the playbook model's fields: a validator (fields.py) and the JSON
+Schema editors see (`orch schema`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import PlainValidator, WithJsonSchema
+
+from orchestrator.config.fields import (
+    check_args_mapping,
+    check_env_mapping,
+    command_validator,
+    extends_validator,
+    is_number,
+    launcher_validator,
+    leaf,
+    mapping_list_validator,
+    matrix_validator,
+    metrics_validator,
+    one_of,
+    quote_hint,
+    regex_validator,
+    str_list_validator,
+    tolerance_validator,
+    validate_vars,
+)
+from orchestrator.config.values import BENCH_ADAPTER_NAMES, SERVER_ADAPTER_NAMES
+
+_TEMPLATE_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": r"\{\{|\{%",
+    "description": "a Jinja2 template rendered per cell and host",
+}
+
+
+def _or_template(schema: dict[str, Any]) -> WithJsonSchema:
+    return WithJsonSchema({"anyOf": [schema, _TEMPLATE_SCHEMA]})
+
+
+_NUMBER: dict[str, Any] = {"type": "number"}
+_INT: dict[str, Any] = {"type": "integer"}
+_STR: dict[str, Any] = {"type": "string"}
+_STR_LIST: dict[str, Any] = {"type": "array", "items": _STR}
+_ARGV: dict[str, Any] = {"type": "array", "items": {"type": ["string", "number"]}}
+_ANY_MAP: dict[str, Any] = {"type": "object"}
+
+
+def _enum(*names: str) -> dict[str, Any]:
+    return {"enum": list(names)}
+
+
+TStr = Annotated[
+    Any,
+    PlainValidator(leaf("a string", lambda v: isinstance(v, str))),
+    WithJsonSchema(_STR),
+]
+TRef = Annotated[
+    Any,
+    PlainValidator(leaf("a string", lambda v: isinstance(v, str), hint=quote_hint)),
+    WithJsonSchema(_STR),
+]
+TName = Annotated[
+    Any,
+    PlainValidator(leaf("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip()))),
+    WithJsonSchema({"type": "string", "minLength": 1}),
+]
+TRegex = Annotated[Any, PlainValidator(regex_validator), WithJsonSchema({"type": "string"})]
+TBool = Annotated[
+    Any,
+    PlainValidator(leaf("true or false", lambda v: isinstance(v, bool))),
+    _or_template({"type": "boolean"}),
+]
+TNumber = Annotated[
+    Any, PlainValidator(leaf("a number", is_number, number=True)), _or_template(_NUMBER)
+]
+TPositive = Annotated[
+    Any,
+    PlainValidator(leaf("a positive number", lambda v: is_number(v) and v > 0, number=True)),
+    _or_template({"type": "number", "exclusiveMinimum": 0}),
+]
+TNonNegative = Annotated[
+    Any,
+    PlainValidator(leaf("a number >= 0", lambda v: is_number(v) and v >= 0, number=True)),
+    _or_template({"type": "number", "minimum": 0}),
+]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+TCount = Annotated[
+    Any,
+    PlainValidator(leaf("an integer >= 0", lambda v: _is_int(v) and v >= 0)),
+    _or_template({"type": "integer", "minimum": 0}),
+]
+TPositiveCount = Annotated[
+    Any,
+    PlainValidator(leaf("an integer >= 1", lambda v: _is_int(v) and v >= 1)),
+    _or_template({"type": "integer", "minimum": 1}),
+]
+TPort = Annotated[
+    Any,
+    PlainValidator(leaf("a port number (1-65535)", lambda v: _is_int(v) and 0 < v < 65536)),
+    _or_template({"type": "integer", "minimum": 1, "maximum": 65535}),
+]
+THttpStatus = Annotated[
+    Any,
+    PlainValidator(leaf("an HTTP status (100-599)", lambda v: _is_int(v) and 100 <= v <= 599)),
+    _or_template({"type": "integer", "minimum": 100, "maximum": 599}),
+]
+TStrList = Annotated[Any, PlainValidator(str_list_validator), WithJsonSchema(_STR_LIST)]
+TExtends = Annotated[
+    Any, PlainValidator(extends_validator), WithJsonSchema({"anyOf": [_STR, _STR_LIST]})
+]
+TCommand = Annotated[
+    Any, PlainValidator(command_validator), WithJsonSchema({"anyOf": [_STR, _ARGV]})
+]
+TLauncher = Annotated[Any, PlainValidator(launcher_validator), _or_template(_ARGV)]
+_MAPPINGS_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        _ANY_MAP,
+        {"type": "array", "items": {"anyOf": [_ANY_MAP, _TEMPLATE_SCHEMA]}},
+        _TEMPLATE_SCHEMA,
+    ]
+}
+TArgs = Annotated[
+    Any,
+    PlainValidator(
+        mapping_list_validator(
+            "a flag mapping or a list of them",
+            "args must give a mapping of flag: value",
+            check_args_mapping,
+        )
+    ),
+    WithJsonSchema(_MAPPINGS_SCHEMA),
+]
+TEnv = Annotated[
+    Any,
+    PlainValidator(
+        mapping_list_validator(
+            "a mapping of NAME: value or a list of them",
+            "env must give a mapping of NAME: value",
+            check_env_mapping,
+        )
+    ),
+    WithJsonSchema(_MAPPINGS_SCHEMA),
+]
+TVars = Annotated[Any, PlainValidator(validate_vars), WithJsonSchema(_ANY_MAP)]
+TMatrix = Annotated[
+    Any,
+    PlainValidator(matrix_validator),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "properties": {
+                "zip": {"type": "array", "items": _STR_LIST},
+                "exclude": {"type": "array", "items": _ANY_MAP},
+                "include": {"type": "array", "items": _ANY_MAP},
+                "where": _STR,
+            },
+            "additionalProperties": {"type": "array"},
+        }
+    ),
+]
+TMetrics = Annotated[
+    Any,
+    PlainValidator(metrics_validator),
+    WithJsonSchema({"type": "object", "additionalProperties": _STR}),
+]
+TTolerance = Annotated[
+    Any,
+    PlainValidator(tolerance_validator),
+    WithJsonSchema(
+        {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": "%$"}]}
+    ),
+]
+
+
+_STRATEGIES = ("each", "spread")
+_DIRTY = ("refuse", "reset", "record")
+_VERIFY_ENV = ("strict", "warn", "off")
+TStrategy = Annotated[Any, PlainValidator(one_of(*_STRATEGIES)), _or_template(_enum(*_STRATEGIES))]
+TDirty = Annotated[Any, PlainValidator(one_of(*_DIRTY)), _or_template(_enum(*_DIRTY))]
+TVerifyEnv = Annotated[Any, PlainValidator(one_of(*_VERIFY_ENV)), _or_template(_enum(*_VERIFY_ENV))]
+TServerAdapter = Annotated[
+    Any,
+    PlainValidator(one_of(*SERVER_ADAPTER_NAMES)),
+    _or_template(_enum(*SERVER_ADAPTER_NAMES)),
+]
+TBenchAdapter = Annotated[
+    Any,
+    PlainValidator(one_of(*BENCH_ADAPTER_NAMES)),
+    _or_template(_enum(*BENCH_ADAPTER_NAMES)),
+]

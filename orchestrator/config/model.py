@@ -1,0 +1,253 @@
+"""The playbook model: the sections users write and the keys each one knows.
+
+`PlaybookModel` validates a loaded file; the planner validates each rendered section with the
+same section model, so the schema is written once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from orchestrator.config.fields import FieldProblem, is_number
+from orchestrator.config.fieldtypes import (
+    TArgs,
+    TBenchAdapter,
+    TBool,
+    TCommand,
+    TCount,
+    TDirty,
+    TEnv,
+    TExtends,
+    THttpStatus,
+    TLauncher,
+    TMatrix,
+    TMetrics,
+    TName,
+    TNonNegative,
+    TNumber,
+    TPort,
+    TPositive,
+    TPositiveCount,
+    TRef,
+    TRegex,
+    TServerAdapter,
+    TStr,
+    TStrategy,
+    TStrList,
+    TTolerance,
+    TVars,
+    TVerifyEnv,
+)
+from orchestrator.config.values import describe, is_template, suggest
+
+# --------------------------------------------------------------------------------------------
+# The model
+
+
+class _Section(BaseModel):
+    """A mapping with a fixed set of keys: an unknown key is an error naming the closest one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise FieldProblem(f"expected a mapping, got {describe(value)}")
+        known = list(cls.model_fields)
+        for key in value:
+            if key not in known:
+                hint = _elsewhere_hint(str(key), cls) or suggest(str(key), known)
+                if hint is None:
+                    hint = "known keys: " + ", ".join(known)
+                raise FieldProblem(f"unknown key {key!r}", sub_path=(key,), hint=hint, at_key=True)
+        return value
+
+
+class RepoSection(_Section):
+    """The serving repo to pin: cloned/fetched, checked out, verified as a full SHA."""
+
+    url: TStr
+    dest: TStr
+    version: TRef
+    setup: TStr | None = None
+    dirty: TDirty = "refuse"
+    setup_timeout: TPositive = 3600.0
+
+
+class ReadySection(_Section):
+    """Readiness: an HTTP check (`url`, or `path` on the server's host:port) and/or a log regex."""
+
+    url: TStr | None = None
+    path: TStr | None = None
+    status: THttpStatus = 200
+    log: TRegex | None = None
+    timeout: TPositive = 600.0
+    interval: TPositive = 0.5
+
+    @model_validator(mode="after")
+    def _url_or_path(self) -> ReadySection:
+        if self.url is not None and self.path is not None:
+            raise FieldProblem("give either url or path, not both", sub_path=("path",), at_key=True)
+        return self
+
+
+class CaptureSection(_Section):
+    """A JSON document fetched after readiness and after every repeat."""
+
+    name: TName
+    urls: TStrList
+
+
+def _check_command(section: ServerSection | BenchSection, generic: bool, kind: str) -> None:
+    if is_template(section.adapter):
+        return
+    if generic and section.command is None:
+        raise FieldProblem(
+            f"a generic {kind} needs 'command'", hint="give command: [argv...] or pick an adapter"
+        )
+    if not generic and section.command is not None:
+        raise FieldProblem(
+            f"'command' is for the generic adapter, not {section.adapter!r}",
+            sub_path=("command",),
+            at_key=True,
+            hint="use launcher: to replace how the adapter starts it, args: for flags",
+        )
+
+
+class ServerSection(_Section):
+    """The server under test."""
+
+    adapter: TServerAdapter = "generic"
+    command: TCommand | None = None
+    launcher: TLauncher | None = None
+    python: TStr | None = None
+    args: TArgs | None = None
+    host: TStr | None = None
+    port: TPort | None = None
+    cwd: TStr | None = None
+    ready: ReadySection | None = None
+    captures: list[CaptureSection] | None = None
+    stop_grace: TNonNegative | None = None
+    verify_env: TVerifyEnv = "strict"
+
+    @model_validator(mode="after")
+    def _command_fits_adapter(self) -> ServerSection:
+        _check_command(self, self.adapter == "generic", "server")
+        return self
+
+
+class BenchSection(_Section):
+    """The benchmark client, run warmup + repeats times."""
+
+    adapter: TBenchAdapter = "generic"
+    command: TCommand | None = None
+    launcher: TLauncher | None = None
+    python: TStr | None = None
+    args: TArgs | None = None
+    warmup: TCount = 0
+    repeats: TPositiveCount = 1
+    timeout: TPositive = 3600.0
+    result_file: TStr | None = None
+    metrics: TMetrics | None = None
+
+    @model_validator(mode="after")
+    def _command_fits_adapter(self) -> BenchSection:
+        _check_command(self, self.adapter == "generic", "bench")
+        return self
+
+
+class ExpectSection(_Section):
+    """Bounds for one metric: min/max, or ref with a tolerance ('5%' or 0.05)."""
+
+    min: TNumber | None = None
+    max: TNumber | None = None
+    ref: TNumber | None = None
+    tolerance: TTolerance | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ExpectSection:
+        if self.tolerance is not None and self.ref is None:
+            raise FieldProblem("tolerance needs ref", sub_path=("tolerance",), at_key=True)
+        if self.min is None and self.max is None and self.ref is None:
+            raise FieldProblem("give min, max, or ref with tolerance")
+        if self.ref is not None and self.tolerance is None:
+            raise FieldProblem(
+                "ref needs a tolerance", sub_path=("ref",), at_key=True, hint="e.g. tolerance: '5%'"
+            )
+        low: Any = self.min
+        high: Any = self.max
+        if is_number(low) and is_number(high) and low > high:
+            raise FieldProblem(f"min {low} is above max {high}", sub_path=("min",))
+        return self
+
+
+class SnapshotSection(_Section):
+    """What the host snapshot records besides the defaults."""
+
+    pip_freeze: TBool = True
+    topo: TBool = True
+
+
+class TimeoutsSection(_Section):
+    """Seconds before a cell, the repo setup, readiness or one bench run is given up."""
+
+    cell: TPositive | None = None
+    setup: TPositive | None = None
+    ready: TPositive | None = None
+    bench: TPositive | None = None
+
+
+class PlaybookModel(_Section):
+    """A playbook as users write it (see docs/ARCHITECTURE.md, "The playbook")."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        title="orch playbook",
+        json_schema_extra={"$id": "orch-playbook"},
+    )
+
+    name: TName
+    hosts: TStr = "all"
+    strategy: TStrategy = "each"
+    extends: TExtends | None = None
+    vars: TVars | None = None
+    vars_files: TStrList | None = None
+    secrets: TStrList | None = None
+    matrix: TMatrix | None = None
+    repo: RepoSection | None = None
+    env: TEnv | None = None
+    server: ServerSection | None = None
+    bench: BenchSection
+    expect: dict[str, ExpectSection] | None = None
+    snapshot: SnapshotSection | None = None
+    timeouts: TimeoutsSection | None = None
+
+
+_SECTIONS: dict[str, type[_Section]] = {
+    "repo": RepoSection,
+    "server": ServerSection,
+    "bench": BenchSection,
+    "snapshot": SnapshotSection,
+    "timeouts": TimeoutsSection,
+}
+
+
+def _elsewhere_hint(key: str, model: type[_Section]) -> str | None:
+    """`'warmup' belongs under 'bench:'` when a key sits at the wrong level."""
+    homes = [name for name, section in _SECTIONS.items() if key in section.model_fields]
+    if model is PlaybookModel and homes:
+        return f"{key!r} belongs under " + " or ".join(f"'{h}:'" for h in homes)
+    if model is not PlaybookModel and key in PlaybookModel.model_fields:
+        return f"{key!r} is a top-level key"
+    return None
+
+
+def playbook_json_schema() -> dict[str, Any]:
+    """The JSON Schema of the playbook, for editors (`orch schema`)."""
+    schema = PlaybookModel.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema

@@ -1,0 +1,193 @@
+"""One point's playbook sections, rendered and checked by the model that checked the file.
+
+Each section is rendered, then validated with its own field of `PlaybookModel` (or of
+`ServerSection`/`BenchSection`) in rendered mode (`config.validation.validate_rendered`), so the
+keys, names and value rules are those of the schema, written once. What is left here is what
+rendering adds: `env` values become text (bools as `true`/`false`, numbers with `str()`),
+`args` items merge in order, the adapters build the ServerSpec/BenchSpec, and `timeouts.setup`,
+`timeouts.ready` and `timeouts.bench` are defaults for `repo.setup_timeout`,
+`server.ready.timeout` and `bench.timeout`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from orchestrator.adapters import bench_adapter, server_adapter
+from orchestrator.cell import BenchSpec, Expectation, RepoPin, ServerSpec, SnapshotSpec
+from orchestrator.config.keypath import KeyPath, format_key_path
+from orchestrator.config.loaded import LoadedPlaybook
+from orchestrator.config.model import BenchSection, PlaybookModel, ServerSection
+from orchestrator.config.templates import TemplateEngine, VariableScope
+from orchestrator.config.validation import validate_rendered
+from orchestrator.errors import InputError
+
+_KEY_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+class ScopeSource(Protocol):
+    """What a section is rendered in: the template scope of one point, built on first use."""
+
+    @property
+    def scope(self) -> VariableScope: ...
+
+
+class SectionRenderer:
+    """Renders the sections of one playbook into the parts of a Cell."""
+
+    def __init__(self, playbook: LoadedPlaybook, engine: TemplateEngine) -> None:
+        self.playbook = playbook
+        self.data = playbook.data
+        self.locate = playbook.locate
+        self.engine = engine
+
+    def render(
+        self, ps: ScopeSource, value: Any, path: KeyPath, shell: frozenset[KeyPath] = frozenset()
+    ) -> Any:
+        """`value` (found at `path`) rendered in the point's scope."""
+        return self.engine.render_tree(value, ps.scope, path, self.locate, shell)
+
+    def check(self, owner: type[BaseModel], name: str, value: Any, path: KeyPath) -> Any:
+        """`value` rendered at `path`, validated as field `name` of `owner`."""
+        return validate_rendered(owner, name, value, path, self.locate)
+
+    def _mapping_section(self, ps: ScopeSource, name: str, **render: Any) -> Any:
+        """A top-level mapping section rendered and validated (a null rendering is empty)."""
+        rendered = self.render(ps, self.data[name], (name,), **render)
+        return self.check(PlaybookModel, name, {} if rendered is None else rendered, (name,))
+
+    def timeouts(self, ps: ScopeSource) -> dict[str, float]:
+        """The `timeouts:` given, in seconds."""
+        if self.data.get("timeouts") is None:
+            return {}
+        section = self._mapping_section(ps, "timeouts")
+        return {k: v for k, v in section.model_dump().items() if v is not None}
+
+    def repo(self, ps: ScopeSource, timeouts: dict[str, float]) -> RepoPin | None:
+        """The repo pin, `timeouts.setup` as its default setup timeout."""
+        if self.data.get("repo") is None:
+            return None
+        path: KeyPath = ("repo",)
+        rendered = self.render(ps, self.data["repo"], path, frozenset({("repo", "setup")}))
+        section = {} if rendered is None else rendered
+        if isinstance(section, dict):
+            section = dict(section)
+            for key in ("url", "dest", "version"):
+                value = section.get(key)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    section[key] = str(value)  # a short SHA written bare is read as a number
+            if "setup" in timeouts and "setup_timeout" not in section:
+                section["setup_timeout"] = timeouts["setup"]
+        checked = self.check(PlaybookModel, "repo", section, path)
+        return RepoPin.model_validate(checked.model_dump())
+
+    def env(self, ps: ScopeSource) -> dict[str, str]:
+        """`env:` (a mapping, or a list of them merged in order) with its values as text."""
+        raw = self.data.get("env")
+        if raw is None:
+            return {}
+        checked = self.check(PlaybookModel, "env", self.render(ps, raw, ("env",)), ("env",))
+        out: dict[str, str] = {}
+        for item in checked if isinstance(checked, list) else [checked]:
+            if item is not None:  # a list item that rendered to null adds nothing
+                out.update((k, _env_text(v)) for k, v in item.items())
+        return out
+
+    def _args(self, owner: type[BaseModel], raw: Any, ps: ScopeSource, path: KeyPath) -> Any:
+        if raw is None:
+            return {}
+        checked = self.check(owner, "args", self.render(ps, raw, path), path)
+        merged: dict[str, Any] = {}
+        for item in checked if isinstance(checked, list) else [checked]:
+            if item is not None:  # a list item that rendered to null adds nothing
+                merged.update((str(k), v) for k, v in item.items())
+        return merged
+
+    def _section(
+        self,
+        ps: ScopeSource,
+        name: str,
+        owner: type[BaseModel],
+        timeout_key: str,
+        timeouts: dict[str, float],
+    ) -> tuple[str, dict[str, Any]]:
+        """(adapter name, rendered section) of `server` or `bench` for its adapter to build."""
+        path: KeyPath = (name,)
+        raw = self.data[name]
+        body = {k: v for k, v in raw.items() if k != "args"}
+        section = self.render(ps, body, path, frozenset({(name, "command")}))
+        if "args" in raw:
+            section["args"] = self._args(owner, raw["args"], ps, (name, "args"))
+        if timeout_key in timeouts:
+            if name == "server":
+                ready = section.get("ready")
+                if ready is None:
+                    section["ready"] = {"timeout": timeouts[timeout_key]}
+                elif isinstance(ready, dict) and "timeout" not in ready:
+                    section["ready"] = {**ready, "timeout": timeouts[timeout_key]}
+            elif "timeout" not in section:
+                section["timeout"] = timeouts[timeout_key]
+        adapter = section.get("adapter", "generic")
+        return self.check(owner, "adapter", adapter, (*path, "adapter")), section
+
+    def server(self, ps: ScopeSource, timeouts: dict[str, float]) -> ServerSpec | None:
+        """The server spec its adapter builds, or None without a `server:`."""
+        if self.data.get("server") is None:
+            return None
+        adapter, section = self._section(ps, "server", ServerSection, "ready", timeouts)
+        try:
+            return server_adapter(adapter).build(section)
+        except InputError as exc:
+            raise self._relocate(exc, "server") from None
+
+    def bench(
+        self, ps: ScopeSource, timeouts: dict[str, float], server: ServerSpec | None
+    ) -> BenchSpec:
+        """The bench spec its adapter builds for `server`."""
+        adapter, section = self._section(ps, "bench", BenchSection, "bench", timeouts)
+        try:
+            return bench_adapter(adapter).build(section, server)
+        except InputError as exc:
+            raise self._relocate(exc, "bench") from None
+
+    def _relocate(self, exc: InputError, section: str) -> InputError:
+        """An adapter's error (key path relative to its section) at the playbook location."""
+        if exc.location is not None:
+            return exc
+        path: KeyPath = (section,)
+        if exc.key_path:
+            for m in _KEY_PART.finditer(exc.key_path):
+                path = (*path, m.group(1) if m.group(1) is not None else int(m.group(2)))
+        return InputError(
+            exc.message, location=self.locate(path), key_path=format_key_path(path), hint=exc.hint
+        )
+
+    def expect(self, ps: ScopeSource) -> dict[str, Expectation]:
+        """`expect:` bounds per metric, tolerances as fractions."""
+        if self.data.get("expect") is None:
+            return {}
+        checked = self._mapping_section(ps, "expect")
+        return {
+            str(metric): Expectation(
+                **{k: v for k, v in section.model_dump().items() if v is not None}
+            )
+            for metric, section in checked.items()
+        }
+
+    def snapshot(self) -> SnapshotSpec:
+        """The `snapshot:` options (plain booleans; a template keeps the default)."""
+        given = self.playbook.model.snapshot
+        if given is None:
+            return SnapshotSpec()
+        chosen = given.model_dump(exclude_unset=True)
+        return SnapshotSpec(**{k: v for k, v in chosen.items() if isinstance(v, bool)})
+
+
+def _env_text(value: Any) -> str:
+    """A rendered env value (text, number or boolean: the model checked) as the text exported."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else str(value)
