@@ -22,17 +22,15 @@ from typing import Any, Literal
 
 from tabulate import tabulate
 
-from orchestrator.analyze.evidence import (
-    CellEvidence,
-    find_key,
-    find_value,
-    flatten,
-    load_cells,
-)
+from orchestrator.analyze.evidence import CellEvidence, load_cells
 from orchestrator.analyze.metrics import format_number
 from orchestrator.analyze.stats import compare, median
 from orchestrator.errors import InputError
 from orchestrator.plan.cell import canonical_json
+from orchestrator.results.layout import CELLS_DIR
+from orchestrator.results.read import is_cell_dir
+from orchestrator.results.records import Snapshot
+from orchestrator.runner import probe_shape as shape
 
 SECTION_TITLES: dict[str, str] = {
     "code": "code (repo ref, commit, tree state)",
@@ -354,27 +352,20 @@ def parse_pip_freeze(value: Any) -> dict[str, str] | None:
     return out
 
 
-def _absent(value: Any) -> str | None:
-    """The probe's reason when an item could not be collected (`{"absent": reason}`)."""
-    if isinstance(value, dict) and "absent" in value:
-        return str(value["absent"])
-    return None
-
-
-def _pip_freeze_of(snapshot: Mapping[str, Any]) -> tuple[dict[str, str] | None, str | None]:
+def _pip_freeze_of(snapshot: Snapshot) -> tuple[dict[str, str] | None, str | None]:
     """(packages, None), or (None, why not) when the snapshot has no usable pip freeze."""
-    raw = find_key(snapshot, ["pip_freeze", "freeze"], (list, str, dict))
-    if raw is None:
-        return None, "not recorded"
-    reason = _absent(raw)
+    reason = snapshot.absent(shape.PIP_FREEZE)
     if reason is not None:
         return None, reason
+    raw = snapshot.item(shape.PIP_FREEZE)
+    if not isinstance(raw, list | str | dict):
+        return None, "not recorded"
     return parse_pip_freeze(raw), None
 
 
 def _packages_section(a: CellEvidence, b: CellEvidence) -> Section:
     section = Section("packages", SECTION_TITLES["packages"])
-    (fa, why_a), (fb, why_b) = _pip_freeze_of(a.snapshot_pre), _pip_freeze_of(b.snapshot_pre)
+    (fa, why_a), (fb, why_b) = _pip_freeze_of(a.pre), _pip_freeze_of(b.pre)
     if fa is None or fb is None:
         if fa is not None or fb is not None:
             side, why = ("B", why_b) if fa is not None else ("A", why_a)
@@ -426,13 +417,6 @@ def _env_check_state(env_check: Mapping[str, Any]) -> str | None:
     return f"{state}, mode {env_check.get('mode', '?')}"
 
 
-def _probe_env(snapshot: Mapping[str, Any]) -> dict[str, Any]:
-    env = snapshot.get("env")
-    if not isinstance(env, dict) or _absent(env) is not None:
-        return {}
-    return env
-
-
 def _environment_section(a: CellEvidence, b: CellEvidence) -> Section:
     section = Section("environment", SECTION_TITLES["environment"])
     obs_a, obs_b = _observed(a.env_check), _observed(b.env_check)
@@ -460,8 +444,7 @@ def _environment_section(a: CellEvidence, b: CellEvidence) -> Section:
     declared_a = _as_dict(a.cell.get("env")) or _as_dict(a.server.get("env_declared"))
     declared_b = _as_dict(b.cell.get("env")) or _as_dict(b.server.get("env_declared"))
     section.entries += _dict_entries(declared_a, declared_b, key_format="{} (declared)")
-    host_a = _probe_env(a.snapshot_pre)
-    host_b = _probe_env(b.snapshot_pre)
+    host_a, host_b = a.pre.env, b.pre.env
     section.entries += _dict_entries(host_a, host_b, key_format="{} (host, as the probe saw it)")
     return section
 
@@ -539,33 +522,17 @@ def _bench_section(a: CellEvidence, b: CellEvidence) -> Section:
 
 # --- system ------------------------------------------------------------------------------------
 
-# label -> key spellings; the probe's own paths (execute/remote/probe.py) first, anchored with ^
-_SYSTEM_FIELDS: list[tuple[str, list[str]]] = [
-    ("driver", ["^driver.version", "^nvidia_smi.driver_version", "driver_version"]),
-    ("CUDA (driver supports)", ["^cuda.driver", "^nvidia_smi.cuda_version", "cuda_driver"]),
-    ("CUDA (nvcc)", ["^cuda.nvcc", "^nvcc.version", "nvcc_version"]),
-    ("CUDA (torch)", ["^cuda.torch", "^torch.cuda", "torch_cuda"]),
-    ("NCCL (torch)", ["^nccl.torch", "^torch.nccl", "nccl_torch"]),
-    ("torch", ["^torch.version", "torch_version"]),
-    ("kernel", ["^kernel.release", "kernel_release", "uname.release", "^kernel"]),
-    ("os", ["^os.pretty_name", "^os.name", "^os"]),
-    ("python", ["^python.version", "python_version"]),
-    ("python executable", ["^python.executable"]),
-    ("CPU", ["^cpu.model", "cpu_model"]),
-    ("CPU count", ["^cpu.count", "cpu_count"]),
-]
-
 
 def _system_values(cell: CellEvidence) -> dict[str, Any]:
-    values = {label: find_value(cell.snapshot_pre, cands) for label, cands in _SYSTEM_FIELDS}
+    values = {label: cell.pre.value(path) for label, path in shape.SYSTEM_FIELDS}
+    if values["os"] is None:
+        values["os"] = cell.pre.value(shape.OS_NAME)
     if values["driver"] is None:
-        gpus = _gpus(cell.snapshot_pre)
+        gpus = cell.pre.gpus
         if gpus:
-            values["driver"] = _gpu_field(gpus[0], ["driverversion"])
+            values["driver"] = gpus[0].get("driver_version")
     # the library the server really loaded: its own log line (post snapshot as a fallback)
-    values["NCCL (server log)"] = cell.nccl_log_version() or find_value(
-        cell.snapshot_post, ["^nccl.server_log", "^server_log_nccl.version"]
-    )
+    values["NCCL (server log)"] = cell.nccl_log_version() or cell.post.value(shape.NCCL_SERVER_LOG)
     return values
 
 
@@ -577,35 +544,25 @@ def _system_section(a: CellEvidence, b: CellEvidence) -> Section:
 
 # --- hardware ----------------------------------------------------------------------------------
 
-# label, normalized key spellings, tolerance: ("rel", x) / ("abs", x) for noisy readings
-_GPU_FIELDS: list[tuple[str, list[str], tuple[str, float] | None]] = [
-    ("name", ["name"], None),
-    ("pstate", ["pstate"], None),
-    ("clocks.sm", ["clockssm", "clockscurrentsm", "smclock"], ("rel", 0.10)),
-    ("clocks.max.sm", ["clocksmaxsm", "clockssmmax", "maxsmclock"], None),
-    ("clocks.mem", ["clocksmem", "clocksmemory", "clockscurrentmemory", "memclock"], ("rel", 0.10)),
-    ("clocks.max.memory", ["clocksmaxmemory", "clocksmaxmem", "clocksmemorymax"], None),
-    (
-        "pcie.link.gen.current",
-        ["pcielinkgengpucurrent", "pcielinkgencurrent", "pciegencurrent", "pciegen"],
-        None,
-    ),
-    ("pcie.link.gen.max", ["pcielinkgenmax", "pcielinkgengpumax", "pciegenmax"], None),
-    ("pcie.link.width.current", ["pcielinkwidthcurrent", "pciewidthcurrent", "pciewidth"], None),
-    ("pcie.link.width.max", ["pcielinkwidthmax", "pciewidthmax"], None),
-    ("power.draw", ["powerdraw", "powerdrawinstant", "powerdrawaverage"], ("rel", 0.20)),
-    ("power.limit", ["powerlimit", "enforcedpowerlimit", "powerenforcedlimit"], None),
-    ("temperature.gpu", ["temperaturegpu", "temperature", "temp"], ("abs", 10.0)),
-    (
-        "clocks_event_reasons.active",
-        [
-            *("clockseventreasonsactive", "clocksthrottlereasonsactive", "throttlereasons"),
-            *("clockeventreasons", "throttle"),
-        ],
-        None,
-    ),
-    ("persistence_mode", ["persistencemode", "persistence"], None),
-    ("ecc.mode.current", ["eccmodecurrent", "ecc"], None),
+# label, the probe's key (`shape.GPU_FIELDS`), tolerance: ("rel", x) / ("abs", x) for noisy
+# readings
+_GPU_FIELDS: list[tuple[str, str, tuple[str, float] | None]] = [
+    ("name", "name", None),
+    ("pstate", "pstate", None),
+    ("clocks.sm", "clocks.sm", ("rel", 0.10)),
+    ("clocks.max.sm", "clocks.max.sm", None),
+    ("clocks.mem", "clocks.mem", ("rel", 0.10)),
+    ("clocks.max.memory", "clocks.max.memory", None),
+    ("pcie.link.gen.current", "pcie.link.gen.gpucurrent", None),
+    ("pcie.link.gen.max", "pcie.link.gen.max", None),
+    ("pcie.link.width.current", "pcie.link.width.current", None),
+    ("pcie.link.width.max", "pcie.link.width.max", None),
+    ("power.draw", "power.draw", ("rel", 0.20)),
+    ("power.limit", "power.limit", None),
+    ("temperature.gpu", "temperature.gpu", ("abs", 10.0)),
+    (shape.REASON_FIELD, shape.REASON_FIELD, None),
+    ("persistence_mode", "persistence_mode", None),
+    ("ecc.mode.current", "ecc.mode.current", None),
 ]
 # label of a current reading -> label of its maximum: "below max" is the throttling signal
 _CURRENT_VS_MAX = {
@@ -614,35 +571,6 @@ _CURRENT_VS_MAX = {
     "pcie.link.gen.current": "pcie.link.gen.max",
     "pcie.link.width.current": "pcie.link.width.max",
 }
-# NVML clocks event (throttle) reason bits, nvml.h nvmlClocksEventReason*
-_EVENT_REASONS = [
-    (0x1, "GpuIdle"),
-    (0x2, "ApplicationsClocksSetting"),
-    (0x4, "SwPowerCap"),
-    (0x8, "HwSlowdown"),
-    (0x10, "SyncBoost"),
-    (0x20, "SwThermalSlowdown"),
-    (0x40, "HwThermalSlowdown"),
-    (0x80, "HwPowerBrakeSlowdown"),
-    (0x100, "DisplayClockSetting"),
-]
-
-
-def _gpus(snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
-    raw = snapshot.get("gpus")
-    if isinstance(raw, dict):  # the probe: {"count", "fields", "devices": [...]} or {"absent"}
-        raw = raw.get("devices")
-    if not isinstance(raw, list):
-        raw = find_key(snapshot, ["gpus", "gpu_devices"], list)
-    return [g for g in raw if isinstance(g, dict)] if isinstance(raw, list) else []
-
-
-def _gpu_field(gpu: Mapping[str, Any], spellings: list[str]) -> Any:
-    flat = {"".join(path): value for path, value in flatten(gpu).items()}
-    for spelling in spellings:
-        if spelling in flat:
-            return flat[spelling]
-    return None
 
 
 def _number(value: Any) -> float | None:
@@ -669,15 +597,15 @@ def decode_event_reasons(value: Any) -> str | None:
         return None
     if mask == 0:
         return "none"
-    names = [name for bit, name in _EVENT_REASONS if mask & bit]
-    unknown = mask & ~sum(bit for bit, _ in _EVENT_REASONS)
+    names = [shape.nvml_name(name) for bit, name in shape.CLOCK_EVENT_REASONS if mask & bit]
+    unknown = mask & ~shape.KNOWN_REASON_BITS
     if unknown:
         names.append(hex(unknown))
     return "+".join(names)
 
 
 def _gpu_readings(gpu: Mapping[str, Any]) -> dict[str, Any]:
-    return {label: _gpu_field(gpu, spellings) for label, spellings, _ in _GPU_FIELDS}
+    return {label: gpu.get(key) for label, key, _ in _GPU_FIELDS}
 
 
 def _within(tolerance: tuple[str, float] | None, a: Any, b: Any) -> bool:
@@ -699,14 +627,14 @@ def _below_max(readings: Mapping[str, Any], label: str) -> str | None:
 
 # Readings the run itself moves (heat, power, clocks under load): compared after the run too,
 # where a GPU that throttled during the benchmark shows.
-_POST_RUN_LABELS = ("clocks.sm", "clocks_event_reasons.active", "temperature.gpu", "power.draw")
+_POST_RUN_LABELS = ("clocks.sm", shape.REASON_FIELD, "temperature.gpu", "power.draw")
 _TOPO_AFFINITY = ("CPU Affinity", "NUMA Affinity")
 
 
 def _by_index(gpus: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for position, gpu in enumerate(gpus):
-        index = _gpu_field(gpu, ["index", "gpuindex", "id"])
+        index = gpu.get("index")
         out[str(index if index is not None else position)] = gpu
     return out
 
@@ -731,7 +659,7 @@ def _gpu_entries(
                     below = _below_max(readings, label)
                     if below:
                         notes.append(f"{side} below max ({below})")
-            if label == "clocks_event_reasons.active":
+            if label == shape.REASON_FIELD:
                 notes.append(
                     f"A: {decode_event_reasons(va) or _text(va)}, "
                     f"B: {decode_event_reasons(vb) or _text(vb)}"
@@ -748,21 +676,16 @@ def _gpu_entries(
     return entries
 
 
-def _topology(snapshot: Mapping[str, Any]) -> dict[str, Any]:
-    topo = snapshot.get("topo")
-    return topo if isinstance(topo, dict) and isinstance(topo.get("links"), dict) else {}
-
-
-def _topology_entries(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Entry]:
+def _topology_entries(a: Snapshot, b: Snapshot) -> list[Entry]:
     """Links (`nvidia-smi topo -m`: NV18, PIX, SYS, ...) and CPU/NUMA affinity that differ.
 
     A GPU pair that moved from NVLink to SYS, or a NIC no longer behind the GPU's PCIe switch,
     changes what NCCL can do; each pair is one entry (the matrix is symmetric).
     """
-    ta, tb = _topology(a), _topology(b)
+    ta, tb = a.topo, b.topo
     if not ta or not tb:
         return []
-    links_a, links_b = ta["links"], tb["links"]
+    links_a, links_b = ta[shape.TOPO_LINKS], tb[shape.TOPO_LINKS]
     devices = list(links_a) + [d for d in links_b if d not in links_a]
     entries: list[Entry] = []
     for i, dev in enumerate(devices):
@@ -771,7 +694,7 @@ def _topology_entries(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Entry]
             va, vb = row_a.get(other), row_b.get(other)
             if not _same(va, vb):
                 entries.append(Entry(f"topology {dev}-{other}", va, vb))
-    aff_a, aff_b = _as_dict(ta.get("affinity")), _as_dict(tb.get("affinity"))
+    aff_a, aff_b = _as_dict(ta.get(shape.TOPO_AFFINITY)), _as_dict(tb.get(shape.TOPO_AFFINITY))
     for dev in devices:
         da, db = _as_dict(aff_a.get(dev)), _as_dict(aff_b.get(dev))
         for name in _TOPO_AFFINITY:
@@ -782,15 +705,15 @@ def _topology_entries(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Entry]
 
 def _hardware_section(a: CellEvidence, b: CellEvidence) -> Section:
     section = Section("hardware", SECTION_TITLES["hardware"])
-    gpus_a, gpus_b = _gpus(a.snapshot_pre), _gpus(b.snapshot_pre)
+    gpus_a, gpus_b = a.pre.gpus, b.pre.gpus
     if len(gpus_a) != len(gpus_b):
         section.entries.append(Entry("GPU count", len(gpus_a), len(gpus_b)))
     labels = [label for label, _, _ in _GPU_FIELDS]
     section.entries += _gpu_entries(gpus_a, gpus_b, labels, "")
-    post_a, post_b = _gpus(a.snapshot_post), _gpus(b.snapshot_post)
+    post_a, post_b = a.post.gpus, b.post.gpus
     if post_a and post_b:
         section.entries += _gpu_entries(post_a, post_b, _POST_RUN_LABELS, " after run")
-    section.entries += _topology_entries(a.snapshot_pre, b.snapshot_pre)
+    section.entries += _topology_entries(a.pre, b.pre)
     if not gpus_a and not gpus_b and (a.snapshot_pre or b.snapshot_pre):
         section.notes.append("no GPU readings in either snapshot")
     return section
@@ -928,7 +851,7 @@ def diff_runs(
 
 
 def _is_cell_dir(path: Path) -> bool:
-    return (path / "cell.json").is_file() and not (path / "cells").is_dir()
+    return is_cell_dir(path) and not (path / CELLS_DIR).is_dir()
 
 
 def diff_paths(

@@ -9,7 +9,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from orchestrator.results.bundle import CellRecord, RunBundle
+from orchestrator.results.layout import CELLS_DIR
+from orchestrator.results.read import CellRecord, RunBundle
 
 
 def _first_line(text: Any) -> str:
@@ -47,11 +48,11 @@ def describe_run(run: RunBundle) -> str:
     lines += ["", tabulate(rows, headers=["cell", "host", "status", "headline metric", "reason"])]
     if run.packed:  # run.path is a temporary extraction, deleted when the command exits
         lines.append(
-            f"\ncells: {run.member(run.path / 'cells')}/ inside {run.source}"
+            f"\ncells: {run.member(run.path / CELLS_DIR)}/ inside {run.source}"
             "  (orch show RUN/CELL for one cell's logs)"
         )
     else:
-        lines.append(f"\ncells: {run.path / 'cells'}  (orch show RUN/CELL for one cell's logs)")
+        lines.append(f"\ncells: {run.path / CELLS_DIR}  (orch show RUN/CELL for one cell's logs)")
     return "\n".join(lines)
 
 
