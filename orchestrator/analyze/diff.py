@@ -27,8 +27,8 @@ from orchestrator.analyze.metrics import format_number
 from orchestrator.analyze.stats import compare, median
 from orchestrator.errors import InputError
 from orchestrator.plan.cell import canonical_json
+from orchestrator.results.documents import is_cell_dir
 from orchestrator.results.layout import CELLS_DIR
-from orchestrator.results.read import is_cell_dir
 from orchestrator.results.records import Snapshot
 from orchestrator.runner import probe_shape as shape
 

@@ -17,8 +17,8 @@ from typing import Any
 from orchestrator.analyze.metrics import REPEAT_KEY, finite_number, metric_names, values_of
 from orchestrator.errors import BundleError
 from orchestrator.results import layout
-from orchestrator.results.read import CellRecord, cell_dirs, is_cell_dir, run_id_of_cell
-from orchestrator.results.records import Metrics, Snapshot
+from orchestrator.results.documents import cell_dirs, is_cell_dir, run_id_of_cell
+from orchestrator.results.records import CellRecord, Metrics, Snapshot
 
 _NCCL_VERSION = re.compile(r"NCCL version ([0-9][^\s]*)")
 

@@ -12,8 +12,9 @@ from orchestrator.analyze.expect import check_all
 from orchestrator.analyze.metrics import metrics_document, summarize
 from orchestrator.errors import OrchError
 from orchestrator.plan.cell import Cell
+from orchestrator.results.documents import read_json_noting
 from orchestrator.results.layout import CELL_JSON, METRICS_JSON
-from orchestrator.results.read import CellRecord, read_json_noting
+from orchestrator.results.records import CellRecord
 
 
 @dataclass

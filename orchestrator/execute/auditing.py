@@ -27,8 +27,9 @@ from orchestrator.config.inventory import load_inventory
 from orchestrator.errors import InputError
 from orchestrator.execute.facts import probe_host
 from orchestrator.execute.replay import inventory_from_bundle, pick_cells, retarget, run_recorded
+from orchestrator.results.documents import is_cell_dir
 from orchestrator.results.layout import CELLS_DIR
-from orchestrator.results.read import RunBundle, is_cell_dir, open_run
+from orchestrator.results.read import RunBundle, open_run
 
 Echo = Callable[[str], None]
 

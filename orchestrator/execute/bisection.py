@@ -25,8 +25,9 @@ from orchestrator.execute.ship import ensure_runner
 from orchestrator.plan.cell import Cell, cell_id, secret_masks
 from orchestrator.plan.select import select_cells
 from orchestrator.results.bundle import FINISHED_STATUSES, BundleWriter
+from orchestrator.results.documents import read_json
 from orchestrator.results.layout import BISECT_JSON, CELL_JSON, CELLS_DIR, METRICS_JSON
-from orchestrator.results.read import open_run, read_json
+from orchestrator.results.read import open_run
 from orchestrator.results.redact import secret_items_in
 
 BISECT_FILE = BISECT_JSON

@@ -35,6 +35,7 @@ from orchestrator.execute.ship import ensure_runner
 from orchestrator.plan.cell import Cell
 from orchestrator.results.archive import extract_archive
 from orchestrator.results.bundle import BundleWriter
+from orchestrator.results.documents import read_json, recorded_plan_cells
 from orchestrator.results.layout import (
     CELL_JSON,
     CELLS_DIR,
@@ -44,7 +45,6 @@ from orchestrator.results.layout import (
     PLAN_JSON,
     RUN_JSON,
 )
-from orchestrator.results.read import read_json, recorded_plan_cells
 from orchestrator.results.redact import (
     REDACTED,
     hide_secret_extra_vars,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from orchestrator.errors import BundleError, InputError
 from orchestrator.execute.controller import resume_hint
+from orchestrator.results.documents import check_schema, is_run_dir, read_json, recorded_plan_cells
 from orchestrator.results.layout import RUN_JSON
-from orchestrator.results.read import check_schema, is_run_dir, read_json, recorded_plan_cells
 
 
 def resume_target(resume: str, results_dir: Path) -> tuple[Path, str]:

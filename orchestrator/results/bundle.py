@@ -21,6 +21,7 @@ from typing import Any
 
 from orchestrator.errors import BundleError
 from orchestrator.results.archive import extract_archive
+from orchestrator.results.documents import read_json
 from orchestrator.results.layout import (
     CELL_JSON,
     CELLS_DIR,
@@ -29,7 +30,6 @@ from orchestrator.results.layout import (
     SCHEMA_VERSION,
 )
 from orchestrator.results.manifest import write_manifest as _write_manifest
-from orchestrator.results.read import read_json
 from orchestrator.results.redact import redact_tree
 
 FINISHED_STATUSES = ("passed", "failed")  # a cell with another status is redone on --resume

@@ -1,18 +1,15 @@
 """The one reader of result bundles: a run or a cell, from a folder or a packed `.tar.gz`.
 
-Every analysis (show, runs, report, diff, audit, bisect, resume checks) opens bundles here and
-takes file names from `results/layout.py`. A document written by a newer orch than this one
-(its `schema_version` above `layout.SCHEMA_VERSION`) is refused with one clear error, never
-half understood.
+Every analysis (show, runs, report, diff, audit, bisect, resume checks) opens bundles here, as
+`RunBundle` and the records of `results/records.py`, through `results/documents.py` (JSON,
+checked against the newest layout this orch reads) with names from `results/layout.py`.
 """
 
 from __future__ import annotations
 
 import atexit
-import json
 import shutil
 import tempfile
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
@@ -21,279 +18,17 @@ from typing import Any
 from orchestrator.errors import BundleError
 from orchestrator.results import layout
 from orchestrator.results.archive import extract_with_root
+from orchestrator.results.documents import check_schema, is_cell_dir, is_run_dir, read_json
 from orchestrator.results.layout import (
-    CELL_JSON,
     CELLS_DIR,
     MANIFEST,
     PLAN_JSON,
     RUN_JSON,
-    SCHEMA_VERSION,
     is_archive_name,
     is_tmp,
 )
 from orchestrator.results.manifest import ManifestReport, verify_manifest
-
-
-class BundleTooNew(BundleError):
-    """A bundle written by a newer orch, whose layout this one cannot be sure to read."""
-
-
-def check_schema(doc: Any, bundle: str | Path) -> None:
-    """BundleTooNew when `doc` (run.json or cell.json) says a newer layout than this orch reads."""
-    version = doc.get("schema_version") if isinstance(doc, dict) else None
-    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
-        raise BundleTooNew(
-            f"bundle {bundle} was written by a newer orch (schema {version}, this orch reads up "
-            f"to {SCHEMA_VERSION}); upgrade orch"
-        )
-
-
-def read_json(path: Path, *, required: bool = False) -> Any:
-    """The JSON in `path`; None when absent and not required; BundleError when unreadable."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        if required:
-            raise BundleError(f"{path}: missing") from None
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{path}: cannot read: {exc}") from None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise BundleError(f"{path}: not valid JSON: {exc}") from None
-
-
-def read_json_noting(path: Path, problems: list[str]) -> Any:
-    """The JSON in `path`, or None when missing; an unreadable file is noted in `problems`."""
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        problems.append(f"{path}: unreadable: {exc}")
-        return None
-
-
-def is_run_dir(path: Path) -> bool:
-    """True for a run folder (it holds run.json)."""
-    return (path / RUN_JSON).is_file()
-
-
-def is_cell_dir(path: Path) -> bool:
-    """True for a cell folder (it holds cell.json)."""
-    return (path / CELL_JSON).is_file()
-
-
-@dataclass(frozen=True)
-class RepeatRecord:
-    """One benchmark run of a cell: `bench/<n>/` (measure) or `bench/warmup-<n>/`."""
-
-    kind: str  # measure | warmup
-    n: int
-    path: Path
-
-    @property
-    def stdout(self) -> Path:
-        """The client's stdout file."""
-        return self.path / layout.STDOUT
-
-    @property
-    def stderr(self) -> Path:
-        """The client's stderr file."""
-        return self.path / layout.STDERR
-
-    @cached_property
-    def exit(self) -> dict[str, Any] | None:
-        """exit.json: {rc, seconds, argv, timed_out}, or None when absent."""
-        data = read_json(self.path / layout.EXIT_JSON)
-        return data if isinstance(data, dict) else None
-
-
-class CellRecord:
-    """A recorded cell directory; JSON files are read on first use.
-
-    Absent optional files read as None; a present but corrupt one raises BundleError.
-    """
-
-    def __init__(self, path: Path, run: RunBundle | None = None) -> None:
-        self.path = Path(path)
-        self.run = run  # keeps a packed run's extraction alive as long as this record
-
-    def __repr__(self) -> str:
-        return f"CellRecord({str(self.path)!r})"
-
-    def _json(self, name: str) -> Any:
-        return read_json(self.path / name)
-
-    @property
-    def bundle_name(self) -> Path:
-        """What a person calls the bundle this cell is in: its run's source, else its folder."""
-        return self.run.source if self.run is not None else self.path
-
-    def document(self, name: str, problems: list[str]) -> Any:
-        """A JSON file of the cell (a `layout` name), None when absent or unreadable (noted)."""
-        data = read_json_noting(self.path / name, problems)
-        if name == CELL_JSON:
-            check_schema(data, self.bundle_name)
-        return data
-
-    def capture_documents(self, problems: list[str]) -> dict[str, Any]:
-        """Every capture as `{"<name>.<moment>": parsed JSON}` (unreadable ones noted)."""
-        cdir = self.path / layout.CAPTURES_DIR
-        if not cdir.is_dir():
-            return {}
-        return {p.stem: read_json_noting(p, problems) for p in sorted(cdir.glob("*.json"))}
-
-    @cached_property
-    def cell_json(self) -> dict[str, Any]:
-        """cell.json: {schema_version, cell, status, reason, failed_step, steps, runner}."""
-        data = read_json(self.path / CELL_JSON, required=True)
-        if not isinstance(data, dict):
-            raise BundleError(f"{self.path / CELL_JSON}: not a JSON object")
-        check_schema(data, self.bundle_name)
-        return data
-
-    @property
-    def cell(self) -> dict[str, Any]:
-        """The Cell as recorded (secrets redacted)."""
-        cell = self.cell_json.get("cell")
-        return cell if isinstance(cell, dict) else {}
-
-    @property
-    def id(self) -> str:
-        """The cell id (the directory name when cell.json lacks one)."""
-        return str(self.cell.get("id") or self.path.name)
-
-    @property
-    def status(self) -> str | None:
-        """The runner's status: passed | failed | interrupted."""
-        status = self.cell_json.get("status")
-        return None if status is None else str(status)
-
-    @property
-    def reason(self) -> str | None:
-        """Why it failed, when it did."""
-        reason = self.cell_json.get("reason")
-        return None if reason is None else str(reason)
-
-    @property
-    def failed_step(self) -> str | None:
-        """The step that stopped the cell, if any."""
-        step = self.cell_json.get("failed_step")
-        return None if step is None else str(step)
-
-    @property
-    def steps(self) -> dict[str, Any]:
-        """{step: {status, start, end}}."""
-        steps = self.cell_json.get("steps")
-        return steps if isinstance(steps, dict) else {}
-
-    @property
-    def axes(self) -> dict[str, Any]:
-        """The matrix point."""
-        axes = self.cell.get("axes")
-        return axes if isinstance(axes, dict) else {}
-
-    @property
-    def host(self) -> str | None:
-        """The inventory hostname it ran on."""
-        host = self.cell.get("host")
-        return None if host is None else str(host)
-
-    @cached_property
-    def repo(self) -> dict[str, Any] | None:
-        """repo.json: requested ref, resolved sha, dirty state, reflog."""
-        return self._json(layout.REPO_JSON)  # type: ignore[no-any-return]
-
-    @cached_property
-    def env_check(self) -> dict[str, Any] | None:
-        """env_check.json: expected vs observed environment per server process."""
-        return self._json(layout.ENV_CHECK_JSON)  # type: ignore[no-any-return]
-
-    @cached_property
-    def server(self) -> dict[str, Any] | None:
-        """server.json: argv, cwd, pid, declared env."""
-        return self._json(layout.SERVER_JSON)  # type: ignore[no-any-return]
-
-    @cached_property
-    def snapshot_pre(self) -> dict[str, Any] | None:
-        """The probe's snapshot before the server started."""
-        return self._json(layout.SNAPSHOT_PRE)  # type: ignore[no-any-return]
-
-    @cached_property
-    def snapshot_post(self) -> dict[str, Any] | None:
-        """The probe's snapshot after the server stopped."""
-        return self._json(layout.SNAPSHOT_POST)  # type: ignore[no-any-return]
-
-    @cached_property
-    def metrics(self) -> dict[str, Any] | None:
-        """metrics.json (written by the controller), or None if absent."""
-        return self._json(layout.METRICS_JSON)  # type: ignore[no-any-return]
-
-    @property
-    def events(self) -> list[dict[str, Any]]:
-        """events.jsonl as a list (lines that are not JSON objects are skipped)."""
-        path = self.path / layout.EVENTS
-        out: list[dict[str, Any]] = []
-        try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except FileNotFoundError:
-            return out
-        except OSError as exc:
-            raise BundleError(f"{path}: cannot read: {exc}") from None
-        for line in lines:
-            try:
-                item = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(item, dict):
-                out.append(item)
-        return out
-
-    @property
-    def captures(self) -> dict[str, dict[str, Path]]:
-        """{capture name: {moment: path}} from captures/<name>.<moment>.json."""
-        out: dict[str, dict[str, Path]] = {}
-        cdir = self.path / layout.CAPTURES_DIR
-        if not cdir.is_dir():
-            return out
-        for p in sorted(cdir.glob("*.json")):
-            stem = p.name[: -len(".json")]
-            name, dot, moment = stem.rpartition(".")
-            if dot:
-                out.setdefault(name, {})[moment] = p
-        return out
-
-    def capture(self, name: str, moment: str) -> Any:
-        """One captured JSON document, or None when it was not captured."""
-        path = self.captures.get(name, {}).get(moment)
-        return None if path is None else read_json(path)
-
-    def _bench(self, kind: str) -> list[RepeatRecord]:
-        bdir = self.path / layout.BENCH_DIR
-        out = []
-        if bdir.is_dir():
-            for d in bdir.iterdir():
-                m = layout.REPEAT_DIR.match(d.name)
-                if d.is_dir() and m and (m.group(1) is not None) == (kind == "warmup"):
-                    out.append(RepeatRecord(kind, int(m.group(2)), d))
-        return sorted(out, key=lambda r: r.n)
-
-    @property
-    def repeats(self) -> list[RepeatRecord]:
-        """Measured repeats bench/<n>/, in order."""
-        return self._bench("measure")
-
-    @property
-    def warmups(self) -> list[RepeatRecord]:
-        """Warmup runs bench/warmup-<n>/, in order."""
-        return self._bench("warmup")
-
-    @property
-    def logs(self) -> dict[str, Path]:
-        """The full logs that exist: server.log, setup.log, events.jsonl."""
-        return {n: self.path / n for n in layout.LOGS if (self.path / n).is_file()}
+from orchestrator.results.records import CellRecord
 
 
 class RunBundle:
@@ -557,43 +292,3 @@ def local_path(ref: str, results_dir: Path) -> Path:
     if "/" in ref.rstrip("/") and not is_archive_name(ref):
         return open_cell(ref, results_dir).path
     return open_run(ref, results_dir).path
-
-
-def run_id_of_cell(cell_dir: Path) -> str | None:
-    """The run id when the cell sits in a bundle (`<run>/cells/<cell>`), else None."""
-    parent = cell_dir.parent
-    if parent.name == CELLS_DIR:
-        data = read_json_noting(parent.parent / RUN_JSON, [])
-        if isinstance(data, dict) and data.get("run_id"):
-            return str(data["run_id"])
-        return parent.parent.name
-    return None
-
-
-def cell_dirs(run_dir: Path) -> tuple[dict[str, Any], list[Path]]:
-    """run.json (empty when unreadable) and the complete cells of a run folder, in run.json's
-    order, then any others by name (dot-named temporaries skipped); BundleError without cells/."""
-    cells_dir = run_dir / CELLS_DIR
-    if not cells_dir.is_dir():
-        raise BundleError(f"{run_dir}: not a run directory (no {CELLS_DIR}/)")
-    run = read_json_noting(run_dir / RUN_JSON, [])
-    check_schema(run, run_dir)
-    run = run if isinstance(run, dict) else {}
-    present = {p.name: p for p in cells_dir.iterdir() if p.is_dir() and not p.name.startswith(".")}
-    recorded = run.get("cells")
-    listed = [c for c in (recorded if isinstance(recorded, dict) else {}) if c in present]
-    order = listed + sorted(n for n in present if n not in listed)
-    return run, [present[name] for name in order]
-
-
-def recorded_plan_cells(run_dir: Path) -> list[dict[str, Any]] | None:
-    """plan.json's rendered cells of a run folder; None when it cannot be read."""
-    try:
-        plan = read_json(run_dir / PLAN_JSON)
-    except BundleError:
-        return None
-    if not isinstance(plan, dict):
-        return None
-    check_schema(plan, run_dir)
-    cells = plan.get("cells")
-    return [c for c in cells if isinstance(c, dict)] if isinstance(cells, list) else []

@@ -9,8 +9,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from orchestrator.errors import BundleError
+from orchestrator.results.documents import check_schema, is_run_dir, read_json
 from orchestrator.results.layout import MANIFEST, RUN_JSON, is_archive_name
-from orchestrator.results.read import check_schema, is_run_dir, read_json
 
 
 @dataclass

@@ -10,7 +10,8 @@ from typing import Any
 from tabulate import tabulate
 
 from orchestrator.results.layout import CELLS_DIR
-from orchestrator.results.read import CellRecord, RunBundle
+from orchestrator.results.read import RunBundle
+from orchestrator.results.records import CellRecord
 
 
 def _first_line(text: Any) -> str:
