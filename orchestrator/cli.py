@@ -342,6 +342,10 @@ def runs(results_dir: Path) -> None:
             f"{results_dir} {what}",
             hint="give the folder that holds the run bundles, where `orch apply --results` wrote",
         )
+    found = list_runs(results_dir)
+    for r in found:
+        if r.error:  # one damaged run must not hide the others
+            click.echo(f"skipped {r.path}: {r.error}", err=True)
     rows = [
         [
             r.run_id,
@@ -353,7 +357,8 @@ def runs(results_dir: Path) -> None:
             r.failed or "",
             r.not_run or "",
         ]
-        for r in list_runs(results_dir)
+        for r in found
+        if not r.error
     ]
     if not rows:
         click.echo(f"no runs under {results_dir}")
