@@ -26,8 +26,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
+    # a message may quote a bundle's (anyone's) text: no terminal escapes reach the screen
+    from orchestrator.results.terminal import printable
+
+    click.echo(printable(f"error: {message}"), err=True)
     sys.exit(code)
+
+
+def _echo_from_bundle(text: str, err: bool = False) -> None:
+    """Print text read from a bundle, which anyone may have written: escapes stripped."""
+    from orchestrator.results.terminal import printable
+
+    click.echo(printable(text), err=err)
 
 
 def reports_errors(fn: F) -> F:
@@ -345,7 +355,7 @@ def runs(results_dir: Path) -> None:
     found = list_runs(results_dir)
     for r in found:
         if r.error:  # one damaged run must not hide the others
-            click.echo(f"skipped {r.path}: {r.error}", err=True)
+            _echo_from_bundle(f"skipped {r.path}: {r.error}", err=True)
     rows = [
         [
             r.run_id,
@@ -363,7 +373,7 @@ def runs(results_dir: Path) -> None:
     if not rows:
         click.echo(f"no runs under {results_dir}")
         return
-    click.echo(
+    _echo_from_bundle(
         tabulate(
             rows,
             headers=[
@@ -394,9 +404,9 @@ def show(ref: str, results_dir: Path) -> None:
 
     opened = open_run_or_cell(ref, results_dir)
     if isinstance(opened, RunBundle):
-        click.echo(describe_run(opened))
+        _echo_from_bundle(describe_run(opened))
     else:
-        click.echo(describe_cell(opened))
+        _echo_from_bundle(describe_cell(opened))
 
 
 @main.command()
@@ -439,7 +449,7 @@ def report(
     rep = build_report(load_cells(bundle), by=by)
     if metrics or fmt in ("table", "md"):  # CSV and JSON keep every metric unless asked
         rep.metrics = _chosen_metrics(rep.metrics, metrics, rep)
-    click.echo(render_report(rep, fmt))  # type: ignore[arg-type]
+    _echo_from_bundle(render_report(rep, fmt))  # type: ignore[arg-type]
     if plot is not None:
         axis = by or next(iter(rep.axes), None)
         if not axis:
@@ -503,10 +513,10 @@ def diff(
     pa, pb = local_path(a, results_dir), local_path(b, results_dir)
     result = diff_paths(pa, pb, repo_path=repo)
     if as_json:
-        click.echo(render_diff(result, "json"))
+        _echo_from_bundle(render_diff(result, "json"))
         return
     spill = spill_dir or _spill_dir(f"orch-diff-{pa.name}-vs-{pb.name}")
-    click.echo(render_diff(result, "text", spill_dir=spill))
+    _echo_from_bundle(render_diff(result, "text", spill_dir=spill))
 
 
 def _spill_dir(name: str) -> Path:
@@ -577,7 +587,9 @@ def audit(
         tolerance=_tolerance(tolerance),
         argv=["orch", *sys.argv[1:]],
     )
-    ok = run_audit(request, out=click.echo, err=lambda line: click.echo(line, err=True))
+    ok = run_audit(
+        request, out=_echo_from_bundle, err=lambda line: _echo_from_bundle(line, err=True)
+    )
     sys.exit(EXIT_OK if ok else EXIT_FAILED)
 
 

@@ -13,6 +13,8 @@ from typing import Any
 from orchestrator.errors import BundleError
 from orchestrator.results.layout import CELL_JSON, CELLS_DIR, PLAN_JSON, RUN_JSON, SCHEMA_VERSION
 
+DAMAGED = "the bundle is damaged or was not written by orch"
+
 
 class BundleTooNew(BundleError):
     """A bundle written by a newer orch, whose layout this one cannot be sure to read."""
@@ -26,6 +28,50 @@ def check_schema(doc: Any, bundle: str | Path) -> None:
             f"bundle {bundle} was written by a newer orch (schema {version}, this orch reads up "
             f"to {SCHEMA_VERSION}); upgrade orch"
         )
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _mapping_of_mappings(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
+
+
+# What orch writes, per document: key -> (check, what it should be). A damaged or hand-made file
+# with another type is reported by name instead of failing somewhere in a printer.
+_RUN_JSON_TYPES: dict[str, tuple[Any, str]] = {
+    **{k: (str, "a string") for k in ("run_id", "started", "finished", "playbook", "status")},
+    "hosts": (_strings, "a list of host names"),
+    "argv": (_strings, "a list of strings"),
+    "cells": (_mapping_of_mappings, "a mapping of cell id to its record"),
+}
+_CELL_JSON_TYPES: dict[str, tuple[Any, str]] = {
+    **{k: (str, "a string") for k in ("status", "reason", "failed_step")},
+    "cell": (dict, "a mapping (the rendered cell)"),
+    "steps": (_mapping_of_mappings, "a mapping of step to its record"),
+}
+
+
+def _type_problem(doc: dict[str, Any], types: dict[str, tuple[Any, str]]) -> str | None:
+    for key, (check, what) in types.items():
+        value = doc.get(key)
+        if value is None:
+            continue
+        ok = isinstance(value, check) if isinstance(check, type) else check(value)
+        if not ok:
+            return f"{key!r} is not {what}"
+    return None
+
+
+def run_json_problem(doc: dict[str, Any]) -> str | None:
+    """What in run.json does not have the type orch writes; None when all is well."""
+    return _type_problem(doc, _RUN_JSON_TYPES)
+
+
+def cell_json_problem(doc: dict[str, Any]) -> str | None:
+    """What in cell.json does not have the type orch writes; None when all is well."""
+    return _type_problem(doc, _CELL_JSON_TYPES)
 
 
 def read_json(path: Path, *, required: bool = False) -> Any:

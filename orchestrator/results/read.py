@@ -18,7 +18,14 @@ from typing import Any
 from orchestrator.errors import BundleError
 from orchestrator.results import layout
 from orchestrator.results.archive import extract_with_root
-from orchestrator.results.documents import check_schema, is_cell_dir, is_run_dir, read_json
+from orchestrator.results.documents import (
+    DAMAGED,
+    check_schema,
+    is_cell_dir,
+    is_run_dir,
+    read_json,
+    run_json_problem,
+)
 from orchestrator.results.layout import (
     CELLS_DIR,
     MANIFEST,
@@ -60,6 +67,9 @@ class RunBundle:
         if not isinstance(data, dict):
             raise BundleError(f"{self.path / RUN_JSON}: not a JSON object")
         check_schema(data, self.source)
+        problem = run_json_problem(data)
+        if problem:
+            raise BundleError(f"{self.source}: run.json: {problem}", hint=DAMAGED)
         self.run: dict[str, Any] = data
 
     def __repr__(self) -> str:

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import BundleError
 from orchestrator.results import layout
-from orchestrator.results.documents import check_schema, read_json, read_json_noting
+from orchestrator.results.documents import (
+    DAMAGED,
+    cell_json_problem,
+    check_schema,
+    read_json,
+    read_json_noting,
+)
 from orchestrator.results.layout import CELL_JSON
 from orchestrator.runner import probe_shape as shape
 
@@ -152,7 +158,11 @@ class CellRecord:
         return f"CellRecord({str(self.path)!r})"
 
     def _json(self, name: str) -> Any:
-        return read_json(self.path / name)
+        """A JSON object of the cell, None when absent; BundleError when it is something else."""
+        data = read_json(self.path / name)
+        if data is not None and not isinstance(data, dict):
+            raise BundleError(f"{self.path / name}: not a JSON object", hint=DAMAGED)
+        return data
 
     @property
     def bundle_name(self) -> Path:
@@ -180,6 +190,9 @@ class CellRecord:
         if not isinstance(data, dict):
             raise BundleError(f"{self.path / CELL_JSON}: not a JSON object")
         check_schema(data, self.bundle_name)
+        problem = cell_json_problem(data)
+        if problem:
+            raise BundleError(f"{self.path / CELL_JSON}: {problem}", hint=DAMAGED)
         return data
 
     @property

@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from orchestrator.errors import BundleError
-from orchestrator.results.documents import check_schema, is_run_dir, read_json
+from orchestrator.results.documents import check_schema, is_run_dir, read_json, run_json_problem
 from orchestrator.results.layout import MANIFEST, RUN_JSON, is_archive_name
 
 
@@ -36,32 +36,11 @@ class RunSummary:
 _NO_VERDICT = ("pending", "not-run", "interrupted")
 
 
-_TEXT_FIELDS = ("run_id", "started", "finished", "playbook", "status")
-
-
-def _wrong_type(run: dict[str, Any]) -> str | None:
-    """What in run.json does not have the type orch writes (a damaged or hand-made file)."""
-    for key in _TEXT_FIELDS:
-        if run.get(key) is not None and not isinstance(run[key], str):
-            return f"{key!r} is not a string"
-    hosts = run.get("hosts")
-    if hosts is not None and not (
-        isinstance(hosts, list) and all(isinstance(h, str) for h in hosts)
-    ):
-        return "'hosts' is not a list of names"
-    cells = run.get("cells")
-    if cells is not None and not (
-        isinstance(cells, dict) and all(isinstance(c, dict) for c in cells.values())
-    ):
-        return "'cells' is not a mapping of cell id to its record"
-    return None
-
-
 def _summary(run_id: str, path: Path, run: Any, *, finalized: bool, packed: bool) -> RunSummary:
     if not isinstance(run, dict):
         return RunSummary(run_id, path, packed=packed, error="run.json is not a JSON object")
     check_schema(run, path)
-    wrong = _wrong_type(run)
+    wrong = run_json_problem(run)
     if wrong:
         return RunSummary(run_id, path, packed=packed, error=f"run.json: {wrong}")
     raw_cells = run.get("cells")
