@@ -507,7 +507,8 @@ def diff(
     a: str, b: str, results_dir: Path, as_json: bool, repo: Path | None, spill_dir: Path | None
 ) -> None:
     """What changed between A and B (two runs, or two cells), most likely causes first."""
-    from orchestrator.analyze.diff import diff_paths, render_diff
+    from orchestrator.analyze.diff import diff_paths
+    from orchestrator.analyze.diff_render import render_diff
     from orchestrator.results.read import local_path
 
     pa, pb = local_path(a, results_dir), local_path(b, results_dir)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.analyze.diff import CellDiff, Section, diff_cells
+from orchestrator.analyze.diff import diff_cells
+from orchestrator.analyze.diff_model import CellDiff, Section
 from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.analyze.metrics import HEADLINE_METRICS
 from orchestrator.analyze.stats import compare

@@ -20,7 +20,7 @@ from orchestrator.analyze.audit import (
     render_reproductions,
     reproduction,
 )
-from orchestrator.analyze.diff import render_diff
+from orchestrator.analyze.diff_render import render_diff
 from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.config.host import Inventory
 from orchestrator.config.inventory import load_inventory
