@@ -442,45 +442,19 @@ def report(
     CSV and JSON are tidy: one row per cell x repeat x metric.
     """
     from orchestrator.analyze.evidence import load_cells
-    from orchestrator.analyze.report import build_report, plot_report, render_report
+    from orchestrator.analyze.report import build_report, chosen_metrics, plot_report, render_report
     from orchestrator.results.read import local_path
 
     bundle = local_path(ref, results_dir)
     rep = build_report(load_cells(bundle), by=by)
     if metrics or fmt in ("table", "md"):  # CSV and JSON keep every metric unless asked
-        rep.metrics = _chosen_metrics(rep.metrics, metrics, rep)
+        rep.metrics = chosen_metrics(rep, metrics)
     _echo_from_bundle(render_report(rep, fmt))  # type: ignore[arg-type]
     if plot is not None:
         axis = by or next(iter(rep.axes), None)
         if not axis:
             raise InputError("--plot needs an axis to draw against", hint="add --by AXIS")
         click.echo(f"plot: {plot_report(rep, axis, plot)}", err=True)
-
-
-def _chosen_metrics(available: list[str], asked: Sequence[str], rep: Any) -> list[str]:
-    """What a table shows: the asked metrics, else expected ones plus the headline ones.
-
-    A terminal cannot hold every metric of a bench client side by side; CSV/JSON keep all.
-    """
-    if "all" in asked:
-        return available
-    if asked:
-        unknown = [m for m in asked if m not in available]
-        if unknown:
-            raise InputError(
-                f"no metric {unknown[0]!r} in this run", hint=f"metrics: {', '.join(available)}"
-            )
-        return list(asked)
-    expected = [
-        str(e.get("metric"))
-        for row in rep.rows
-        for e in row.cell.expectations
-        if e.get("metric") in available
-    ]
-    from orchestrator.analyze.metrics import HEADLINE_METRICS
-
-    chosen = [*dict.fromkeys([*expected, *(m for m in HEADLINE_METRICS if m in available)])]
-    return chosen or available[:4]
 
 
 @main.command()
