@@ -26,8 +26,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
+    # a message may quote a bundle's (anyone's) text: no terminal escapes reach the screen
+    from orchestrator.results.terminal import printable
+
+    click.echo(printable(f"error: {message}"), err=True)
     sys.exit(code)
+
+
+def _echo_from_bundle(text: str, err: bool = False) -> None:
+    """Print text read from a bundle, which anyone may have written: escapes stripped."""
+    from orchestrator.results.terminal import printable
+
+    click.echo(printable(text), err=err)
 
 
 def reports_errors(fn: F) -> F:
@@ -244,20 +254,13 @@ def apply(
 ) -> None:
     """Run every cell of PLAYBOOK and write a result bundle."""
     from orchestrator.execute.controller import ApplyOptions, Run
+    from orchestrator.execute.resume import check_resume_plan, resume_command, resume_target
 
     planned = Planned(playbook, inventory, extra_vars, limit)
     run_id = None
     if resume is not None:
-        rpath = Path(resume)
-        if rpath.is_dir():
-            results_dir, run_id = rpath.parent, rpath.name
-        else:
-            run_id = resume
-        if not (results_dir / run_id / "run.json").is_file():
-            raise InputError(
-                f"no run {run_id!r} under {results_dir}", hint="`orch runs` lists the runs"
-            )
-        _check_resume_plan(results_dir / run_id, [c.id for c in planned.cells])
+        results_dir, run_id = resume_target(resume, results_dir)
+        check_resume_plan(results_dir / run_id, [c.id for c in planned.cells])
     argv = ["orch", *sys.argv[1:]]
     options = ApplyOptions(
         results_dir=results_dir,
@@ -281,54 +284,10 @@ def apply(
     try:
         outcome = run.execute()
     except KeyboardInterrupt:
-        _interrupted(_resume_command(argv, run.writer.path))
+        _interrupted(resume_command(argv, run.writer.path))
     _print_summary(outcome.cells)
     click.echo(f"\nbundle: {outcome.path}")
     sys.exit(EXIT_OK if outcome.ok else EXIT_FAILED)
-
-
-def _check_resume_plan(run_dir: Path, planned_ids: Sequence[str]) -> None:
-    """Refuse a resume whose arguments plan other cells than the run holds.
-
-    Resuming with a different inventory, -e or --limit would mix two experiments in one bundle.
-    """
-    try:
-        recorded = json.loads((run_dir / "plan.json").read_text())
-        original = json.loads((run_dir / "run.json").read_text()).get("argv") or []
-    except (OSError, ValueError):
-        return
-    known = {c.get("id") for c in recorded.get("cells", []) if isinstance(c, dict)}
-    new = [cid for cid in planned_ids if cid not in known]
-    if new:
-        # run.json's argv holds only the marker for a secret: the user gives the value again.
-        raise InputError(
-            f"these arguments plan {len(new)} cell(s) that run {run_dir.name} does not hold "
-            f"(e.g. {new[0]}): a resume must use the run's own playbook, inventory, -e and --limit",
-            hint=f"resume with: {_resume_command(original, run_dir)}",
-        )
-
-
-def _resume_command(argv: Sequence[str], run_dir: str | Path) -> str:
-    """`argv` resuming `run_dir` (any `--resume` of its own dropped), as printed to the user:
-    a secret -e value shows as `<secret>`, with the note to give it again."""
-    from orchestrator.execute.controller import resume_hint
-
-    shown = resume_hint(shlex.join([*_without_option(argv, "--resume"), "--resume", str(run_dir)]))
-    return shown + (" (give each <secret> its value again)" if "<secret>" in shown else "")
-
-
-def _without_option(argv: Sequence[str], *names: str) -> list[str]:
-    """argv with every `NAME X` / `NAME=X` of the given option names removed."""
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in names:
-            skip = True
-        elif not any(arg.startswith(f"{name}=") for name in names):
-            out.append(arg)
-    return out
 
 
 def _print_summary(cells: dict[str, Any]) -> None:
@@ -381,7 +340,7 @@ def facts(inventory: Sequence[Path], limit: str | None, as_json: bool) -> None:
 @reports_errors
 def runs(results_dir: Path) -> None:
     """List runs with time, playbook, hosts and cells passed/failed."""
-    from orchestrator.results.bundle import list_runs
+    from orchestrator.results.runs import list_runs
 
     given = click.get_current_context().get_parameter_source("results_dir")
     default = given == click.core.ParameterSource.DEFAULT or results_dir == Path("results")
@@ -394,6 +353,10 @@ def runs(results_dir: Path) -> None:
             f"{results_dir} {what}",
             hint="give the folder that holds the run bundles, where `orch apply --results` wrote",
         )
+    found = list_runs(results_dir)
+    for r in found:
+        if r.error:  # one damaged run must not hide the others
+            _echo_from_bundle(f"skipped {r.path}: {r.error}", err=True)
     rows = [
         [
             r.run_id,
@@ -405,12 +368,13 @@ def runs(results_dir: Path) -> None:
             r.failed or "",
             r.not_run or "",
         ]
-        for r in list_runs(results_dir)
+        for r in found
+        if not r.error
     ]
     if not rows:
         click.echo(f"no runs under {results_dir}")
         return
-    click.echo(
+    _echo_from_bundle(
         tabulate(
             rows,
             headers=[
@@ -436,17 +400,14 @@ def show(ref: str, results_dir: Path) -> None:
 
     REF is a run (directory, .tar.gz or id) or a cell (its directory or RUN/CELL-ID-PREFIX).
     """
-    from orchestrator.results.bundle import open_cell, open_run
+    from orchestrator.results.read import RunBundle, open_run_or_cell
     from orchestrator.results.show import describe_cell, describe_run
 
-    path = Path(ref)
-    is_run = (path / "run.json").is_file() or ref.endswith((".tar.gz", ".tgz"))
-    if not is_run and "/" not in ref.rstrip("/") and not (path / "cell.json").is_file():
-        is_run = True
-    if is_run:
-        click.echo(describe_run(open_run(ref, results_dir)))
+    opened = open_run_or_cell(ref, results_dir)
+    if isinstance(opened, RunBundle):
+        _echo_from_bundle(describe_run(opened))
     else:
-        click.echo(describe_cell(open_cell(ref, results_dir)))
+        _echo_from_bundle(describe_cell(opened))
 
 
 @main.command()
@@ -482,56 +443,19 @@ def report(
     CSV and JSON are tidy: one row per cell x repeat x metric.
     """
     from orchestrator.analyze.evidence import load_cells
-    from orchestrator.analyze.report import build_report, plot_report, render_report
+    from orchestrator.analyze.report import build_report, chosen_metrics, plot_report, render_report
+    from orchestrator.results.read import local_path
 
-    bundle = _open_run_or_cell(ref, results_dir)
+    bundle = local_path(ref, results_dir)
     rep = build_report(load_cells(bundle), by=by)
     if metrics or fmt in ("table", "md"):  # CSV and JSON keep every metric unless asked
-        rep.metrics = _chosen_metrics(rep.metrics, metrics, rep)
-    click.echo(render_report(rep, fmt))  # type: ignore[arg-type]
+        rep.metrics = chosen_metrics(rep, metrics)
+    _echo_from_bundle(render_report(rep, fmt))  # type: ignore[arg-type]
     if plot is not None:
         axis = by or next(iter(rep.axes), None)
         if not axis:
             raise InputError("--plot needs an axis to draw against", hint="add --by AXIS")
         click.echo(f"plot: {plot_report(rep, axis, plot)}", err=True)
-
-
-def _chosen_metrics(available: list[str], asked: Sequence[str], rep: Any) -> list[str]:
-    """What a table shows: the asked metrics, else expected ones plus the headline ones.
-
-    A terminal cannot hold every metric of a bench client side by side; CSV/JSON keep all.
-    """
-    if "all" in asked:
-        return available
-    if asked:
-        unknown = [m for m in asked if m not in available]
-        if unknown:
-            raise InputError(
-                f"no metric {unknown[0]!r} in this run", hint=f"metrics: {', '.join(available)}"
-            )
-        return list(asked)
-    expected = [
-        str(e.get("metric"))
-        for row in rep.rows
-        for e in row.cell.expectations
-        if e.get("metric") in available
-    ]
-    from orchestrator.analyze.metrics import HEADLINE_METRICS
-
-    chosen = [*dict.fromkeys([*expected, *(m for m in HEADLINE_METRICS if m in available)])]
-    return chosen or available[:4]
-
-
-def _open_run_or_cell(ref: str, results_dir: Path) -> Path:
-    """A local directory for a run or cell reference (a packed run is extracted)."""
-    from orchestrator.results.bundle import open_cell, open_run
-
-    path = Path(ref)
-    if path.is_dir():
-        return path
-    if "/" in ref.rstrip("/") and not ref.endswith((".tar.gz", ".tgz")):
-        return open_cell(ref, results_dir).path
-    return open_run(ref, results_dir).path
 
 
 @main.command()
@@ -558,15 +482,17 @@ def diff(
     a: str, b: str, results_dir: Path, as_json: bool, repo: Path | None, spill_dir: Path | None
 ) -> None:
     """What changed between A and B (two runs, or two cells), most likely causes first."""
-    from orchestrator.analyze.diff import diff_paths, render_diff
+    from orchestrator.analyze.diff import diff_paths
+    from orchestrator.analyze.diff_render import render_diff
+    from orchestrator.results.read import local_path
 
-    pa, pb = _open_run_or_cell(a, results_dir), _open_run_or_cell(b, results_dir)
+    pa, pb = local_path(a, results_dir), local_path(b, results_dir)
     result = diff_paths(pa, pb, repo_path=repo)
     if as_json:
-        click.echo(render_diff(result, "json"))
+        _echo_from_bundle(render_diff(result, "json"))
         return
     spill = spill_dir or _spill_dir(f"orch-diff-{pa.name}-vs-{pb.name}")
-    click.echo(render_diff(result, "text", spill_dir=spill))
+    _echo_from_bundle(render_diff(result, "text", spill_dir=spill))
 
 
 def _spill_dir(name: str) -> Path:
@@ -584,8 +510,8 @@ def _spill_dir(name: str) -> Path:
 @reports_errors
 def pack(ref: str, results_dir: Path, out: Path | None) -> None:
     """Write RUN as one .tar.gz to share; every reader accepts it."""
-    from orchestrator.results.bundle import pack as pack_run
-    from orchestrator.results.bundle import resolve_run
+    from orchestrator.results.archive import pack as pack_run
+    from orchestrator.results.read import resolve_run
 
     click.echo(str(pack_run(resolve_run(ref, results_dir), out)))
 
@@ -624,94 +550,22 @@ def audit(
 
     Exit 0 only when every check asked for passes.
     """
-    from orchestrator.analyze.audit import (
-        host_drift,
-        integrity,
-        recorded_probe_args,
-        render_reproductions,
-        reproduction,
+    from orchestrator.execute.auditing import AuditRequest
+    from orchestrator.execute.auditing import audit as run_audit
+
+    request = AuditRequest(
+        ref=ref,
+        results_dir=results_dir,
+        inventory=inventory,
+        drift=not no_drift,
+        rerun=rerun,
+        selector=selector,
+        tolerance=_tolerance(tolerance),
+        argv=["orch", *sys.argv[1:]],
     )
-    from orchestrator.analyze.diff import render_diff
-    from orchestrator.analyze.evidence import CellEvidence
-    from orchestrator.config.inventory import load_inventory
-    from orchestrator.execute.facts import probe_host
-    from orchestrator.execute.replay import (
-        inventory_from_bundle,
-        pick_cells,
-        retarget,
-        run_recorded,
+    ok = run_audit(
+        request, out=_echo_from_bundle, err=lambda line: _echo_from_bundle(line, err=True)
     )
-    from orchestrator.results.bundle import open_run
-
-    tol = _tolerance(tolerance)
-    if (Path(ref) / "cell.json").is_file():
-        raise InputError(f"{ref}: audit takes a run, not a cell", hint="pass the run directory")
-    run = open_run(ref, results_dir)
-    ok = True
-    manifest = integrity(run.path, (run.run or {}).get("status"))
-    click.echo(f"integrity: {'ok' if manifest.ok else 'FAILED'} ({manifest.checked} files)")
-    for label, items in (
-        ("changed", manifest.mismatched),
-        ("missing", manifest.missing),
-        ("extra", manifest.extra),
-    ):
-        for item in items:
-            click.echo(f"  {label}: {item}")
-    ok &= manifest.ok
-
-    inv = load_inventory(inventory) if inventory else inventory_from_bundle(run)
-    hosts = list((run.run or {}).get("hosts") or [])
-    if not no_drift:
-        for name in hosts:
-            if name not in inv.hosts:
-                click.echo(f"drift {name}: not in the inventory; give -i", err=True)
-                ok = False
-                continue
-            repo, python = recorded_probe_args(run, name)
-            now = probe_host(inv.hosts[name], repo=repo, python=python)
-            drift = host_drift(run, name, now)
-            if drift.error:
-                click.echo(f"drift {name}: cannot check: {drift.error}")
-            elif not drift.drifted:
-                click.echo(f"drift {name}: none (code, packages, system, hardware as recorded)")
-            else:
-                click.echo(f"drift {name}: DRIFTED")
-                if drift.diff is not None:
-                    click.echo(render_diff(drift.diff, "text"))
-                if any(s.name == "code" and s.differs for s in drift.sections):
-                    click.echo(
-                        "  note: the checkout is shared by every run on this host with the same "
-                        "repo dest; a later orch apply, replay or bisect moves its HEAD too"
-                    )
-            ok &= not drift.drifted
-
-    if rerun:
-        picked = pick_cells(run, selector)
-        cells = retarget(picked, inv, None)
-        outcome = run_recorded(
-            run,
-            cells,
-            inv,
-            results_dir=results_dir,
-            argv=["orch", *sys.argv[1:]],
-            provenance={"audit_of": run.run_id},
-        )
-        verdicts = []
-        for cell in cells:
-            old = run.cells.get(cell.id)
-            new_dir = outcome.path / "cells" / cell.id
-            if old is None or not new_dir.is_dir():
-                continue
-            verdicts.append(
-                reproduction(CellEvidence.load(old.path), CellEvidence.load(new_dir), tolerance=tol)
-            )
-        headers = ["cell", "metric", "recorded", "rerun", "ratio", "reproduces"]
-        click.echo(tabulate(render_reproductions(verdicts), headers=headers))
-        click.echo(f"rerun bundle: {outcome.path}")
-        good = bool(verdicts) and all(v.reproduces for v in verdicts)
-        click.echo(f"reproduction: {'ok' if good else 'FAILED'}")
-        ok &= good
-    click.echo(f"audit: {'PASSED' if ok else 'FAILED'}")
     sys.exit(EXIT_OK if ok else EXIT_FAILED)
 
 
@@ -725,7 +579,7 @@ def replay(ref: str, results_dir: Path, inventory: Sequence[Path], limit: str | 
     """Run RUN/CELL again from its bundle alone, on its host or on the hosts --limit picks."""
     from orchestrator.config.inventory import load_inventory
     from orchestrator.execute.replay import inventory_from_bundle, retarget, run_recorded
-    from orchestrator.results.bundle import open_cell
+    from orchestrator.results.read import open_cell
 
     record = open_cell(ref, results_dir)
     if record.run is None:
@@ -785,63 +639,25 @@ def bisect(
     """Find the first bad commit for one cell of PLAYBOOK, noise-aware."""
     from orchestrator.analyze.bisect import BisectError, BisectPolicy
     from orchestrator.execute.bisection import (
-        BISECT_FILE,
         Bisection,
         BisectSetup,
         MetricNotReported,
+        pick_bisect_cell,
         render_bisect,
+        show_bisect,
     )
-    from orchestrator.plan.select import select_cells
-    from orchestrator.results.bundle import open_run
+    from orchestrator.execute.resume import resume_command
+    from orchestrator.results.read import open_run
 
     if show_run:
-        run = open_run(show_run, results_dir)
-        doc = (
-            json.loads((run.path / BISECT_FILE).read_text())
-            if (run.path / BISECT_FILE).is_file()
-            else None
-        )
-        if doc is None:
-            is_bisect = bool((run.run or {}).get("bisect"))
-            raise InputError(
-                f"{show_run}: no finished bisect here",
-                hint="continue it with --resume" if is_bisect else "this run is not a bisect",
-            )
-        click.echo(render_bisect(doc))
+        click.echo(show_bisect(show_run, results_dir))
         return
     if playbook is None or not selector or not good or not bad:
         raise InputError("bisect needs PLAYBOOK, --cell, --good and --bad")
     planned = Planned(playbook, inventory, extra_vars, limit)
-    picked = select_cells(
-        planned.cells,
-        selector,
-        cell_id=lambda c: c.id,
-        axes=lambda c: c.axes,
-        host=lambda c: c.host,
-    )
-    base = picked[0]
-
-    def without_commit(c: Any) -> str:
-        # Cells that differ only in the repo version are one cell to bisect.
-        data = c.model_dump(mode="json", exclude={"id", "axes", "host"})
-        if data.get("repo"):
-            data["repo"].pop("version", None)
-        return json.dumps(data, sort_keys=True)
-
-    same_host = [c for c in picked if c.host == base.host]
-    if len({without_commit(c) for c in same_host}) > 1:
-        names = ", ".join(c.id for c in same_host[:6])
-        raise InputError(
-            f"--cell {selector!r} matches {len(picked)} cells: {names}", hint="name more axes"
-        )
+    base, commit_axes = pick_bisect_cell(planned.cells, selector)
     if metric is None:
         metric = next(iter(base.expect), "output_throughput")
-    version = base.repo.version if base.repo else None
-    commit_axes = frozenset(
-        k
-        for k in base.axes
-        if base.axes[k] == version or len({json.dumps(c.axes.get(k)) for c in same_host}) > 1
-    )
     run_id = None
     if resume_run:
         run_id = open_run(resume_run, results_dir).path.name
@@ -874,7 +690,7 @@ def bisect(
         again = None
         if job.run_id:  # the whole command, with the run's path: runnable as printed
             run_path = str(results_dir / str(job.run_id))
-            again = _resume_command(["orch", *sys.argv[1:]], run_path)
+            again = resume_command(["orch", *sys.argv[1:]], run_path)
         _interrupted(again)
     click.echo(render_bisect(job.doc))
     click.echo(f"\nbundle: {results_dir / str(job.run_id)}")
@@ -892,25 +708,27 @@ _attach_sim()
 def _metric_not_reported(exc: MetricNotReported, run_dir: Path | None) -> None:
     """The error, then the whole command that resumes with a reported metric (its own line,
     so it copies clean); what was measured is read back, not measured again."""
+    from orchestrator.execute.resume import resume_command, without_option
+
     pick = exc.suggestion
     if pick:
         exc.hint = f"did you mean {pick!r}?"
     click.echo(f"error: {exc.render()}", err=True)
     if run_dir is not None:
         fixed = [
-            *_without_option(["orch", *sys.argv[1:]], "--metric"),
+            *without_option(["orch", *sys.argv[1:]], "--metric"),
             "--metric",
             pick or "METRIC",
         ]
         name = "" if pick else " (METRIC: one of those)"
-        again = _resume_command(fixed, run_dir)
+        again = resume_command(fixed, run_dir)
         click.echo(f"what was measured is kept; continue with: {again}{name}", err=True)
     sys.exit(exc.exit_code)
 
 
 def _interrupted(resume: str | None) -> None:
     """Ctrl-C: servers were stopped by their runners; say how to go on (`resume`, from
-    `_resume_command`), exit 130."""
+    `resume_command`), exit 130."""
     tail = f"; continue with: {resume}" if resume else ""
     click.echo(f"interrupted: servers stopped{tail}", err=True)
     sys.exit(130)

@@ -12,12 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.analyze.diff import CellDiff, Section, diff_cells
+from orchestrator.analyze.diff import diff_cells
+from orchestrator.analyze.diff_model import CellDiff, Section
 from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.analyze.metrics import HEADLINE_METRICS
 from orchestrator.analyze.stats import compare
-from orchestrator.results.bundle import RunBundle
-from orchestrator.results.manifest import MANIFEST_NAME, ManifestReport, verify_manifest
+from orchestrator.results.layout import MANIFEST
+from orchestrator.results.manifest import ManifestReport, verify_manifest
+from orchestrator.results.read import RunBundle
+from orchestrator.results.records import Snapshot
+from orchestrator.runner.probe_shape import ABSENT
 
 # Sections of the diff that say a host drifted; metrics and flags cannot differ here.
 DRIFT_SECTIONS = ("code", "packages", "system", "hardware")
@@ -95,8 +99,8 @@ def integrity(run_dir: Path, status: str | None = None) -> ManifestReport:
     its manifest, so a missing one is a failed check, listed as missing, not a bad argument;
     only a run still in progress has none yet (BundleError).
     """
-    if status not in (None, "running") and not (run_dir / MANIFEST_NAME).exists():
-        return ManifestReport(missing=[MANIFEST_NAME])  # nothing can be checked without it
+    if status not in (None, "running") and not (run_dir / MANIFEST).exists():
+        return ManifestReport(missing=[MANIFEST])  # nothing can be checked without it
     return verify_manifest(run_dir)
 
 
@@ -144,8 +148,8 @@ def recorded_probe_args(run: RunBundle, host: str) -> tuple[str | None, str | No
     last = _recorded_evidence(run, host)
     if last is None:
         return None, None
-    snap = last.snapshot_post or last.snapshot_pre
-    git, python = _dict(snap.get("git")), _dict(snap.get("python"))
+    snap = Snapshot(last.snapshot_post or last.snapshot_pre)
+    git, python = snap.git, snap.python
     repo = git.get("path") or (last.repo or {}).get("dest")
     return (
         str(repo) if repo else None,
@@ -187,11 +191,11 @@ def _host_state(
 
 def host_drift(run: RunBundle, host: str, now: Mapping[str, Any]) -> HostDrift:
     """Diff what the run recorded on `host` against a snapshot `now` (probe output)."""
-    if "absent" in now and len(now) <= 2:
-        return HostDrift(host, [], error=f"cannot snapshot {host} now: {now['absent']}")
+    if ABSENT in now and len(now) <= 2:
+        return HostDrift(host, [], error=f"cannot snapshot {host} now: {now[ABSENT]}")
     recorded = _recorded_evidence(run, host)
     facts = run.hosts.get(host) or {}
-    git = _dict(now.get("git"))
+    git = Snapshot(now).git
     repo_then = recorded.repo if recorded else {}
     # A clone now at another commit this run measured was moved by a later run pinning it, not
     # by a pull: compare against that cell's repo state. A commit the run never used is drift.

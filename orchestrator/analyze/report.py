@@ -20,7 +20,7 @@ from tabulate import tabulate
 
 from orchestrator.analyze import stats
 from orchestrator.analyze.evidence import CellEvidence
-from orchestrator.analyze.metrics import format_number
+from orchestrator.analyze.metrics import HEADLINE_METRICS, format_number
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
 
@@ -103,6 +103,31 @@ def _expectation_marks(cell: CellEvidence) -> dict[str, ExpectationMark]:
                 previous.details + detail,
             )
     return marks
+
+
+def chosen_metrics(rep: Report, asked: Sequence[str]) -> list[str]:
+    """What a table shows: the asked metrics, else expected ones plus the headline ones.
+
+    A terminal cannot hold every metric of a bench client side by side; CSV/JSON keep all.
+    """
+    available = rep.metrics
+    if "all" in asked:
+        return available
+    if asked:
+        unknown = [m for m in asked if m not in available]
+        if unknown:
+            raise InputError(
+                f"no metric {unknown[0]!r} in this run", hint=f"metrics: {', '.join(available)}"
+            )
+        return list(asked)
+    expected = [
+        str(e.get("metric"))
+        for row in rep.rows
+        for e in row.cell.expectations
+        if e.get("metric") in available
+    ]
+    chosen = [*dict.fromkeys([*expected, *(m for m in HEADLINE_METRICS if m in available)])]
+    return chosen or available[:4]
 
 
 def build_report(cells: Sequence[CellEvidence], *, by: str | None = None) -> Report:

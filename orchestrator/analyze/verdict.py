@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,9 @@ from orchestrator.analyze.expect import check_all
 from orchestrator.analyze.metrics import metrics_document, summarize
 from orchestrator.cell import Cell
 from orchestrator.errors import OrchError
-
-_REPEAT_DIR = re.compile(r"^\d+$")
+from orchestrator.results.documents import read_json_noting
+from orchestrator.results.layout import CELL_JSON, METRICS_JSON
+from orchestrator.results.records import CellRecord
 
 
 @dataclass
@@ -31,11 +31,7 @@ class Verdict:
 
 def repeat_dirs(cell_dir: Path) -> list[Path]:
     """The measured repeats (not warmups) of a cell, in order."""
-    bench = cell_dir / "bench"
-    if not bench.is_dir():
-        return []
-    dirs = [p for p in bench.iterdir() if p.is_dir() and _REPEAT_DIR.match(p.name)]
-    return sorted(dirs, key=lambda p: int(p.name))
+    return [repeat.path for repeat in CellRecord(cell_dir).repeats]
 
 
 def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
@@ -44,7 +40,7 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
     The runner's own status comes first; a parser failure, a failed adapter check (e.g. a declared
     NCCL variable NCCL never reported) in strict mode, or a missed expectation fails the cell.
     """
-    cell_json = _read_json(cell_dir / "cell.json") or {}
+    cell_json = _read_json(cell_dir / CELL_JSON) or {}
     status = str(cell_json.get("status") or "failed")
     reason = cell_json.get("reason")
     problems: list[str] = []
@@ -108,10 +104,7 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    return read_json_noting(path, [])
 
 
 def record_verdict(cell_dir: Path, verdict: Verdict) -> None:
@@ -120,8 +113,8 @@ def record_verdict(cell_dir: Path, verdict: Verdict) -> None:
     Every reader (show, report, diff) then sees one status: the runner may say passed while an
     expectation or an NCCL check failed the cell.
     """
-    (cell_dir / "metrics.json").write_text(json.dumps(verdict.metrics, indent=2) + "\n")
-    path = cell_dir / "cell.json"
+    (cell_dir / METRICS_JSON).write_text(json.dumps(verdict.metrics, indent=2) + "\n")
+    path = cell_dir / CELL_JSON
     doc = _read_json(path)
     if not isinstance(doc, dict):
         return

@@ -19,14 +19,18 @@ from orchestrator.analyze.bisect import BisectPolicy, BisectResult, bisect
 from orchestrator.analyze.metrics import metric_names, values_of
 from orchestrator.cell import Cell, cell_id, secret_masks
 from orchestrator.config.host import Host, Inventory
-from orchestrator.errors import ExecutionError, InputError, OrchError
+from orchestrator.errors import BundleError, ExecutionError, InputError, OrchError
 from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.controller import ApplyOptions, Run
 from orchestrator.execute.ship import ensure_runner
+from orchestrator.plan.select import select_cells
 from orchestrator.results.bundle import FINISHED_STATUSES, BundleWriter
+from orchestrator.results.documents import read_json
+from orchestrator.results.layout import BISECT_JSON, CELL_JSON, CELLS_DIR, METRICS_JSON
+from orchestrator.results.read import open_run
 from orchestrator.results.redact import secret_items_in
 
-BISECT_FILE = "bisect.json"
+BISECT_FILE = BISECT_JSON
 # A commit that fails before the benchmark produced numbers cannot be placed: skip it.
 SKIP_STEPS = (
     *("repo", "setup", "preflight", "server_start", "ready", "verify_env", "bench", "runner"),
@@ -197,11 +201,11 @@ class Bisection:
         run again (as `orch apply --resume` does), not read back as a commit that cannot be
         measured.
         """
-        path = self.setup.results_dir / str(self.run_id) / "cells" / cid
+        path = self.setup.results_dir / str(self.run_id) / CELLS_DIR / cid
         try:
-            cell = json.loads((path / "cell.json").read_text())
-            metrics = json.loads((path / "metrics.json").read_text())
-        except (OSError, ValueError):
+            cell = read_json(path / CELL_JSON, required=True)
+            metrics = read_json(path / METRICS_JSON, required=True)
+        except BundleError:
             return None
         if not isinstance(cell, dict) or cell.get("status") not in FINISHED_STATUSES:
             return None
@@ -286,6 +290,54 @@ class Bisection:
         writer.write_json(BISECT_FILE, self.doc)
         writer.finalize()
         return result
+
+
+def pick_bisect_cell(cells: Sequence[Cell], selector: str) -> tuple[Cell, frozenset[str]]:
+    """The one cell `--cell` picks to bisect, and its axes that only choose the commit.
+
+    Cells that differ only in the repo version (an axis over commits) are one cell to bisect.
+    """
+    picked = select_cells(
+        cells,
+        selector,
+        cell_id=lambda c: c.id,
+        axes=lambda c: c.axes,
+        host=lambda c: c.host,
+    )
+    base = picked[0]
+
+    def without_commit(c: Any) -> str:
+        data = c.model_dump(mode="json", exclude={"id", "axes", "host"})
+        if data.get("repo"):
+            data["repo"].pop("version", None)
+        return json.dumps(data, sort_keys=True)
+
+    same_host = [c for c in picked if c.host == base.host]
+    if len({without_commit(c) for c in same_host}) > 1:
+        names = ", ".join(c.id for c in same_host[:6])
+        raise InputError(
+            f"--cell {selector!r} matches {len(picked)} cells: {names}", hint="name more axes"
+        )
+    version = base.repo.version if base.repo else None
+    commit_axes = frozenset(
+        k
+        for k in base.axes
+        if base.axes[k] == version or len({json.dumps(c.axes.get(k)) for c in same_host}) > 1
+    )
+    return base, commit_axes
+
+
+def show_bisect(ref: str, results_dir: Path) -> str:
+    """`orch bisect --show RUN`: a finished bisect re-printed from its bundle."""
+    run = open_run(ref, results_dir)
+    doc = read_json(run.path / BISECT_JSON)
+    if not isinstance(doc, dict):
+        is_bisect = bool((run.run or {}).get("bisect"))
+        raise InputError(
+            f"{ref}: no finished bisect here",
+            hint="continue it with --resume" if is_bisect else "this run is not a bisect",
+        )
+    return render_bisect(doc)
 
 
 def render_bisect(doc: dict[str, Any]) -> str:

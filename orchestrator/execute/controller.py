@@ -28,12 +28,23 @@ from orchestrator.analyze.verdict import record_verdict, score_cell
 from orchestrator.cell import Cell
 from orchestrator.config.host import Host, Inventory
 from orchestrator.config.playbook import parse_extra_vars
-from orchestrator.errors import ConnectionFailure, OrchError
+from orchestrator.errors import BundleError, ConnectionFailure, OrchError
 from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.pool import StartSpacing
 from orchestrator.execute.progress import Progress
 from orchestrator.execute.ship import ensure_runner
-from orchestrator.results.bundle import BundleWriter, extract_archive
+from orchestrator.results.archive import extract_archive
+from orchestrator.results.bundle import BundleWriter
+from orchestrator.results.documents import read_json, recorded_plan_cells
+from orchestrator.results.layout import (
+    CELL_JSON,
+    CELLS_DIR,
+    FACTS_JSON,
+    HOSTS_DIR,
+    INVENTORY_JSON,
+    PLAN_JSON,
+    RUN_JSON,
+)
 from orchestrator.results.redact import (
     hide_secret_extra_vars,
     redact_mapping,
@@ -176,10 +187,9 @@ def resume_hint(command: str) -> str:
         return command
     names: set[str] = set()
     if "--resume" in argv[:-1]:
-        plan = Path(argv[argv.index("--resume") + 1]) / "plan.json"
         try:
-            cells = json.loads(plan.read_text()).get("cells") or []
-        except (OSError, ValueError, AttributeError):
+            cells = recorded_plan_cells(Path(argv[argv.index("--resume") + 1])) or []
+        except BundleError:
             cells = []
         for cell in cells:
             if isinstance(cell, dict):
@@ -251,7 +261,7 @@ class Run:
 
     def _write_start(self) -> None:
         if self.options.resume:
-            self._previous = self.writer.read_json("run.json") or {}
+            self._previous = self.writer.read_json(RUN_JSON) or {}
         else:
             copies = self.writer.copy_playbook_files(self._playbook_files, self._playbook_dir)
             for copy in copies:
@@ -267,11 +277,11 @@ class Run:
             # A resumed bundle may hold cells of other Runs (bisect adds one-cell Runs to one
             # bundle): keep what they recorded, this Run's version of a cell wins.
             ours = {c["id"] for c in plan}
-            earlier = (self.writer.read_json("plan.json") or {}).get("cells", [])
+            earlier = (self.writer.read_json(PLAN_JSON) or {}).get("cells", [])
             plan = [c for c in earlier if c.get("id") not in ours] + plan
-            hosts = {**(self.writer.read_json("inventory.json") or {}).get("hosts", {}), **hosts}
-        self.writer.write_json("plan.json", {"cells": plan})
-        self.writer.write_json("inventory.json", {"source": self.inventory.source, "hosts": hosts})
+            hosts = {**(self.writer.read_json(INVENTORY_JSON) or {}).get("hosts", {}), **hosts}
+        self.writer.write_json(PLAN_JSON, {"cells": plan})
+        self.writer.write_json(INVENTORY_JSON, {"source": self.inventory.source, "hosts": hosts})
         self._write_run_json("running")
 
     def _redacted_cell(self, cell: Cell) -> dict[str, Any]:
@@ -326,7 +336,7 @@ class Run:
                 "cells": cells,
                 **self.options.extra_run_fields,
             }
-            self.writer.write_json("run.json", doc)
+            self.writer.write_json(RUN_JSON, doc)
 
     def _record(self, outcome: CellOutcome) -> None:
         if outcome.reason:  # git/ssh errors can quote a URL or argv holding a secret
@@ -404,7 +414,7 @@ class Run:
         cells = self._previous.setdefault("cells", {})
         hosts = {c.id: c.host for c in self.cells}
         for cid in done:
-            doc = self.writer.read_json(f"cells/{cid}/cell.json")
+            doc = self.writer.read_json(f"{CELLS_DIR}/{cid}/{CELL_JSON}")
             if not isinstance(doc, dict) or not isinstance(cells, dict):
                 continue
             entry = cells.setdefault(cid, {"host": hosts.get(cid, "")})
@@ -496,7 +506,7 @@ class Run:
 
     def _facts(self, conn: Connection, runner: str) -> None:
         host = conn.host
-        rel = f"hosts/{host.name}/facts.json"
+        rel = f"{HOSTS_DIR}/{host.name}/{FACTS_JSON}"
         if self.options.resume and self.writer.exists(rel):
             return
         self.progress.host_step(host.name, "facts")
@@ -612,7 +622,7 @@ class Run:
             # The host redacted its captures (server_info): compare what it reported with the
             # declared cell redacted the same way, as `orch report`/`audit` read them later.
             verdict = score_cell(staged, self._recorded_cell(cell))
-            cell_json = json.loads((staged / "cell.json").read_text())
+            cell_json = read_json(staged / CELL_JSON, required=True)
             record_verdict(staged, verdict)
             self.writer.add_cell_dir(cell.id, staged, self.secrets)
             shutil.rmtree(staged, ignore_errors=True)
@@ -621,7 +631,8 @@ class Run:
             conn.host.name,
             verdict.status,
             verdict.reason,
-            verdict.failed_step or cell_json.get("failed_step"),
+            verdict.failed_step
+            or (cell_json.get("failed_step") if isinstance(cell_json, dict) else None),
             round(seconds, 3),
         )
 

@@ -18,7 +18,7 @@ from orchestrator.config.patterns import select_hosts_checked
 from orchestrator.errors import InputError
 from orchestrator.execute.controller import ApplyOptions, Run, RunOutcome
 from orchestrator.plan.select import select_cells
-from orchestrator.results.bundle import RunBundle
+from orchestrator.results.read import RunBundle
 from orchestrator.runner.redaction import REDACTED
 
 

@@ -13,23 +13,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import BundleError
+from orchestrator.results.layout import MANIFEST, is_tmp
 
-MANIFEST_NAME = "MANIFEST.sha256"
+MANIFEST_NAME = MANIFEST
 _BLOCK = 1024 * 1024
-
-
-def _is_tmp(name: str) -> bool:
-    return name.startswith(".") and name.endswith(".tmp")
 
 
 def bundle_files(run_dir: Path) -> list[str]:
     """Relative posix paths of the regular files a manifest covers, sorted."""
     out: list[str] = []
     for dirpath, dirnames, filenames in os.walk(run_dir):
-        dirnames[:] = [d for d in dirnames if not _is_tmp(d)]
+        dirnames[:] = [d for d in dirnames if not is_tmp(d)]
         rel_dir = Path(dirpath).relative_to(run_dir)
         for name in filenames:
-            if _is_tmp(name):
+            if is_tmp(name):
                 continue
             rel = (rel_dir / name).as_posix()
             if rel == MANIFEST_NAME:

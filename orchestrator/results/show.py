@@ -9,7 +9,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from orchestrator.results.bundle import CellRecord, RunBundle
+from orchestrator.results.layout import CELLS_DIR
+from orchestrator.results.read import RunBundle
+from orchestrator.results.records import CellRecord, Metrics
 
 
 def _first_line(text: Any) -> str:
@@ -34,7 +36,7 @@ def describe_run(run: RunBundle) -> str:
     rows = []
     for cid, entry in (doc.get("cells") or {}).items():
         record = run.cells.get(cid)
-        headline = _headline(record.metrics if record else None)
+        headline = _headline(Metrics(record.metrics or {}) if record else None)
         rows.append(
             [
                 cid,
@@ -47,25 +49,29 @@ def describe_run(run: RunBundle) -> str:
     lines += ["", tabulate(rows, headers=["cell", "host", "status", "headline metric", "reason"])]
     if run.packed:  # run.path is a temporary extraction, deleted when the command exits
         lines.append(
-            f"\ncells: {run.member(run.path / 'cells')}/ inside {run.source}"
+            f"\ncells: {run.member(run.path / CELLS_DIR)}/ inside {run.source}"
             "  (orch show RUN/CELL for one cell's logs)"
         )
     else:
-        lines.append(f"\ncells: {run.path / 'cells'}  (orch show RUN/CELL for one cell's logs)")
+        lines.append(f"\ncells: {run.path / CELLS_DIR}  (orch show RUN/CELL for one cell's logs)")
     return "\n".join(lines)
 
 
 _HEADLINE = ("output_throughput", "request_throughput")
 
 
-def _headline(metrics: dict[str, Any] | None) -> str:
+def _headline(metrics: Metrics | None) -> str:
     """`output_throughput 93.9` (median), or the first metric there is."""
-    summary = (metrics or {}).get("summary") or {}
+    summary = metrics.summary if metrics is not None else {}
     if not summary:
         return ""
     name = next((m for m in _HEADLINE if m in summary), next(iter(summary)))
     median = summary[name].get("median")
     return f"{name} {median:.4g}" if isinstance(median, int | float) else name
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def describe_cell(cell: CellRecord) -> str:
@@ -94,25 +100,23 @@ def describe_cell(cell: CellRecord) -> str:
             f"repo      {repo.get('requested')} -> {repo.get('sha')}"
             f" ({repo.get('describe')}, dirty: {repo.get('dirty')})"
         )
-    server = spec.get("server") or {}
-    if server.get("argv"):
-        lines.append(f"server    {' '.join(server['argv'])}")
-    bench = spec.get("bench") or {}
-    if bench.get("argv"):
-        lines.append(f"bench     {' '.join(bench['argv'])}")
+    for name in ("server", "bench"):
+        argv = _dict(spec.get(name)).get("argv")
+        if argv and isinstance(argv, list):
+            lines.append(f"{name:<9} {' '.join(str(a) for a in argv)}")
     if cell.reason:
         lines += ["", "reason:", str(cell.reason)]
-    metrics = cell.metrics or {}
-    summary = metrics.get("summary") or {}
+    metrics = Metrics(cell.metrics or {})
+    summary = metrics.summary
     if summary:
         rows = [
             [m, s.get("median"), s.get("min"), s.get("max"), s.get("n")] for m, s in summary.items()
         ]
         lines += ["", tabulate(rows, headers=["metric", "median", "min", "max", "n"])]
-    for exp in metrics.get("expectations") or []:
+    for exp in metrics.expectations:
         mark = "ok  " if exp.get("ok") else "MISS"
         lines.append(f"expect {mark} {exp.get('metric')} {exp.get('bound')}: {exp.get('detail')}")
-    for check in metrics.get("checks") or []:
+    for check in metrics.checks:
         if not check.get("ok", True):
             lines.append(f"check FAIL {check.get('name')}: {check.get('detail')}")
     env = cell.env_check or {}

@@ -10,36 +10,17 @@ import csv
 import re
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-# The REFERENCE.md field list, newest names first; `LEGACY_FIELDS` maps them to pre-~535.113 names.
-GPU_FIELDS = (
-    "index",
-    "name",
-    "uuid",
-    "driver_version",
-    "pci.bus_id",
-    "pstate",
-    "compute_cap",
-    "clocks.sm",
-    "clocks.max.sm",
-    "clocks.mem",
-    "clocks.max.memory",
-    "pcie.link.gen.gpucurrent",
-    "pcie.link.gen.max",
-    "pcie.link.width.current",
-    "pcie.link.width.max",
-    "power.draw",
-    "power.limit",
-    "temperature.gpu",
-    "memory.used",
-    "memory.total",
-    "persistence_mode",
-    "ecc.mode.current",
-    "clocks_event_reasons.active",
+# the one declared shape, re-exported under the names the probe has always used
+from orchestrator.runner.probe_shape import CLOCK_EVENT_REASONS as CLOCK_EVENT_REASONS
+from orchestrator.runner.probe_shape import GPU_FIELDS as GPU_FIELDS
+from orchestrator.runner.probe_shape import LEGACY_GPU_FIELDS as LEGACY_GPU_FIELDS
+from orchestrator.runner.probe_shape import REASON_FIELD as REASON_FIELD
+from orchestrator.runner.probe_shape import (
+    decode_clock_event_reasons as decode_clock_event_reasons,
 )
-LEGACY_FIELDS = {
-    "pcie.link.gen.gpucurrent": "pcie.link.gen.current",
-    "clocks_event_reasons.active": "clocks_throttle_reasons.active",
-}
+
+LEGACY_FIELDS = LEGACY_GPU_FIELDS
+
 _NUMERIC_FIELDS = frozenset(
     (
         "index",
@@ -58,19 +39,6 @@ _NUMERIC_FIELDS = frozenset(
         "memory.used",
         "memory.total",
     )
-)
-REASON_FIELD = "clocks_event_reasons.active"
-# NVML's nvmlClocksEventReasons bits (nvml.h), lowest first.
-CLOCK_EVENT_REASONS = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
 )
 _UNAVAILABLE = re.compile(
     r"^\[?(N/A|Not Supported|Unknown Error|Insufficient Permissions|GPU is lost)\]?$", re.I
@@ -102,30 +70,6 @@ def parse_value(field: str, raw: str) -> Any:
             except ValueError:
                 return text
     return text
-
-
-def decode_clock_event_reasons(mask: Optional[str]) -> Optional[List[str]]:
-    """`0x...48` -> ["hw_slowdown", "hw_thermal_slowdown"]; unknown bits as `bit_0x...`."""
-    if mask is None:
-        return None
-    try:
-        value = int(mask, 16)
-    except ValueError:
-        return None
-    names = []
-    known = 0
-    for bit, name in CLOCK_EVENT_REASONS:
-        known |= bit
-        if value & bit:
-            names.append(name)
-    rest = value & ~known
-    bit = 1
-    while rest:
-        if rest & bit:
-            names.append("bit_%#x" % bit)
-            rest &= ~bit
-        bit <<= 1
-    return names
 
 
 def _split_csv_line(line: str) -> List[str]:

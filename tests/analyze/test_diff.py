@@ -17,17 +17,10 @@ from analyze_fixtures import (
     write_run,
 )
 
-from orchestrator.analyze.diff import (
-    SECTION_ORDER,
-    CellDiff,
-    RunDiff,
-    decode_event_reasons,
-    diff_cells,
-    diff_paths,
-    diff_runs,
-    parse_pip_freeze,
-    render_diff,
-)
+from orchestrator.analyze.diff import diff_cells, diff_paths, diff_runs
+from orchestrator.analyze.diff_host import decode_event_reasons, parse_pip_freeze
+from orchestrator.analyze.diff_model import SECTION_ORDER, CellDiff, RunDiff
+from orchestrator.analyze.diff_render import render_diff
 from orchestrator.analyze.evidence import CellEvidence, load_run
 from orchestrator.errors import InputError
 

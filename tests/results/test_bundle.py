@@ -17,17 +17,12 @@ from results_helpers import PLANTED, files_containing, make_cell_archive, make_c
 
 from orchestrator.errors import BundleError
 from orchestrator.results import bundle as bundle_mod
-from orchestrator.results.bundle import (
-    BundleWriter,
-    RunBundle,
-    extract_archive,
-    list_runs,
-    new_run_id,
-    open_cell,
-    open_run,
-    pack,
-)
+from orchestrator.results import read as read_mod
+from orchestrator.results.archive import extract_archive, pack
+from orchestrator.results.bundle import BundleWriter, new_run_id
 from orchestrator.results.manifest import MANIFEST_NAME, verify_manifest
+from orchestrator.results.read import RunBundle, open_cell, open_run
+from orchestrator.results.runs import list_runs
 
 CELLS = ["spec-off-11111111", "spec-eagle3-2-22222222", "spec-eagle3-4-33333333"]
 
@@ -427,9 +422,9 @@ def test_an_unknown_cell_names_every_cell_or_says_how_many_were_left_out(
 
 
 def test_listing_names_all_up_to_the_limit() -> None:
-    assert bundle_mod.listing(["a", "b"]) == "a, b"
-    assert bundle_mod.listing([str(i) for i in range(12)], limit=10).endswith("9, ... and 2 more")
-    assert bundle_mod.listing([]) == ""
+    assert read_mod.listing(["a", "b"]) == "a, b"
+    assert read_mod.listing([str(i) for i in range(12)], limit=10).endswith("9, ... and 2 more")
+    assert read_mod.listing([]) == ""
 
 
 def test_an_ambiguous_run_prefix_says_how_many_runs_were_left_out(tmp_path: Path) -> None:
@@ -438,7 +433,7 @@ def test_an_ambiguous_run_prefix_says_how_many_runs_were_left_out(tmp_path: Path
         (results / f"2026-run-{i:02d}").mkdir(parents=True)
         (results / f"2026-run-{i:02d}" / "run.json").write_text("{}")
     with pytest.raises(BundleError) as err:
-        bundle_mod.resolve_run("2026", results)
+        read_mod.resolve_run("2026", results)
     assert "matches 12 runs: 2026-run-00," in err.value.message
     assert "2026-run-09, ... and 2 more" in err.value.message
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import BundleError
-from orchestrator.results.bundle import extract_archive
+from orchestrator.results.archive import extract_archive
 
 
 def _archive(path: Path, link_target: str) -> Path:

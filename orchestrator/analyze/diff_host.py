@@ -1,0 +1,282 @@
+"""The parts of `orch diff` a host snapshot answers: packages, system versions, GPU state and
+topology, read in the probe's declared shape (`runner/probe_shape.py`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from orchestrator.analyze.diff_model import (
+    SECTION_TITLES,
+    Entry,
+    Section,
+    as_dict,
+    dict_entries,
+    same,
+    show_value,
+)
+from orchestrator.analyze.evidence import CellEvidence
+from orchestrator.results.records import Snapshot
+from orchestrator.runner import probe_shape as shape
+
+# --- packages ----------------------------------------------------------------------------------
+
+
+def _package_key(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
+def parse_pip_freeze(value: Any) -> dict[str, str] | None:
+    """`pip freeze` output (text, list of lines, or {name: version}) as {normalized name: version}.
+
+    `name==1.2`, `name @ url` (version "@ url"), `-e git+...#egg=name` (version the whole line).
+    """
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return {_package_key(str(k)): str(v) for k, v in value.items()}
+    lines = value.splitlines() if isinstance(value, str) else [str(v) for v in value]
+    out: dict[str, str] = {}
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith(("-e ", "--editable ")):
+            egg = re.search(r"[#&]egg=([^&\s]+)", line)
+            out[_package_key(egg.group(1) if egg else line)] = line
+        elif " @ " in line:
+            name, _, url = line.partition(" @ ")
+            out[_package_key(name)] = f"@ {url.strip()}"
+        elif "==" in line:
+            name, _, version = line.partition("==")
+            out[_package_key(name)] = version.lstrip("=").strip()
+        else:
+            out[_package_key(line)] = ""
+    return out
+
+
+def _pip_freeze_of(snapshot: Snapshot) -> tuple[dict[str, str] | None, str | None]:
+    """(packages, None), or (None, why not) when the snapshot has no usable pip freeze."""
+    reason = snapshot.absent(shape.PIP_FREEZE)
+    if reason is not None:
+        return None, reason
+    raw = snapshot.item(shape.PIP_FREEZE)
+    if not isinstance(raw, list | str | dict):
+        return None, "not recorded"
+    return parse_pip_freeze(raw), None
+
+
+def packages_section(a: CellEvidence, b: CellEvidence) -> Section:
+    section = Section("packages", SECTION_TITLES["packages"])
+    (fa, why_a), (fb, why_b) = _pip_freeze_of(a.pre), _pip_freeze_of(b.pre)
+    if fa is None or fb is None:
+        if fa is not None or fb is not None:
+            side, why = ("B", why_b) if fa is not None else ("A", why_a)
+            section.notes.append(f"pip freeze missing for {side} ({why}): packages not compared")
+        return section
+    for name in sorted(set(fa) | set(fb)):
+        va, vb = fa.get(name), fb.get(name)
+        if va != vb:
+            note = "added" if va is None else "removed" if vb is None else "changed"
+            section.entries.append(Entry(name, va, vb, note))
+    return section
+
+
+# --- system ------------------------------------------------------------------------------------
+
+
+def _system_values(cell: CellEvidence) -> dict[str, Any]:
+    values = {label: cell.pre.value(path) for label, path in shape.SYSTEM_FIELDS}
+    if values["os"] is None:
+        values["os"] = cell.pre.value(shape.OS_NAME)
+    if values["driver"] is None:
+        gpus = cell.pre.gpus
+        if gpus:
+            values["driver"] = gpus[0].get("driver_version")
+    # the library the server really loaded: its own log line (post snapshot as a fallback)
+    values["NCCL (server log)"] = cell.nccl_log_version() or cell.post.value(shape.NCCL_SERVER_LOG)
+    return values
+
+
+def system_section(a: CellEvidence, b: CellEvidence) -> Section:
+    section = Section("system", SECTION_TITLES["system"])
+    section.entries += dict_entries(_system_values(a), _system_values(b))
+    return section
+
+
+# --- hardware ----------------------------------------------------------------------------------
+
+# label, the probe's key (`shape.GPU_FIELDS`), tolerance: ("rel", x) / ("abs", x) for noisy
+# readings
+_GPU_FIELDS: list[tuple[str, str, tuple[str, float] | None]] = [
+    ("name", "name", None),
+    ("pstate", "pstate", None),
+    ("clocks.sm", "clocks.sm", ("rel", 0.10)),
+    ("clocks.max.sm", "clocks.max.sm", None),
+    ("clocks.mem", "clocks.mem", ("rel", 0.10)),
+    ("clocks.max.memory", "clocks.max.memory", None),
+    ("pcie.link.gen.current", "pcie.link.gen.gpucurrent", None),
+    ("pcie.link.gen.max", "pcie.link.gen.max", None),
+    ("pcie.link.width.current", "pcie.link.width.current", None),
+    ("pcie.link.width.max", "pcie.link.width.max", None),
+    ("power.draw", "power.draw", ("rel", 0.20)),
+    ("power.limit", "power.limit", None),
+    ("temperature.gpu", "temperature.gpu", ("abs", 10.0)),
+    (shape.REASON_FIELD, shape.REASON_FIELD, None),
+    ("persistence_mode", "persistence_mode", None),
+    ("ecc.mode.current", "ecc.mode.current", None),
+]
+# label of a current reading -> label of its maximum: "below max" is the throttling signal
+_CURRENT_VS_MAX = {
+    "clocks.sm": "clocks.max.sm",
+    "clocks.mem": "clocks.max.memory",
+    "pcie.link.gen.current": "pcie.link.gen.max",
+    "pcie.link.width.current": "pcie.link.width.max",
+}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)\s*[A-Za-z%]*\s*", value)
+        if match:
+            return float(match.group(1))
+        if re.fullmatch(r"\s*0x[0-9a-fA-F]+\s*", value):
+            return float(int(value, 16))
+    return None
+
+
+def decode_event_reasons(value: Any) -> str | None:
+    """Names of the set bits of a clocks event (throttle) reasons mask such as `0x...04`."""
+    if isinstance(value, str) and re.fullmatch(r"\s*0x[0-9a-fA-F]+\s*", value):
+        mask = int(value, 16)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        mask = value
+    else:
+        return None
+    if mask == 0:
+        return "none"
+    names = [shape.nvml_name(name) for bit, name in shape.CLOCK_EVENT_REASONS if mask & bit]
+    unknown = mask & ~shape.KNOWN_REASON_BITS
+    if unknown:
+        names.append(hex(unknown))
+    return "+".join(names)
+
+
+def _gpu_readings(gpu: Mapping[str, Any]) -> dict[str, Any]:
+    return {label: gpu.get(key) for label, key, _ in _GPU_FIELDS}
+
+
+def _within(tolerance: tuple[str, float] | None, a: Any, b: Any) -> bool:
+    na, nb = _number(a), _number(b)
+    if tolerance is None or na is None or nb is None:
+        return False
+    kind, amount = tolerance
+    if kind == "abs":
+        return abs(na - nb) <= amount
+    return abs(na - nb) <= amount * max(abs(na), abs(nb))
+
+
+def _below_max(readings: Mapping[str, Any], label: str) -> str | None:
+    current, top = _number(readings.get(label)), _number(readings.get(_CURRENT_VS_MAX[label]))
+    if current is None or top is None or current >= top:
+        return None
+    return f"{readings.get(label)} of max {readings.get(_CURRENT_VS_MAX[label])}"
+
+
+# Readings the run itself moves (heat, power, clocks under load): compared after the run too,
+# where a GPU that throttled during the benchmark shows.
+_POST_RUN_LABELS = ("clocks.sm", shape.REASON_FIELD, "temperature.gpu", "power.draw")
+_TOPO_AFFINITY = ("CPU Affinity", "NUMA Affinity")
+
+
+def _by_index(gpus: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for position, gpu in enumerate(gpus):
+        index = gpu.get("index")
+        out[str(index if index is not None else position)] = gpu
+    return out
+
+
+def _gpu_entries(
+    gpus_a: list[dict[str, Any]], gpus_b: list[dict[str, Any]], labels: Sequence[str], suffix: str
+) -> list[Entry]:
+    """Entries `GPU <index> <label><suffix>` for the readings of `labels` that differ."""
+    indexed_a, indexed_b = _by_index(gpus_a), _by_index(gpus_b)
+    tolerances = {label: tol for label, _, tol in _GPU_FIELDS}
+    entries: list[Entry] = []
+    for index in list(indexed_a) + [i for i in indexed_b if i not in indexed_a]:
+        ra = _gpu_readings(indexed_a.get(index, {}))
+        rb = _gpu_readings(indexed_b.get(index, {}))
+        for label in labels:
+            va, vb = ra[label], rb[label]
+            if same(va, vb):
+                continue
+            notes: list[str] = []
+            if label in _CURRENT_VS_MAX:
+                for side, readings in (("A", ra), ("B", rb)):
+                    below = _below_max(readings, label)
+                    if below:
+                        notes.append(f"{side} below max ({below})")
+            if label == shape.REASON_FIELD:
+                notes.append(
+                    f"A: {decode_event_reasons(va) or show_value(va)}, "
+                    f"B: {decode_event_reasons(vb) or show_value(vb)}"
+                )
+            entries.append(
+                Entry(
+                    f"GPU {index} {label}{suffix}",
+                    va,
+                    vb,
+                    "; ".join(notes) or None,
+                    within_tolerance=_within(tolerances[label], va, vb),
+                )
+            )
+    return entries
+
+
+def _topology_entries(a: Snapshot, b: Snapshot) -> list[Entry]:
+    """Links (`nvidia-smi topo -m`: NV18, PIX, SYS, ...) and CPU/NUMA affinity that differ.
+
+    A GPU pair that moved from NVLink to SYS, or a NIC no longer behind the GPU's PCIe switch,
+    changes what NCCL can do; each pair is one entry (the matrix is symmetric).
+    """
+    ta, tb = a.topo, b.topo
+    if not ta or not tb:
+        return []
+    links_a, links_b = ta[shape.TOPO_LINKS], tb[shape.TOPO_LINKS]
+    devices = list(links_a) + [d for d in links_b if d not in links_a]
+    entries: list[Entry] = []
+    for i, dev in enumerate(devices):
+        row_a, row_b = as_dict(links_a.get(dev)), as_dict(links_b.get(dev))
+        for other in devices[i + 1 :]:
+            va, vb = row_a.get(other), row_b.get(other)
+            if not same(va, vb):
+                entries.append(Entry(f"topology {dev}-{other}", va, vb))
+    aff_a, aff_b = as_dict(ta.get(shape.TOPO_AFFINITY)), as_dict(tb.get(shape.TOPO_AFFINITY))
+    for dev in devices:
+        da, db = as_dict(aff_a.get(dev)), as_dict(aff_b.get(dev))
+        for name in _TOPO_AFFINITY:
+            if not same(da.get(name), db.get(name)):
+                entries.append(Entry(f"topology {dev} {name}", da.get(name), db.get(name)))
+    return entries
+
+
+def hardware_section(a: CellEvidence, b: CellEvidence) -> Section:
+    section = Section("hardware", SECTION_TITLES["hardware"])
+    gpus_a, gpus_b = a.pre.gpus, b.pre.gpus
+    if len(gpus_a) != len(gpus_b):
+        section.entries.append(Entry("GPU count", len(gpus_a), len(gpus_b)))
+    labels = [label for label, _, _ in _GPU_FIELDS]
+    section.entries += _gpu_entries(gpus_a, gpus_b, labels, "")
+    post_a, post_b = a.post.gpus, b.post.gpus
+    if post_a and post_b:
+        section.entries += _gpu_entries(post_a, post_b, _POST_RUN_LABELS, " after run")
+    section.entries += _topology_entries(a.pre, b.pre)
+    if not gpus_a and not gpus_b and (a.snapshot_pre or b.snapshot_pre):
+        section.notes.append("no GPU readings in either snapshot")
+    return section

@@ -1,0 +1,145 @@
+"""Packed runs: a run folder written as one `.tar.gz`, and archives extracted safely.
+
+The runner's cell archives and `orch pack`'s run archives pass through here: no absolute paths,
+no `..`, no links out, no devices.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+from orchestrator.errors import BundleError
+from orchestrator.results.layout import RUN_JSON, is_archive_name, is_tmp
+
+
+def _check_member(member: tarfile.TarInfo, archive: Path) -> None:
+    name = PurePosixPath(member.name)
+    if name.is_absolute() or ".." in name.parts:
+        raise BundleError(f"{archive}: unsafe path in archive: {member.name!r}")
+    if member.issym() or member.islnk():
+        link = PurePosixPath(member.linkname)
+        base = name.parent if member.issym() else PurePosixPath()
+        target = os.path.normpath(str(base / link))
+        if link.is_absolute() or target == ".." or target.startswith("../"):
+            raise BundleError(f"{archive}: link out of the archive: {member.name} -> {link}")
+    elif not (member.isfile() or member.isdir()):
+        raise BundleError(f"{archive}: unsupported entry (device or fifo): {member.name!r}")
+
+
+def extract_archive(archive: Path, dest: Path) -> Path:
+    """Extract `archive` (.tar.gz) into `dest` safely; `dest` must not exist yet.
+
+    No absolute paths, no `..`, no links out, no devices: BundleError. When the archive holds
+    exactly one top-level directory (a cell or run packed with its name), its contents become
+    `dest`'s, so `dest/cell.json` or `dest/run.json` is where a reader expects it.
+    """
+    return extract_with_root(archive, dest)[0]
+
+
+def extract_with_root(archive: Path, dest: Path) -> tuple[Path, str | None]:
+    """`extract_archive`, and the name of the archive's one top-level directory (None if none)."""
+    if dest.exists():
+        raise BundleError(f"{dest}: already exists")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        try:
+            with tarfile.open(archive, "r:*") as tar:
+                members = tar.getmembers()
+                for member in members:
+                    _check_member(member, archive)
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(staging, members=members, filter="data")
+                else:  # pragma: no cover - Python < 3.11.4; our own checks above still hold
+                    tar.extractall(staging, members=members)
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            # tarfile's "r:*" lists every method it tried, one per line: one line is enough.
+            first = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
+            raise BundleError(
+                f"{archive}: cannot extract: {first}",
+                hint="is it a .tar.gz that `orch pack` wrote, copied whole?",
+            ) from None
+        entries = list(staging.iterdir())
+        root = staging
+        top: str | None = None
+        if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
+            root = entries[0]
+            top = root.name
+            # The top folder is dropped: a link may no longer reach beside it (`top/x -> ../y`).
+            for member in members:
+                if member.issym() or member.islnk():
+                    name = PurePosixPath(member.name)
+                    base = name.parent if member.issym() else PurePosixPath()
+                    target = os.path.normpath(str(base / member.linkname))
+                    if target != top and not target.startswith(f"{top}/"):
+                        raise BundleError(
+                            f"{archive}: link out of the archive's folder: "
+                            f"{member.name} -> {member.linkname}"
+                        )
+        os.replace(root, dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return dest, top
+
+
+def _walk_sorted(root: Path) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not is_tmp(d))
+        base = Path(dirpath)
+        for d in dirnames:
+            yield base / d
+        for name in sorted(filenames):
+            if not is_tmp(name):
+                yield base / name
+
+
+def pack(run_dir: Path, out: Path | None = None) -> Path:
+    """Write `<run>.tar.gz` (entries sorted, owners and gzip time zeroed); its path.
+
+    `out` is the archive's path, or a directory to write `<run>.tar.gz` in. Unfinished `.tmp`
+    entries are left out. The archive holds one top-level `<run-id>/`.
+    """
+    run_dir = Path(run_dir)
+    if run_dir.is_file() and is_archive_name(run_dir.name):
+        raise BundleError(f"{run_dir}: already a packed run", hint="share this file as it is")
+    if not (run_dir / RUN_JSON).is_file():
+        raise BundleError(f"{run_dir}: no run.json: not a run bundle")
+    out = Path(out) if out is not None else run_dir.with_name(f"{run_dir.name}.tar.gz")
+    if out.is_dir():
+        out = out / f"{run_dir.name}.tar.gz"
+    elif not is_archive_name(out.name):  # readers know a packed run by its name
+        raise BundleError(
+            f"{out}: a packed run is a .tar.gz (or .tgz) file",
+            hint=f"-o {out.with_name(out.name.split('.')[0] or run_dir.name)}.tar.gz, or a folder",
+        )
+    if out.resolve().is_relative_to(run_dir.resolve()):
+        raise BundleError(f"{out}: the archive cannot be written inside the run it packs")
+    name = run_dir.name
+
+    def normalize(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        return info
+
+    tmp = out.with_name(f".{out.name}.tmp")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with (
+            tmp.open("wb") as raw,
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            tar.add(run_dir, arcname=name, recursive=False, filter=normalize)
+            for path in _walk_sorted(run_dir):
+                arc = f"{name}/{path.relative_to(run_dir).as_posix()}"
+                tar.add(path, arcname=arc, recursive=False, filter=normalize)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out

@@ -1,0 +1,66 @@
+"""Every file and folder name of a result bundle, in one place (docs/ARCHITECTURE.md, "The
+result bundle"). The writer, the reader and every analysis take their names from here.
+
+    <run-id>/
+      run.json  plan.json  inventory.json  bisect.json  MANIFEST.sha256
+      playbook/...            the playbook files as given (secrets redacted)
+      hosts/<host>/facts.json
+      cells/<cell-id>/        one cell as the runner left it, plus the controller's verdict:
+        cell.json  metrics.json  repo.json  server.json  env_check.json
+        snapshot.pre.json  snapshot.post.json  events.jsonl  server.log  setup.log
+        captures/<name>.<moment>.json   bench/<n>/ and bench/warmup-<n>/ (stdout, stderr, exit.json)
+"""
+
+from __future__ import annotations
+
+import re
+
+# The newest bundle layout this orch writes and reads; run.json and cell.json carry it.
+SCHEMA_VERSION = 1
+
+# run level
+RUN_JSON = "run.json"
+PLAN_JSON = "plan.json"
+INVENTORY_JSON = "inventory.json"
+BISECT_JSON = "bisect.json"
+MANIFEST = "MANIFEST.sha256"
+PLAYBOOK_DIR = "playbook"
+HOSTS_DIR = "hosts"
+FACTS_JSON = "facts.json"  # hosts/<host>/facts.json
+CELLS_DIR = "cells"
+
+# cell level
+CELL_JSON = "cell.json"
+METRICS_JSON = "metrics.json"
+REPO_JSON = "repo.json"
+SERVER_JSON = "server.json"
+ENV_CHECK_JSON = "env_check.json"
+SNAPSHOT_PRE = "snapshot.pre.json"
+SNAPSHOT_POST = "snapshot.post.json"
+EVENTS = "events.jsonl"
+SERVER_LOG = "server.log"
+SETUP_LOG = "setup.log"
+LOGS = (SERVER_LOG, SETUP_LOG, EVENTS)  # the full logs `orch show` points at
+CAPTURES_DIR = "captures"  # captures/<name>.<moment>.json
+BENCH_DIR = "bench"
+REPEAT_DIR = re.compile(r"^(warmup-)?(\d+)$")  # bench/<n>/ measured, bench/warmup-<n>/ warmup
+STDOUT = "stdout"
+STDERR = "stderr"
+EXIT_JSON = "exit.json"
+
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")  # a packed run
+
+
+def is_archive_name(name: str) -> bool:
+    """True for a packed run's file name (`<run-id>.tar.gz` or `.tgz`)."""
+    return name.endswith(ARCHIVE_SUFFIXES)
+
+
+def is_tmp(name: str) -> bool:
+    """`.<name>.tmp`: a file or cell being written (or left by an interrupted write)."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def in_progress(name: str) -> bool:
+    """`.<id>.tmp` (a bundle's cell being installed) or `.<id>.partial` (a host's cell running)."""
+    return name.startswith(".") and name.endswith((".tmp", ".partial"))
