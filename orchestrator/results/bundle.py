@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from orchestrator.errors import BundleError
+from orchestrator.results.archive import open_archive
 from orchestrator.results.manifest import MANIFEST_NAME, ManifestReport, verify_manifest
 from orchestrator.results.manifest import write_manifest as _write_manifest
 from orchestrator.results.redact import redact_tree
@@ -127,22 +128,11 @@ def _extract(archive: Path, dest: Path) -> tuple[Path, str | None]:
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     try:
-        try:
-            with tarfile.open(archive, "r:*") as tar:
-                members = tar.getmembers()
-                for member in members:
-                    _check_member(member, archive)
-                if hasattr(tarfile, "data_filter"):
-                    tar.extractall(staging, members=members, filter="data")
-                else:  # pragma: no cover - Python < 3.11.4; our own checks above still hold
-                    tar.extractall(staging, members=members)
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            # tarfile's "r:*" lists every method it tried, one per line: one line is enough.
-            first = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
-            raise BundleError(
-                f"{archive}: cannot extract: {first}",
-                hint="is it a .tar.gz that `orch pack` wrote, copied whole?",
-            ) from None
+        with open_archive(archive) as tar:  # bounded: a gzip bomb is refused, not unpacked
+            members = tar.members()
+            for member in members:
+                _check_member(member, archive)
+            tar.extract(staging, members)
         entries = list(staging.iterdir())
         root = staging
         top: str | None = None
