@@ -74,8 +74,9 @@ def _limit_value(_ctx: click.Context, _param: click.Parameter, value: str | None
     path = Path(value[1:]).expanduser()
     try:
         lines = read_text(path, what="limit file", limit=LIMIT_FILE_BYTES).splitlines()
-    except InputError as exc:
-        raise click.BadParameter(exc.message) from None
+    except InputError as exc:  # "limit file not found: PATH" -> "cannot read PATH: limit file ..."
+        reason = exc.message.removesuffix(f": {path}").removeprefix("cannot read limit file: ")
+        raise click.BadParameter(f"cannot read {path}: {reason}") from None
     names = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
     if not names:
         raise click.BadParameter(f"{path} names no host")

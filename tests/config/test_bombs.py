@@ -90,9 +90,9 @@ def test_a_vars_file_over_16_mib_is_refused_unread(playbook: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("/dev/zero", "limit file is not a regular file (a device, FIFO or socket): /dev/zero"),
-        ("big.txt", "limit file is larger than 1 MiB: big.txt"),
-        ("missing.txt", "limit file not found: missing.txt"),
+        ("/dev/zero", "cannot read /dev/zero: limit file is not a regular file (a device, FIFO"),
+        ("big.txt", "cannot read big.txt: limit file is larger than 1 MiB"),
+        ("missing.txt", "cannot read missing.txt: limit file not found"),
     ],
 )
 def test_a_limit_file_is_read_within_bounds(playbook: Path, name: str, expected: str) -> None:
