@@ -108,11 +108,15 @@ class PackedArchive:
         try:
             self._packed_size = self.path.stat().st_size
             self._stream = _BoundedStream(_decompressed(self.path), self.path)
-            self.tar = tarfile.open(fileobj=self._stream, mode="r:")  # noqa: SIM115
-        except BundleError:
-            raise
         except _READ_ERRORS as exc:
             raise _unreadable(self.path, exc) from None
+        try:
+            self.tar = tarfile.open(fileobj=self._stream, mode="r:")  # noqa: SIM115
+        except BaseException as exc:
+            self._stream.close()
+            if isinstance(exc, _READ_ERRORS):
+                raise _unreadable(self.path, exc) from None
+            raise
         self._members: list[tarfile.TarInfo] | None = None
 
     def __enter__(self) -> PackedArchive:
