@@ -72,15 +72,21 @@ extra_vars_option = click.option(
 )
 
 
+LIMIT_FILE_BYTES = 1024 * 1024  # a retry file names hosts: far less than this
+
+
 def _limit_value(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     """`--limit @file`, as Ansible's retry files: one host or pattern per line."""
     if not value or not value.startswith("@"):
         return value
+    from orchestrator.config.yamlpos import read_text
+
     path = Path(value[1:]).expanduser()
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.BadParameter(f"cannot read {path}: {getattr(exc, 'strerror', exc)}") from None
+        lines = read_text(path, what="limit file", limit=LIMIT_FILE_BYTES).splitlines()
+    except InputError as exc:  # "limit file not found: PATH" -> "cannot read PATH: limit file ..."
+        reason = exc.message.removesuffix(f": {path}").removeprefix("cannot read limit file: ")
+        raise click.BadParameter(f"cannot read {path}: {reason}") from None
     names = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
     if not names:
         raise click.BadParameter(f"{path} names no host")

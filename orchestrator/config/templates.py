@@ -16,6 +16,8 @@ Rules (the contract the rest of planning relies on):
 - One pass: a rendered value that looks like a template is not rendered again, except variables:
   a variable's value is rendered (whole, recursively) the first time a template names it, so vars
   may reference vars; a cycle is an error.
+- Bounded: loop steps, calls, time and the size of what a template builds are capped
+  (config/template_limits.py), so a template cannot hang planning or exhaust memory.
 - Every failure (undefined name, syntax error, sandbox violation, a failing filter) becomes an
   `InputError` at the location of the string that failed, with its key path.
 """
@@ -33,11 +35,11 @@ from jinja2.exceptions import SecurityError, UndefinedError
 from jinja2.meta import find_undeclared_variables
 from jinja2.nativetypes import NativeCodeGenerator
 from jinja2.runtime import Context, Undefined
-from jinja2.sandbox import SandboxedEnvironment
 from jinja2.utils import missing
 
 from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.config.template_errors import UndefinedName, render_error, syntax_error
+from orchestrator.config.template_limits import BoundedSandbox, bounded_output, render_budget
 from orchestrator.errors import InputError, SourceLocation
 
 Locate = Callable[[KeyPath], SourceLocation]
@@ -158,7 +160,7 @@ def _guarded_pow(left: Any, right: Any) -> Any:
     return operator.pow(left, right)
 
 
-class TemplateEnvironment(SandboxedEnvironment):
+class TemplateEnvironment(BoundedSandbox):
     """The sandboxed native-typed environment every playbook string is rendered in."""
 
     code_generator_class = _CodeGenerator
@@ -308,7 +310,8 @@ class TemplateEngine:
         tmpl = self.compile(source, shell=shell, where=where, key_path=key_path)
         try:
             ctx = Context(tmpl.environment, scope, None, {}, None)  # type: ignore[arg-type]
-            return _concat(tmpl.root_render_func(ctx))
+            with render_budget():  # loop steps, calls, output size and time: template_limits.py
+                return _concat(bounded_output(tmpl.root_render_func(ctx)))
         except InputError:
             raise
         except Exception as exc:

@@ -8,6 +8,8 @@ for where a key (or list item) starts, one for where its value starts.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,13 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 
 Positions = dict[KeyPath, SourceLocation]
+
+# Values that aliases may add by repeating what their anchors hold: a billion-laughs file of 1 KB
+# would otherwise build 10**9 values. Text without aliases is bounded by the file size instead.
+MAX_ALIAS_EXPANSION = 200_000
+
+# What `read_text` reads of a user's file at most: far above any playbook, inventory or vars file.
+MAX_FILE_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -205,6 +214,60 @@ class _Builder:
                     merged_keys[(*path, key)] = self.positions[(*path, key)]
 
 
+def _alias_over_budget(root: Node) -> int:
+    """The alias (0-based, in document order) whose expansion takes the values aliases add to
+    `root` past MAX_ALIAS_EXPANSION; -1 if none. Each node is walked once, aliases not expanded."""
+    sizes: dict[int, int] = {}  # the built size of each node walked, aliases expanded
+    active: set[int] = set()
+    added = 0
+    aliases = 0
+    over = -1
+
+    def walk(node: Node) -> int:
+        nonlocal added, aliases, over
+        known = sizes.get(id(node))
+        if known is not None or id(node) in active:  # an alias (a cycle is left to _Builder)
+            if over < 0:
+                added += known or 1
+                if added > MAX_ALIAS_EXPANSION:
+                    over = aliases
+            aliases += 1
+            return known or 1
+        active.add(id(node))
+        size = 1
+        if isinstance(node, SequenceNode):
+            for item in node.value:
+                size += walk(item)
+        elif isinstance(node, MappingNode):
+            for key_node, value_node in node.value:
+                size += walk(key_node) + walk(value_node)
+        active.discard(id(node))
+        sizes[id(node)] = size
+        return size
+
+    walk(root)
+    return over
+
+
+def _alias_bomb(text: str, file: str, index: int) -> InputError:
+    """The error for the `index`-th alias of `text`, where expansion went over the budget."""
+    seen = 0
+    where = SourceLocation(file)
+    name = ""
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent):
+            if seen == index:
+                where = _mark_location(file, event.start_mark)
+                name = f" *{event.anchor}"
+                break
+            seen += 1
+    return InputError(
+        f"YAML alias{name} expands the document past {MAX_ALIAS_EXPANSION:,} values: refused",
+        location=where,
+        hint="each alias repeats what its anchor holds, and nested aliases multiply",
+    )
+
+
 def parse_yaml(text: str, file: str, *, allow_empty: bool = False) -> YamlDocument:
     """Parse one YAML document from `text`; see `load_yaml` for the result and errors."""
     return _parse(text, Path(file), allow_empty=allow_empty)
@@ -223,6 +286,9 @@ def _parse(text: str, path: Path, *, allow_empty: bool) -> YamlDocument:
                 location=SourceLocation(file, 1, 1),
                 hint="it needs at least one key",
             )
+        over = _alias_over_budget(node)
+        if over >= 0:
+            raise _alias_bomb(text, file, over)
         builder = _Builder(file, loader)
         data = builder.build(node, ())
     except yaml.YAMLError as exc:
@@ -238,24 +304,45 @@ def _parse(text: str, path: Path, *, allow_empty: bool) -> YamlDocument:
     )
 
 
-def read_text(path: Path, *, what: str = "file") -> str:
-    """The text of a user's file, with read problems as InputError."""
+def read_text(path: Path, *, what: str = "file", limit: int = MAX_FILE_BYTES) -> str:
+    """The text of a user's file, with read problems as InputError.
+
+    Only regular files are read (a FIFO or /dev/zero would block or never end), and at most
+    `limit` bytes: a bigger file is refused rather than read whole.
+    """
+    where = SourceLocation(str(path))
     try:
-        return path.read_text(encoding="utf-8")
+        # Non-blocking, so that opening a FIFO nobody writes to returns (and is refused below).
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                raise InputError(f"{what} is a directory, not a file: {path}", location=where)
+            if not stat.S_ISREG(mode):
+                raise InputError(
+                    f"{what} is not a regular file (a device, FIFO or socket): {path}",
+                    location=where,
+                )
+            data = handle.read(limit + 1)
     except FileNotFoundError:
-        raise InputError(f"{what} not found: {path}", location=SourceLocation(str(path))) from None
+        raise InputError(f"{what} not found: {path}", location=where) from None
     except IsADirectoryError:
-        raise InputError(
-            f"{what} is a directory, not a file: {path}", location=SourceLocation(str(path))
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"{what} is not UTF-8 text (byte {exc.start})", location=SourceLocation(str(path))
-        ) from None
+        raise InputError(f"{what} is a directory, not a file: {path}", location=where) from None
     except OSError as exc:
+        raise InputError(f"cannot read {what}: {exc.strerror}", location=where) from None
+    if len(data) > limit:
         raise InputError(
-            f"cannot read {what}: {exc.strerror}", location=SourceLocation(str(path))
-        ) from None
+            f"{what} is larger than {_size(limit)}: {path}",
+            location=where,
+            hint="is it the file you meant?",
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} is not UTF-8 text (byte {exc.start})", location=where) from None
+
+
+def _size(count: int) -> str:
+    return f"{count // (1024 * 1024)} MiB" if count >= 1024 * 1024 else f"{count} bytes"
 
 
 def load_yaml(path: Path, *, allow_empty: bool = False, what: str = "file") -> YamlDocument:

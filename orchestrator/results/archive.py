@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from orchestrator.errors import BundleError
 from orchestrator.results.layout import RUN_JSON, is_archive_name, is_tmp
+from orchestrator.results.packed import open_archive
 
 
 def _check_member(member: tarfile.TarInfo, archive: Path) -> None:
@@ -49,22 +50,11 @@ def extract_with_root(archive: Path, dest: Path) -> tuple[Path, str | None]:
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     try:
-        try:
-            with tarfile.open(archive, "r:*") as tar:
-                members = tar.getmembers()
-                for member in members:
-                    _check_member(member, archive)
-                if hasattr(tarfile, "data_filter"):
-                    tar.extractall(staging, members=members, filter="data")
-                else:  # pragma: no cover - Python < 3.11.4; our own checks above still hold
-                    tar.extractall(staging, members=members)
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            # tarfile's "r:*" lists every method it tried, one per line: one line is enough.
-            first = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
-            raise BundleError(
-                f"{archive}: cannot extract: {first}",
-                hint="is it a .tar.gz that `orch pack` wrote, copied whole?",
-            ) from None
+        with open_archive(archive) as tar:  # bounded: a gzip bomb is refused, not unpacked
+            members = tar.members()
+            for member in members:
+                _check_member(member, archive)
+            tar.extract(staging, members)
         entries = list(staging.iterdir())
         root = staging
         top: str | None = None
