@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import stat
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from runner_helpers import (
     port_free,
     run_cell,
     runner_env,
+    via_shell,
 )
 
 from orchestrator.runner.redaction import MIN_SECRET_LENGTH, short_secret_names
@@ -37,7 +37,7 @@ REDACTED = "***REDACTED***"
 
 
 def _bench_started(event: dict[str, Any]) -> bool:
-    return event.get("event") == "step" and event.get("step") == "bench" and event["status"] == "start"
+    return event == {**event, "event": "step", "step": "bench", "status": "start"}
 
 
 def _step_detail(runner: RunnerProcess, step: str) -> dict[str, Any]:
@@ -160,14 +160,6 @@ def test_secret_named_variables_of_the_host_environment_are_redacted_everywhere(
 # -- item 10: the server does not outlive its runner ---------------------------------------
 
 
-def _via_shell(cell: dict[str, Any]) -> dict[str, Any]:
-    """The server started through `sh -c`: the shell dies with the runner, the server in it
-    is left behind (as a wrapper script's child would be)."""
-    argv = cell["server"]["argv"]
-    cell["server"]["argv"] = ["sh", "-c", shlex.join(argv) + "; exit 0"]
-    return cell
-
-
 def test_killing_the_runner_takes_its_server_and_the_next_run_sweeps_the_rest(
     home: Path,
 ) -> None:
@@ -207,7 +199,7 @@ def test_killing_the_runner_takes_its_server_and_the_next_run_sweeps_the_rest(
 def test_an_orphan_server_of_another_run_is_stopped_not_a_reason_to_fail(home: Path) -> None:
     port = free_port()
     old_run = "20261129-090000-old-0001"
-    cell = _via_shell(make_cell(port, bench_args=("--sleep", "30")))
+    cell = via_shell(make_cell(port, bench_args=("--sleep", "30")))
     first = RunnerProcess(home, payload(cell, run_id=old_run))
     first.wait_event(_bench_started)
     record = next((home / ".orch" / "servers").glob("*.json"))
