@@ -29,6 +29,26 @@ reports an already passed or failed archive of the cell (`done` with `"reused": 
 running it twice. A live server of the same run is waited for while its runner lives and stopped
 when its runner is dead; one of another run fails preflight.
 
+Every process a cell starts (setup, server, bench) gets a parent-death signal (SIGKILL when the
+runner dies, PR_SET_PDEATHSIG on Linux) and inherits `ORCH_CELL_MARKER=<run>/<cell>/<runner pid>-
+<runner start>-<nonce>`. The stop step stops every process of this user carrying the cell's
+marker (a daemon that double-forked away included) and lists those found by the marker alone
+(`escaped`); preflight stops the marked processes and recorded servers whose runner is dead
+(orphans, any run, noted in its detail) and fails on a server of another run whose runner is
+alive (a live run: no stop-all hint).
+
+Secrets: events on stdout are redacted except their protocol values (`archive`, a real path
+even when a secret value lies inside it); every file of the cell directory is redacted. The
+values redacted are the cell's secret env values, the controller's `secret_values`, and every
+secret-named variable of the environment processes start with (GITHUB_TOKEN in the login
+environment); a value under 8 characters is redacted by name only (see `redaction`).
+
+Before archiving, symlinks, fifos, sockets and devices in the cell directory are removed and
+recorded in a `links.json` of their folder (nothing is followed); the archive holds regular
+files and directories only. A clone orch made (`--no-checkout`) carries `.git/orch-unfinished-
+clone` until its first checkout: a later run finishes it (or re-clones when it is not the
+declared repository's) instead of calling it dirty.
+
 A cell's life, module by module: protocol (payload, events, exit codes) -> context (the cell's
 state) -> repo -> server -> snapshot -> envcheck -> bench -> stop -> cell (the narrative);
 procs (/proc, signals, ports) and redaction (the secret rule) serve them all.

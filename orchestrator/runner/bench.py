@@ -100,14 +100,13 @@ class BenchStep(ServerSteps):
         out = open(os.path.join(rdir, "stdout"), "wb")  # noqa: SIM115
         err = open(os.path.join(rdir, "stderr"), "wb")  # noqa: SIM115
         try:
-            proc = subprocess.Popen(
+            proc = self.spawn(
                 argv,
                 cwd=rdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
-                start_new_session=True,
             )
         except OSError as exc:
             err.write(("cannot start bench %r: %s\n" % (argv[0], exc)).encode())

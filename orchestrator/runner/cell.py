@@ -11,10 +11,11 @@ import json
 import os
 import shutil
 import socket
+import stat
 import sys
 import tarfile
 import traceback
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from orchestrator.runner.bench import BenchStep
 from orchestrator.runner.envcheck import EnvCheckStep
@@ -99,7 +100,10 @@ class CellRunner(RepoSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep):
             )
             self.failed_step = self.current_step or None
         self.cleaning = True
-        self.cleanup_step("stop", self.do_stop, self.proc is not None)
+        # Also without a server: a bench or setup may have left a daemon carrying the marker.
+        self.cleanup_step(
+            "stop", self.do_stop, self.proc is not None or bool(self.marked_members())
+        )
         self.cleanup_step(
             "snapshot_post",
             lambda: self.do_snapshot(
@@ -169,6 +173,7 @@ class CellRunner(RepoSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep):
                 self.events_fh.close()
                 self.events_fh = None
         try:
+            record_links(self.partial)
             self.redactor.tree(self.partial, skip_errors=True)
             if os.path.isdir(self.final):
                 shutil.rmtree(self.final)
@@ -278,13 +283,63 @@ class CellRunner(RepoSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep):
         self.events_fh = open(self.path("events.jsonl"), "a", encoding="utf-8")  # noqa: SIM115
 
 
+LINKS_FILE = "links.json"
+
+
+def record_links(root: str) -> List[Dict[str, str]]:
+    """Replace every symlink (and fifo, socket or device) under `root` by an entry in a
+    `links.json` of its folder: [{"name", "target"} | {"name", "kind"}]. Nothing is followed, so
+    a link out of the cell folder (to /etc/hostname) costs nothing but itself; what is recorded
+    is returned."""
+    recorded: List[Dict[str, str]] = []
+    for dirpath, dirnames, files in os.walk(root):
+        dirnames.sort()
+        entries: List[Dict[str, str]] = []
+        for name in sorted(dirnames + files):
+            path = os.path.join(dirpath, name)
+            try:
+                mode = os.lstat(path).st_mode
+                if stat.S_ISLNK(mode):
+                    entries.append({"name": name, "target": os.readlink(path)})
+                elif stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+                    continue
+                else:
+                    entries.append({"name": name, "kind": _special_kind(mode)})
+                os.unlink(path)
+            except OSError:
+                continue
+        dirnames[:] = [d for d in dirnames if os.path.isdir(os.path.join(dirpath, d))]
+        if entries:
+            links = os.path.join(dirpath, LINKS_FILE)
+            if os.path.lexists(links):  # the bench wrote its own: keep it beside ours
+                os.replace(links, links + ".bench")
+            write_json(links, entries)
+            rel = os.path.relpath(dirpath, root)
+            recorded += [
+                dict(e, name=os.path.normpath(os.path.join(rel, e["name"]))) for e in entries
+            ]
+    return recorded
+
+
+def _special_kind(mode: int) -> str:
+    for kind, test in (("fifo", stat.S_ISFIFO), ("socket", stat.S_ISSOCK)):
+        if test(mode):
+            return kind
+    return "device"
+
+
+def _regular_only(info: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
+    """The archive holds regular files and directories only (the controller refuses the rest)."""
+    return info if info.isfile() or info.isdir() else None
+
+
 def make_archive(cell_dir: str, archive: str) -> None:
     """<cell>.tar.gz holding one top-level directory named after the cell (tmp + rename)."""
     tmp = os.path.join(
         os.path.dirname(archive), "." + os.path.basename(archive) + ".%d.tmp" % os.getpid()
     )
     with tarfile.open(tmp, "w:gz") as tar:
-        tar.add(cell_dir, arcname=os.path.basename(cell_dir))
+        tar.add(cell_dir, arcname=os.path.basename(cell_dir), filter=_regular_only)
     os.replace(tmp, archive)
 
 

@@ -16,7 +16,7 @@ import threading
 import traceback
 from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
-from orchestrator.runner.procs import kill_group
+from orchestrator.runner.procs import MARKER_VAR, kill_group, parent_death_signal, proc_info
 from orchestrator.runner.protocol import (
     POLL,
     STEPS,
@@ -29,7 +29,17 @@ from orchestrator.runner.protocol import (
     wait_margin,
     with_tail,
 )
-from orchestrator.runner.redaction import REDACTED, Redactor, is_secret_name
+from orchestrator.runner.redaction import (
+    REDACTED,
+    Redactor,
+    env_secret_values,
+    is_secret_name,
+)
+
+# Event keys that belong to the protocol, sent to the controller as they are (never redacted):
+# a secret value that happens to be part of a path must not turn the archive path into one
+# that does not exist. Their copy in events.jsonl is redacted like every file of the cell.
+PROTOCOL_KEYS = ("archive",)
 
 
 class CellContext:
@@ -58,6 +68,9 @@ class CellContext:
                 for v in extra
                 if isinstance(v, (str, int, float)) and not isinstance(v, bool)
             ]
+        # Secret-named variables of the environment processes start with (GITHUB_TOKEN in the
+        # login environment): the runner knows them even when the controller never did.
+        secret_values += env_secret_values(dict(os.environ), self.secret_names)
         self.redactor = Redactor(secret_values)
         self.repo: Optional[Dict[str, Any]] = self.cell.get("repo")
         self.server: Optional[Dict[str, Any]] = self.cell.get("server")
@@ -86,6 +99,16 @@ class CellContext:
         self.cleaning = False
         self.events_fh: Optional[IO[str]] = None
 
+        # Every process the cell starts inherits this marker, so a daemon that left the
+        # server's tree is still found (stop), and an orphan tells which runner it outlived.
+        own = proc_info(os.getpid())
+        self.marker = "%s/%s/%d-%d-%s" % (
+            self.run_id,
+            self.cell_id,
+            os.getpid(),
+            own.start if own else 0,
+            os.urandom(4).hex(),
+        )
         self.repo_dest: Optional[str] = None
         self.repo_sha: Optional[str] = None
         self.force_setup = False
@@ -107,7 +130,11 @@ class CellContext:
     def emit(self, event: Dict[str, Any], to_file: bool = True, to_stdout: bool = True) -> None:
         """Send one event to stdout and events.jsonl (secrets redacted)."""
         event.setdefault("t", round(now(), 3))
+        raw = event
         event = self.redactor.data(event)
+        # The copy on stdout carries the protocol's values (paths) as they are.
+        sent = dict(event)
+        sent.update((k, raw[k]) for k in PROTOCOL_KEYS if k in raw)
         with self.lock:
             if to_file and self.events_fh is not None:
                 try:
@@ -116,7 +143,7 @@ class CellContext:
                 except (OSError, ValueError):
                     pass
             if to_stdout and not self.out_broken:
-                line = json.dumps(event, default=str) + "\n"
+                line = json.dumps(sent, default=str) + "\n"
                 try:
                     self.out.write(line.encode("utf-8"))
                     self.out.flush()
@@ -209,9 +236,17 @@ class CellContext:
         env.update(self.env)
         env["ORCH_RUN_ID"] = self.run_id
         env["ORCH_CELL_ID"] = self.cell_id
+        env[MARKER_VAR] = self.marker
         if extra:
             env.update(extra)
         return env
+
+    def spawn(self, argv: List[str], **kwargs: Any) -> "subprocess.Popen[bytes]":
+        """Popen in a new session, with a parent-death signal where the host has one: a process
+        the cell starts does not outlive a runner killed with SIGKILL."""
+        return subprocess.Popen(
+            argv, start_new_session=True, preexec_fn=parent_death_signal(), **kwargs
+        )
 
     def wait_proc(
         self,
@@ -346,4 +381,5 @@ class CellContext:
         event: Dict[str, Any] = {"event": "step", "step": name, "status": "ok"}
         if detail:
             event["detail"] = detail
+            rec["detail"] = detail  # cell.json keeps it (orphans stopped, processes swept)
         self.emit(event)

@@ -7,10 +7,56 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from orchestrator.runner.protocol import POLL, now, read_json, unlink_quietly
+
+# Inherited by every process a cell starts: `<run>/<cell>/<runner pid>-<runner start>-<nonce>`.
+MARKER_VAR = "ORCH_CELL_MARKER"
+_PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Any:
+    """libc's prctl through ctypes, resolved once here: the forked child must not load it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl.restype = ctypes.c_int
+        prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    except (ImportError, OSError, AttributeError):
+        return None
+    return prctl
+
+
+_PRCTL = _load_prctl()
+
+
+def parent_death_signal() -> Optional[Callable[[], None]]:
+    """A `preexec_fn` that makes the child get SIGKILL when the thread that started it dies
+    (PR_SET_PDEATHSIG; survives exec), or None where the host has no prctl.
+
+    Safe as a preexec_fn although the runner has threads: prctl is resolved before the fork, and
+    the child only calls it and getppid/kill (no import, no lock another thread could hold). The
+    runner starts processes from its main thread, whose end is the runner's. A runner that died
+    before the signal was armed is caught by comparing the parent pid.
+    """
+    prctl = _PRCTL
+    if prctl is None:
+        return None
+    parent = os.getpid()
+    kill = int(signal.SIGKILL)
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), kill)
+
+    return arm
 
 
 class ProcInfo:
@@ -90,6 +136,60 @@ def has_marker(pid: int, run_id: str, cell_id: str) -> bool:
     except OSError:
         return False
     return env.get("ORCH_RUN_ID") == run_id and env.get("ORCH_CELL_ID") == cell_id
+
+
+def marked_processes() -> Dict[int, str]:
+    """Live processes of this user (this one aside) that carry a cell marker: pid -> marker.
+
+    Found by the environment they inherited, so a daemon that double-forked out of the server's
+    tree, group and session is found too (one that dropped its environment is not).
+    """
+    uid = os.getuid()
+    me = os.getpid()
+    key = (MARKER_VAR + "=").encode()
+    found: Dict[int, str] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            if os.stat("/proc/" + name).st_uid != uid:
+                continue
+            with open("/proc/%s/environ" % name, "rb") as fh:
+                raw = fh.read()
+        except OSError:
+            continue
+        for item in raw.split(b"\0"):
+            if item.startswith(key):
+                found[int(name)] = item[len(key) :].decode("utf-8", "replace")
+                break
+    return found
+
+
+def marker_runner(marker: str) -> Optional[Tuple[int, int]]:
+    """(pid, start time) of the runner that gave out `marker`, None when it does not say."""
+    parts = marker.rsplit("/", 1)[-1].split("-")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def sweep(pids: Dict[int, int], grace: float) -> Tuple[List[int], List[int]]:
+    """SIGTERM each process (pid -> start time), SIGKILL what outlives `grace`, wait up to 5 s
+    more: (the processes that needed SIGKILL, those still alive)."""
+    for pid, start in pids.items():
+        if proc_alive(pid, start):
+            kill_pid(pid, signal.SIGTERM)
+    deadline = now() + grace
+    while now() < deadline and any(proc_alive(p, s) for p, s in pids.items()):
+        time.sleep(POLL)
+    killed = [p for p, s in sorted(pids.items()) if proc_alive(p, s)]
+    for pid in killed:
+        kill_pid(pid, signal.SIGKILL)
+    deadline = now() + 5.0
+    while now() < deadline and any(proc_alive(p, pids[p]) for p in killed):
+        time.sleep(POLL)
+    return killed, [p for p in killed if proc_alive(p, pids[p])]
 
 
 def tree_members(table: Dict[int, ProcInfo], root: int, pgid: int, sid: int) -> List[int]:

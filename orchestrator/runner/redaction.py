@@ -13,8 +13,8 @@ import shutil
 from typing import Any, Collection, Dict, Iterable, List, Optional, Tuple
 
 REDACTED = "***REDACTED***"
-# Shorter secret values are not replaced inside text: "abc" or "on" would shred every log.
-MIN_SECRET_LENGTH = 4
+# Shorter secret values are redacted by name only, never replaced inside text (see Redactor).
+MIN_SECRET_LENGTH = 8
 JSON_REDACT_MAX_BYTES = 64 << 20  # larger JSON is redacted as bytes, streamed
 CHUNK = 1 << 20
 
@@ -56,12 +56,37 @@ def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
     return dict(pairs)
 
 
+def short_secret_names(values: Dict[str, Any]) -> List[str]:
+    """The names (sorted) of secrets in `values` (name -> value, only secrets) too short to be
+    redacted by value: the plan-time warning lists them.
+
+    The rule: a secret value under MIN_SECRET_LENGTH (8) characters is redacted by name only.
+    Where orch writes it under its name (cell.json env, server.json, argv after a secret flag)
+    it is hidden; inside free text (logs, captures, reasons, paths) it is left as is, because
+    replacing `runs`, `orch` or `1201` everywhere would shred every log and path. Such a value
+    printed by a server into its log stays visible there.
+    """
+    short = []
+    for name, value in values.items():
+        if value is None or isinstance(value, (bool, dict, list)):
+            continue
+        if len(str(value)) < MIN_SECRET_LENGTH:
+            short.append(str(name))
+    return sorted(short)
+
+
+def env_secret_values(env: Dict[str, str], declared: Collection[str] = ()) -> List[str]:
+    """The values of every secret-named variable of `env` (e.g. the environment a runner starts
+    processes with, GITHUB_TOKEN included), for a Redactor (which drops the short ones)."""
+    return [v for k, v in env.items() if v and is_secret_name(k, declared)]
+
+
 class Redactor:
     """Replaces known secret values in strings, nested data, files and trees.
 
     A value is also caught as JSON writes it (quotes, backslashes, non-ASCII escaped). Values
-    shorter than MIN_SECRET_LENGTH are ignored; name-based redaction still hides them where a
-    name is known.
+    shorter than MIN_SECRET_LENGTH (8 characters) are ignored: they are redacted by name only
+    (see `short_secret_names`), since a short value replaced inside text destroys the text.
     """
 
     def __init__(self, values: Iterable[str]) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import urllib.parse
 from typing import Any, Dict, List, Optional, Tuple
@@ -20,6 +21,7 @@ from orchestrator.runner.protocol import (
     now,
     resolve_path,
     tail_lines,
+    unlink_quietly,
     with_tail,
     write_json,
 )
@@ -27,6 +29,8 @@ from orchestrator.runner.redaction import REDACTED
 
 # `scheme://rest`, as git's is_url() sees it (a scheme is letters, digits, `+`, `-`, `.`).
 _URL_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(.*)$", re.DOTALL)
+# In .git of a clone orch made and has not checked out yet (see RepoSteps.do_repo).
+UNFINISHED_CLONE = "orch-unfinished-clone"
 # Schemes whose user name is an account on the host (part of which repository), not a credential.
 _SSH_SCHEMES = ("ssh", "git+ssh", "ssh+git")
 
@@ -219,11 +223,25 @@ class RepoSteps(CellContext, RepoChecks):
         policy = str(repo.get("dirty", "refuse"))
         home = home_dir()
         cloned = False
-        if not os.path.isdir(dest) or not os.listdir(dest):
+        resumed = False
+        if os.path.isdir(dest) and os.listdir(dest) and self.unfinished_clone(dest):
+            # orch cloned it and never checked it out (a failed first run): every file shows
+            # as deleted, which is no user's work. Finish it when it is the declared
+            # repository's, else redo it.
+            try:
+                self.check_existing_clone(dest)
+                self.check_origin(dest, str(repo["url"]))
+                resumed = True
+            except StepFailed:
+                shutil.rmtree(dest)
+        if resumed:
+            cloned = True
+        elif not os.path.isdir(dest) or not os.listdir(dest):
             parent = os.path.dirname(dest)
             os.makedirs(parent, exist_ok=True)
             # `--`: a URL starting with "-" is a URL, never an option (--upload-pack=...).
             self.git(["clone", "--no-checkout", "--", str(repo["url"]), dest], home)
+            self.mark_unfinished_clone(dest)
             cloned = True
         else:
             self.check_existing_clone(dest)
@@ -255,6 +273,7 @@ class RepoSteps(CellContext, RepoChecks):
         head = self.git(["rev-parse", "HEAD"], dest).strip()
         if head != sha:
             raise StepFailed("HEAD is %s after checkout, expected %s" % (head, sha))
+        unlink_quietly(self.unfinished_marker(dest))
         self.repo_sha = sha
         describe = self.git(["describe", "--always", "--tags", "--dirty"], dest, False).strip()
         after = self.git(["status", "--porcelain", "--untracked-files=all"], dest, False)
@@ -276,9 +295,24 @@ class RepoSteps(CellContext, RepoChecks):
                 "reflog": reflog,
                 "fetched": fetched,
                 "cloned": cloned,
+                "finished_earlier_clone": resumed,
             },
         )
         return {"sha": sha, "describe": describe, "dirty": dirty, "fetched": fetched}
+
+    def unfinished_marker(self, dest: str) -> str:
+        """The file in .git that says orch made this clone and has not checked it out yet."""
+        return os.path.join(dest, ".git", UNFINISHED_CLONE)
+
+    def unfinished_clone(self, dest: str) -> bool:
+        """True when orch cloned `dest` and no checkout has happened since."""
+        return os.path.isfile(self.unfinished_marker(dest))
+
+    def mark_unfinished_clone(self, dest: str) -> None:
+        """Mark a fresh `--no-checkout` clone as orch's until its first checkout."""
+        with open(self.unfinished_marker(dest), "w", encoding="utf-8") as fh:
+            note = "cloned by orch (run %s cell %s), not checked out yet\n"
+            fh.write(note % (self.run_id, self.cell_id))
 
     def _rev(self, dest: str, ref: str) -> Optional[str]:
         ok, out = self.git_ok(["rev-parse", "--verify", "--quiet", ref + "^{commit}"], dest)
@@ -344,14 +378,13 @@ class RepoSteps(CellContext, RepoChecks):
         start = now()
         with open(log, "ab") as fh:
             try:
-                proc = subprocess.Popen(
+                proc = self.spawn(
                     ["bash", "-c", setup],
                     cwd=self.repo_dest,
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=fh,
                     stderr=subprocess.STDOUT,
-                    start_new_session=True,
                 )
             except OSError as exc:
                 raise StepFailed("cannot run setup: %s" % exc) from exc

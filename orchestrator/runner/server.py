@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
@@ -15,12 +16,17 @@ from typing import Any, Dict, List, Optional, Tuple
 from orchestrator.runner.context import CellContext
 from orchestrator.runner.procs import (
     live_server_records,
+    marked_processes,
+    marker_runner,
     port_in_use,
     port_owner,
+    proc_alive,
+    proc_cmdline,
     proc_info,
     reap_server,
     record_runner_state,
     signal_server,
+    sweep,
 )
 from orchestrator.runner.protocol import (
     StepFailed,
@@ -95,9 +101,25 @@ class ServerSteps(CellContext):
             )
         )
 
+    def live_run_reason(self, rec: Dict[str, Any], pids: List[int]) -> str:
+        """Why a server of another run that is still going blocks this cell (no stop-all hint:
+        stopping it would break that run)."""
+        started = rec.get("started")
+        since = (
+            " since %s" % time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(started)))
+            if isinstance(started, (int, float))
+            else ""
+        )
+        return (
+            "a server of run %s cell %s is running here (pid %s) and that run is live: its "
+            "runner (pid %s) is alive%s; wait for that run to finish, or run this one elsewhere"
+            % (rec.get("run_id"), rec.get("cell_id"), pids[0], rec.get("runner_pid"), since)
+        )
+
     def do_preflight(self) -> Dict[str, Any]:
         detail: Dict[str, Any] = {}
         self.clear_servers(detail)
+        self.clear_orphans(detail)
         port = self.server.get("port") if self.server else None
         if port:
             why = port_in_use(int(port))
@@ -113,9 +135,11 @@ class ServerSteps(CellContext):
     def clear_servers(self, detail: Dict[str, Any]) -> None:
         """No live server may be left on this host before ours starts.
 
-        A server of another run (or whose runner cannot be told) fails the cell. One of this
-        run whose runner is still alive (stopping it after the controller went away) is waited
-        for; one whose runner is dead is an orphan of this run and is stopped here.
+        A server whose runner is dead is an orphan (of this run or another, this user's: the
+        records live in this workdir) and is stopped here, noted in the preflight detail. One
+        of another run whose runner is alive is a live run and fails the cell (no stop-all
+        hint); one whose runner cannot be told fails it with the stop-all hint. One of this run
+        whose runner is still alive (stopping it after the controller went away) is waited for.
         """
         deadline = now() + self.wait_limit
         announced = set()
@@ -126,8 +150,10 @@ class ServerSteps(CellContext):
                 break
             states = [(rec, pids, record_runner_state(rec)) for rec, pids in live]
             for rec, pids, state in states:
-                if str(rec.get("run_id")) != self.run_id or state == "unknown":
+                if state == "unknown":
                     raise StepFailed(self.leftover_reason(rec, pids))
+                if str(rec.get("run_id")) != self.run_id and state == "alive":
+                    raise StepFailed(self.live_run_reason(rec, pids))
             waiting = [(rec, pids) for rec, pids, state in states if state == "alive"]
             for rec, pids, state in states:
                 if state != "dead":
@@ -142,9 +168,10 @@ class ServerSteps(CellContext):
                     )
                 stopped.append(
                     {
-                        "run_id": self.run_id,
+                        "run_id": rec.get("run_id"),
                         "cell_id": rec.get("cell_id"),
                         "pid": rec.get("pid"),
+                        "processes": pids,
                         "killed": bool(killed),
                     }
                 )
@@ -179,6 +206,38 @@ class ServerSteps(CellContext):
         if stopped:
             detail["stopped_orphans"] = stopped
 
+    def clear_orphans(self, detail: Dict[str, Any]) -> None:
+        """Stop every process of this user that carries a cell marker whose runner is dead
+        (a server's worker, a daemon that double-forked away): listed in the detail."""
+        groups: Dict[str, Dict[int, int]] = {}
+        for pid, marker in marked_processes().items():
+            runner = marker_runner(marker)
+            if runner is None or proc_alive(runner[0], runner[1]):
+                continue  # a live run's, or one that cannot be told: not ours to stop
+            info = proc_info(pid)
+            if info is not None and info.state not in ("Z", "X"):
+                groups.setdefault(marker, {})[pid] = info.start
+        orphans = []
+        for marker, pids in sorted(groups.items()):
+            cmdlines = {p: proc_cmdline(p)[:200] for p in pids}
+            killed, leftover = sweep(pids, min(self.stop_grace, 10.0))
+            run_id, cell_id = [*marker.split("/"), "", ""][:2]
+            if leftover:
+                raise StepFailed(
+                    "processes left by run %s cell %s, whose runner died, survive SIGKILL: %s"
+                    % (run_id, cell_id, ", ".join(str(p) for p in leftover))
+                )
+            orphans.append(
+                {
+                    "run_id": run_id,
+                    "cell_id": cell_id,
+                    "processes": [{"pid": p, "cmdline": c} for p, c in sorted(cmdlines.items())],
+                    "killed": killed,
+                }
+            )
+        if orphans:
+            detail["orphan_processes"] = orphans
+
     # step 5: server_start
     def server_cwd(self) -> str:
         assert self.server is not None
@@ -197,14 +256,13 @@ class ServerSteps(CellContext):
         # Kept open for the server's whole life; closed in do_stop/finish.
         self.server_log_fh = open(log, "ab")  # noqa: SIM115
         try:
-            self.proc = subprocess.Popen(
+            self.proc = self.spawn(
                 argv,
                 cwd=cwd,
                 env=self.base_env(),
                 stdin=subprocess.DEVNULL,
                 stdout=self.server_log_fh,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
             )
         except OSError as exc:
             raise StepFailed("cannot start server %r: %s" % (argv[0], exc)) from exc

@@ -1,5 +1,6 @@
-"""Step 10, stop: TERM the server's whole tree, group and session, KILL what outlives
-stop_grace, and wait until its port is free again."""
+"""Step 10, stop: TERM the server's whole tree, group and session, and every process that
+carries the cell's marker (a daemon that double-forked away), KILL what outlives stop_grace,
+and wait until its port is free again."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from orchestrator.runner.context import CellContext
 from orchestrator.runner.procs import (
     kill_group,
     kill_pid,
+    marked_processes,
     port_in_use,
     port_owner,
     proc_alive,
@@ -28,13 +30,20 @@ class StopStep(CellContext):
     """Stops the server this cell started, and says how (graceful, killed, leftovers)."""
 
     # step 10: stop
+    def marked_members(self) -> List[int]:
+        """Live processes that inherited this cell's marker, wherever they went."""
+        return sorted(p for p, m in marked_processes().items() if m == self.marker)
+
     def server_members(self) -> Dict[int, int]:
-        """Live processes of the server (tree, group, session): pid -> start time."""
-        if self.proc is None:
-            return {}
+        """Live processes of the server (tree, group, session) and every process carrying the
+        cell's marker: pid -> start time."""
         table = proc_table()
-        pids = tree_members(table, self.proc.pid, self.server_pgid, self.server_pgid)
-        return {p: table[p].start for p in pids}
+        pids = set(self.marked_members())
+        if self.proc is not None:
+            pids.update(tree_members(table, self.proc.pid, self.server_pgid, self.server_pgid))
+        return {
+            p: table[p].start for p in sorted(pids) if p in table and table[p].state not in "ZX"
+        }
 
     def _wait_gone(self, watched: Dict[int, int], timeout: float) -> List[int]:
         """Wait until every watched process is gone; the ones still alive at the end."""
@@ -50,25 +59,34 @@ class StopStep(CellContext):
             time.sleep(POLL)
 
     def do_stop(self) -> Dict[str, Any]:
-        server = self.server
-        assert server is not None and self.proc is not None
+        server = self.server or {}
         grace = float(server.get("stop_grace", 15.0))
         start = now()
-        rc_before = self.proc.poll()
+        rc_before = self.proc.poll() if self.proc is not None else None
         watched = self.server_members()
-        kill_group(self.server_pgid, signal.SIGTERM)
+        tree = set()
+        if self.proc is not None:
+            tree = set(
+                tree_members(proc_table(), self.proc.pid, self.server_pgid, self.server_pgid)
+            )
+        # Found by the marker alone: they left the server's tree, group and session.
+        escaped = [{"pid": p, "cmdline": proc_cmdline(p)[:200]} for p in watched if p not in tree]
+        if self.proc is not None:
+            kill_group(self.server_pgid, signal.SIGTERM)
         for pid in watched:
             kill_pid(pid, signal.SIGTERM)  # descendants that left the group get it too
         alive = self._wait_gone(watched, grace)
         killed: List[int] = []
         if alive:
             killed = list(alive)
-            kill_group(self.server_pgid, signal.SIGKILL)
+            if self.proc is not None:
+                kill_group(self.server_pgid, signal.SIGKILL)
             for pid in alive:
                 kill_pid(pid, signal.SIGKILL)
             alive = self._wait_gone(watched, 5.0)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(1.0)
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(1.0)
         if self.server_log_fh is not None:
             self.server_log_fh.close()
             self.server_log_fh = None
@@ -83,8 +101,9 @@ class StopStep(CellContext):
                 time.sleep(0.2)
         self.stop_info = {
             "rc_before_stop": rc_before,
-            "rc": self.proc.returncode,
+            "rc": self.proc.returncode if self.proc is not None else None,
             "processes": sorted(watched),
+            "escaped": escaped,
             "graceful": not killed,
             "killed": killed,
             "leftover": alive,
@@ -105,4 +124,8 @@ class StopStep(CellContext):
                 "port %s still in use after the server stopped: %s%s"
                 % (port, port_busy, "; held by " + owner if owner else "")
             )
-        return {"graceful": not killed, "seconds": self.stop_info["seconds"]}
+        detail: Dict[str, Any] = {"graceful": not killed, "seconds": self.stop_info["seconds"]}
+        detail["processes"] = sorted(watched)
+        if escaped:
+            detail["escaped"] = escaped
+        return detail

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shlex
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import tarfile
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -273,3 +275,17 @@ def archive_names(home: Path, cell_id: str = "x-1-0000abcd") -> list[str]:
 def archive_path(home: Path, cell_id: str = "x-1-0000abcd") -> Path:
     """Where the runner writes the cell's archive."""
     return home / ".orch" / "runs" / RUN_ID / f"{cell_id}.tar.gz"
+
+
+def via_shell(cell: dict[str, Any]) -> dict[str, Any]:
+    """The cell's server started through `sh -c`: the shell dies with a killed runner (its
+    parent-death signal), the server inside it is left behind, as a wrapper script's would be."""
+    argv = cell["server"]["argv"]
+    cell["server"]["argv"] = ["sh", "-c", shlex.join(argv) + "; exit 0"]
+    return cell
+
+
+def server_pid_on(port: int) -> int:
+    """The pid of the test server answering on `port` (its /info says)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/info", timeout=5) as resp:
+        return int(json.loads(resp.read())["pid"])

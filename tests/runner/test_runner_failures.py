@@ -26,6 +26,8 @@ from runner_helpers import (
     port_free,
     run_cell,
     runner_env,
+    server_pid_on,
+    via_shell,
 )
 
 
@@ -274,13 +276,19 @@ def test_secret_values_from_vars_reach_no_file_and_no_event(home: Path, mode: st
 def test_leftover_server_of_another_run_blocks_preflight_until_stop_all(home: Path) -> None:
     port = free_port()
     old_run = "20261129-090000-old-0001"
+    # Started through `sh -c`, so the server outlives its killed runner (the shell does not).
     first = RunnerProcess(
-        home, payload(make_cell(port, bench_args=("--sleep", "3")), run_id=old_run)
+        home, payload(via_shell(make_cell(port, bench_args=("--sleep", "3"))), run_id=old_run)
     )
     first.wait_event(_bench_started)
+    server_pid = server_pid_on(port)
     first.kill()  # SIGKILL: the runner cannot clean up, its server is orphaned
     record = next((home / ".orch" / "servers").glob("*.json"))
-    server_pid = load(record)["pid"]
+    # As a runner that did not record itself left it: whether that run is live is unknown
+    # (a record whose runner is known dead is an orphan, stopped by the next preflight).
+    rec = load(record)
+    del rec["runner_pid"], rec["runner_start_time"]
+    record.write_text(json.dumps(rec))
     assert alive(server_pid)
 
     second = run_cell(home, make_cell(free_port(), cell_id="y-2-0000beef"))
@@ -300,7 +308,7 @@ def test_leftover_server_of_another_run_blocks_preflight_until_stop_all(home: Pa
         argv, cwd="/", env=runner_env(home), capture_output=True, text=True, check=True, timeout=30
     )
     (item,) = [json.loads(line) for line in out.stdout.splitlines()]
-    assert item["pid"] == server_pid and item["stopped"] is True
+    assert item["pid"] == rec["pid"] and item["stopped"] is True
     assert not alive(server_pid) and not record.exists()
     third = run_cell(home, make_cell(free_port(), cell_id="z-3-0000cafe"))
     assert third.done["status"] == "passed"

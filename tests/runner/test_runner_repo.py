@@ -441,3 +441,38 @@ def test_a_dest_inside_another_work_tree_is_refused(home: Path, origin: Path) ->
 )
 def test_repo_url_keys(tmp_path: Path, a: str, b: str, same: bool) -> None:
     assert (repo_url_key(a, str(tmp_path)) == repo_url_key(b, str(tmp_path))) is same
+
+
+def test_a_failed_first_clone_is_finished_by_the_next_run(home: Path, origin: Path) -> None:
+    bad = run_cell(home, repo_cell(str(origin), "nonexistent"))
+    assert bad.done["status"] == "failed" and bad.done["step"] == "repo"
+    assert "unknown ref 'nonexistent'" in bad.done["reason"]
+    dest = home / "src" / "demo"
+    assert (dest / ".git" / "orch-unfinished-clone").is_file()
+
+    good = run_cell(home, repo_cell(str(origin), "main", cell_id="y-2-0000beef"))
+    assert good.done["status"] == "passed", good.done
+    info = load(cell_dir(home, "y-2-0000beef") / "repo.json")
+    assert info["finished_earlier_clone"] is True and info["dirty"] is False
+    assert info["sha"] == git(origin, "rev-parse", "main")
+    assert (dest / "README").read_text() == "demo\n"
+    assert not (dest / ".git" / "orch-unfinished-clone").exists()
+    # Checked out once: from now on it is a clone like any other, with the dirty policy.
+    (dest / "README").write_text("edited\n")
+    third = run_cell(home, repo_cell(str(origin), "main", cell_id="z-3-0000cafe"))
+    assert third.done["status"] == "failed" and "repo dest is dirty" in third.done["reason"]
+
+
+def test_an_unfinished_clone_of_another_repository_is_redone(
+    home: Path, origin: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(origin, other)
+    commit(other, "other.txt", "x\n")
+    bad = run_cell(home, repo_cell(str(other), "nonexistent"))
+    assert bad.done["status"] == "failed"
+    good = run_cell(home, repo_cell(str(origin), "main", cell_id="y-2-0000beef"))
+    assert good.done["status"] == "passed", good.done
+    dest = home / "src" / "demo"
+    assert not (dest / "other.txt").exists()
+    assert git(dest, "remote", "get-url", "origin") == str(origin)

@@ -26,6 +26,8 @@ from runner_helpers import (
     payload,
     port_free,
     run_cell,
+    server_pid_on,
+    via_shell,
 )
 
 X = "x-1-0000abcd"
@@ -146,14 +148,14 @@ def test_other_cells_wait_for_a_server_its_runner_is_still_stopping(home: Path) 
 
 def test_an_orphan_server_of_this_run_is_stopped_by_the_next_cell(home: Path) -> None:
     port = free_port()
-    first = RunnerProcess(
-        home,
-        payload(make_cell(port, server_args=("--child", "inherit"), bench_args=("--sleep", "30"))),
-    )
+    # Started through `sh -c`, so the server outlives its killed runner (the shell does not).
+    cell = make_cell(port, server_args=("--child", "inherit"), bench_args=("--sleep", "30"))
+    first = RunnerProcess(home, payload(via_shell(cell)))
     first.wait_event(_bench_started)
+    server_pid = server_pid_on(port)
     first.kill()  # SIGKILL: the runner is gone, its server (and the child) an orphan of this run
     record = next((home / ".orch" / "servers").glob("*.json"))
-    server_pid = load(record)["pid"]
+    shell_pid = load(record)["pid"]
     assert alive(server_pid)
 
     second = run_cell(home, make_cell(free_port(), cell_id=Y, repeats=1))
@@ -164,4 +166,5 @@ def test_an_orphan_server_of_this_run_is_stopped_by_the_next_cell(home: Path) ->
         e for e in second.events if e.get("step") == "preflight" and e["status"] == "ok"
     )
     (orphan,) = preflight["detail"]["stopped_orphans"]
-    assert orphan["cell_id"] == X and orphan["pid"] == server_pid and orphan["killed"] is False
+    assert orphan["cell_id"] == X and orphan["pid"] == shell_pid and orphan["killed"] is False
+    assert server_pid in orphan["processes"]

@@ -18,10 +18,19 @@ def main() -> int:
     parser.add_argument("--rc", type=int, default=0)
     parser.add_argument("--print-env", action="append", default=[])
     parser.add_argument("--out", default="result.json")
+    parser.add_argument("--symlink", action="append", default=[])  # NAME=TARGET, left behind
+    parser.add_argument("--print-all-env", action="store_true")
     args = parser.parse_args()
 
     for name in args.print_env:
         print(f"{name}={os.environ.get(name)}", flush=True)
+    if args.print_all_env:
+        for name, value in sorted(os.environ.items()):
+            print(f"{name}={value}", file=sys.stderr, flush=True)
+    for link in args.symlink:
+        name, _, target = link.partition("=")
+        os.makedirs(os.path.dirname(name) or ".", exist_ok=True)
+        os.symlink(target, name)
     start = time.perf_counter()
     for _ in range(args.n):
         with urllib.request.urlopen(args.url + "/work", timeout=5) as resp:

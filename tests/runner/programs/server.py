@@ -21,6 +21,20 @@ STARTED = time.monotonic()
 COUNT = {"requests": 0}
 
 
+def daemonize(pidfile: str) -> None:
+    """Leave a grandchild in its own session that sleeps and writes its pid to `pidfile`."""
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            with open(pidfile + ".tmp", "w") as fh:
+                fh.write(str(os.getpid()))
+            os.replace(pidfile + ".tmp", pidfile)
+            time.sleep(600)
+        os._exit(0)
+    os.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
@@ -33,12 +47,20 @@ def main() -> int:
     parser.add_argument("--die-after", type=float, default=0.0)
     parser.add_argument("--term-delay", type=float, default=0.0)  # a slow, graceful shutdown
     parser.add_argument("--api-key", default=None)  # a secret passed on the command line
+    # Double-fork with setsid: a daemon that leaves the server's tree, group and session.
+    parser.add_argument("--daemon-pidfile", default=None)
+    parser.add_argument("--print-all-env", action="store_true")
     args = parser.parse_args()
 
     if args.api_key is not None:
         print(f"using api key {args.api_key}", flush=True)
     for name in args.print_env:
         print(f"{name}={os.environ.get(name)}", flush=True)
+    if args.print_all_env:
+        for name, value in sorted(os.environ.items()):
+            print(f"{name}={value}", flush=True)
+    if args.daemon_pidfile:
+        daemonize(args.daemon_pidfile)
     if args.mode == "exit":
         print("boom: this server refuses to start", flush=True)
         return int(args.exit_rc)
