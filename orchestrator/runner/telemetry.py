@@ -169,6 +169,12 @@ class Sampler:
         except Exception as exc:
             return {"enabled": False, "off": f"cannot stop telemetry: {exc}"}
 
+    @property
+    def pid(self) -> int | None:
+        """The nvidia-smi child's pid while one runs."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
     def info(self) -> dict[str, Any]:
         """The telemetry record: on or off (and why), fields, interval, rows written."""
         return {
@@ -199,23 +205,23 @@ class Sampler:
 
     def _run(self) -> None:
         try:
-            outcome = self._stream(legacy=False)
-            if outcome == "fields" and any(f in _LEGACY for f in self.fields):
+            refused, outcome = self._stream(legacy=False)
+            if refused and any(f in _LEGACY for f in self.fields):
                 self.legacy_names = True
-                outcome = self._stream(legacy=True)
-            if outcome not in ("ok", "stopped"):
+                refused, outcome = self._stream(legacy=True)
+            if outcome != "stopped":
                 self.off_reason = outcome
         except Exception as exc:
             self.off_reason = f"telemetry failed: {exc}"
         finally:
             self._kill_child()
 
-    def _stream(self, legacy: bool) -> str:
-        """Run one child until it ends: "ok"/"stopped", "fields" (query refused), or why it died."""
+    def _stream(self, legacy: bool) -> tuple[bool, str]:
+        """Run one child until it ends: (its query was refused, "stopped" or why it ended)."""
         assert self._file is not None
         with self._lock:
             if self._stopping.is_set():
-                return "stopped"
+                return False, "stopped"
             try:
                 self._proc = subprocess.Popen(
                     self._argv(legacy),
@@ -224,7 +230,7 @@ class Sampler:
                     stderr=subprocess.STDOUT,
                 )
             except OSError as exc:
-                return f"cannot run {self.command}: {exc}"
+                return False, f"cannot run {self.command}: {exc}"
             proc = self._proc
         stdout = proc.stdout
         assert stdout is not None
@@ -240,13 +246,12 @@ class Sampler:
                 self.errors.append(line.strip()[:200])
         rc = proc.wait()
         if self._stopping.is_set():
-            return "stopped"
-        if samples == 0 and any("not a valid field" in e for e in self.errors[-3:]):
-            return "fields"
+            return False, "stopped"
         if samples == 0:
+            refused = any("not a valid field" in e for e in self.errors[-3:])
             last = self.errors[-1] if self.errors else "no output"
-            return f"{self.command} exited with rc {rc}: {last}"
-        return f"{self.command} ended early with rc {rc}"
+            return refused, f"{self.command} exited with rc {rc}: {last}"
+        return False, f"{self.command} ended early with rc {rc}"
 
     def _kill_child(self) -> None:
         with self._lock:
