@@ -263,6 +263,37 @@ def _overlap(spans: Iterable[tuple[float, float]], a: float, b: float) -> float:
 # ---- per repeat ------------------------------------------------------------------------------
 
 
+@dataclass
+class _Signals:
+    """What every window reads, computed once: per GPU (t, value) points; throttle spans."""
+
+    power: list[tuple[list[float], list[float]]]
+    sm: list[tuple[list[float], list[float]]]
+    util: list[tuple[list[float], list[float]]]
+    temp: list[tuple[list[float], list[float]]]
+    by_reason: dict[str, list[tuple[float, float]]]
+    any_reason: list[tuple[float, float]]
+
+
+def _signals(tel: Telemetry, gpus: Collection[int] | None) -> _Signals:
+    series = [s for g, s in tel.gpus.items() if gpus is None or g in gpus]
+    by_reason: dict[str, list[tuple[float, float]]] = {}
+    for s in series:
+        throttled = [m & ~NORMAL_REASONS for m in s.reasons]
+        for bit in {bit for m in throttled for bit in _bits(m)}:
+            name = _REASON_BITS.get(bit, f"bit_{bit:#x}")
+            spans = _held_spans(s.t, [bool(m & bit) for m in throttled])
+            by_reason.setdefault(name, []).extend(spans)
+    return _Signals(
+        power=[_points(s.t, s.power) for s in series],
+        sm=[_points(s.t, s.sm) for s in series],
+        util=[_points(s.t, s.util) for s in series],
+        temp=[_points(s.t, s.temp) for s in series],
+        by_reason={name: _union(spans) for name, spans in sorted(by_reason.items())},
+        any_reason=_union(sp for spans in by_reason.values() for sp in spans),
+    )
+
+
 def window_metrics(
     tel: Telemetry, window: RepeatWindow, gpus: Collection[int] | None = None
 ) -> dict[str, float]:
@@ -271,59 +302,52 @@ def window_metrics(
     energy_j (summed over GPUs), power_mean_w (per GPU), sm_clock_mean_mhz (time-weighted),
     sm_clock_min_mhz, temperature_max_c, utilization_mean_pct, throttle_s (any throttling reason
     on any GPU) and throttle_s.<reason>, telemetry_coverage (fraction of the window sampled), and
-    joules_per_output_token / output_tokens_per_joule when the window has output tokens.
+    joules_per_output_token / output_tokens_per_joule when the window has output tokens. `gpus`
+    restricts it to the GPUs a cell used (default: every GPU sampled).
     """
+    return _window(_signals(tel, gpus), window)
+
+
+def _window(sig: _Signals, window: RepeatWindow) -> dict[str, float]:
     a, b = window.start, window.end
     if b <= a:
         return {}
-    series = {g: s for g, s in tel.gpus.items() if gpus is None or g in gpus}
     out: dict[str, float] = {}
     energy, powered, covered = 0.0, 0, 0.0
-    clock_area, clock_span = 0.0, 0.0
-    util_area, util_span = 0.0, 0.0
-    clock_min: float | None = None
-    temp_max: float | None = None
-    reason_spans: dict[str, list[tuple[float, float]]] = {}
-    for s in series.values():
-        xs, ys = _clipped(*_points(s.t, s.power), a, b)
+    for ts, vs in sig.power:
+        xs, ys = _clipped(ts, vs, a, b)
         if xs:
             energy += _trapezoid(xs, ys)
             powered += 1
             covered = max(covered, xs[-1] - xs[0])
-        xs, ys = _clipped(*_points(s.t, s.sm), a, b)
-        if xs:
-            clock_area += _trapezoid(xs, ys)
-            clock_span += xs[-1] - xs[0]
-            low = min(ys)
-            clock_min = low if clock_min is None else min(clock_min, low)
-        xs, ys = _clipped(*_points(s.t, s.util), a, b)
-        if xs:
-            util_area += _trapezoid(xs, ys)
-            util_span += xs[-1] - xs[0]
-        xs, ys = _clipped(*_points(s.t, s.temp), a, b)
-        if xs:
-            high = max(ys)
-            temp_max = high if temp_max is None else max(temp_max, high)
-        throttled = [m & ~NORMAL_REASONS for m in s.reasons]
-        for bit in {bit for m in throttled for bit in _bits(m)}:
-            name = _REASON_BITS.get(bit, f"bit_{bit:#x}")
-            spans = _held_spans(s.t, [bool(m & bit) for m in throttled])
-            reason_spans.setdefault(name, []).extend(spans)
     if powered:
         out["energy_j"] = energy
         out["power_mean_w"] = energy / covered / powered if covered > 0 else 0.0
-    if clock_span > 0 and clock_min is not None:
+    clock_area, clock_span, lows = 0.0, 0.0, []
+    for ts, vs in sig.sm:
+        xs, ys = _clipped(ts, vs, a, b)
+        if xs:
+            clock_area += _trapezoid(xs, ys)
+            clock_span += xs[-1] - xs[0]
+            lows.append(min(ys))
+    if clock_span > 0:
         out["sm_clock_mean_mhz"] = clock_area / clock_span
-        out["sm_clock_min_mhz"] = clock_min
-    if temp_max is not None:
-        out["temperature_max_c"] = temp_max
+        out["sm_clock_min_mhz"] = min(lows)
+    highs = [max(ys) for ts, vs in sig.temp for xs, ys in [_clipped(ts, vs, a, b)] if xs]
+    if highs:
+        out["temperature_max_c"] = max(highs)
+    util_area, util_span = 0.0, 0.0
+    for ts, vs in sig.util:
+        xs, ys = _clipped(ts, vs, a, b)
+        if xs:
+            util_area += _trapezoid(xs, ys)
+            util_span += xs[-1] - xs[0]
     if util_span > 0:
         out["utilization_mean_pct"] = util_area / util_span
-    if series:
-        all_spans = _union(sp for spans in reason_spans.values() for sp in spans)
-        out["throttle_s"] = _overlap(all_spans, a, b)
-        for name, spans in sorted(reason_spans.items()):
-            seconds = _overlap(_union(spans), a, b)
+    if sig.power or sig.sm:
+        out["throttle_s"] = _overlap(sig.any_reason, a, b)
+        for name, spans in sig.by_reason.items():
+            seconds = _overlap(spans, a, b)
             if seconds > 0:
                 out[f"throttle_s.{name}"] = seconds
         out["telemetry_coverage"] = covered / (b - a) if powered else 0.0
@@ -337,8 +361,9 @@ def window_metrics(
 def repeat_metrics(
     tel: Telemetry, windows: Iterable[RepeatWindow], gpus: Collection[int] | None = None
 ) -> dict[tuple[str, int], dict[str, float]]:
-    """`window_metrics` for each repeat, by (kind, n)."""
-    return {(w.kind, w.n): window_metrics(tel, w, gpus) for w in windows}
+    """`window_metrics` for each repeat, by (kind, n); the signals are prepared once."""
+    sig = _signals(tel, gpus)
+    return {(w.kind, w.n): _window(sig, w) for w in windows}
 
 
 # ---- throttle episodes -----------------------------------------------------------------------

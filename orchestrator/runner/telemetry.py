@@ -25,6 +25,7 @@ import atexit
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -271,7 +272,8 @@ class Sampler:
 
 def main(argv: list[str]) -> int:
     """`python -m orchestrator.runner.telemetry FOLDER [INTERVAL_S [SECONDS]]`: sample, then print
-    the telemetry record and this process's CPU seconds as one JSON line (used by bench/)."""
+    the telemetry record, this process's CPU seconds (cpu_s) and nvidia-smi's (child_cpu_s) as
+    one JSON line (bench/telemetry_overhead.py)."""
     if not argv:
         sys.stderr.write("usage: telemetry FOLDER [INTERVAL_S [SECONDS]]\n")
         return 2
@@ -283,6 +285,8 @@ def main(argv: list[str]) -> int:
     time.sleep(seconds)
     info = sampler.stop()
     info["cpu_s"] = round(time.process_time() - cpu0, 4)
+    child = resource.getrusage(resource.RUSAGE_CHILDREN)
+    info["child_cpu_s"] = round(child.ru_utime + child.ru_stime, 4)
     info["wall_s"] = round(time.time() - wall0, 3)
     sys.stdout.write(json.dumps(info, sort_keys=True) + "\n")
     return 0
