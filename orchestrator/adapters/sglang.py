@@ -128,6 +128,9 @@ class SglangServer(ServerAdapter):
         metrics.update(decode_metrics(decode))
         facts["nccl"], nccl_checks = analyze_nccl(log, cell.env)
         checks += nccl_checks
+        scale = server_time_scale(cell_dir, cell)
+        if scale is not None:
+            facts["sim_time_scale"] = scale
 
         infos = load_server_infos(cell_dir, cell)
         if infos:
@@ -223,6 +226,34 @@ def decode_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
         if values:
             out[f"log_{key}"] = statistics.fmean(values)
     return out
+
+
+# --- the simulator's time scale --------------------------------------------------------------
+
+# `orch sim serve` runs every simulated second in TIME_SCALE real seconds and says so in its log.
+_TIME_SCALE_LOG = re.compile(r"sim: time scale ([0-9][0-9.eE+-]*):")
+
+
+def server_time_scale(cell_dir: Path, cell: Cell) -> float | None:
+    """The simulator's time scale when the server runs at one other than 1, else None.
+
+    From the server's own word first (a /server_info capture's `sim.time_scale`, then its log
+    line), then the cell's $ORCH_SIM_TIME_SCALE. A real SGLang server has none of these.
+    """
+    said: Any = None
+    for _, info in load_server_infos(cell_dir, cell):
+        sim = info.get("sim")
+        if isinstance(sim, Mapping) and sim.get("time_scale") is not None:
+            said = sim["time_scale"]
+            break
+    if said is None:
+        match = _TIME_SCALE_LOG.search(read_text(cell_dir / "server.log") or "")
+        said = match.group(1) if match else cell.env.get("ORCH_SIM_TIME_SCALE")
+    try:
+        scale = float(said) if said is not None else 1.0
+    except (TypeError, ValueError):
+        return None
+    return scale if math.isfinite(scale) and scale > 0 and scale != 1.0 else None
 
 
 # --- /server_info captures --------------------------------------------------------------------

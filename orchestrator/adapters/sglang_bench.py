@@ -7,7 +7,7 @@ as cwd, so the last line is that run's. Field sets of 2025 and 2026 builds are i
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,9 +30,11 @@ from orchestrator.adapters.sglang import (
     internal_states,
     launcher_argv,
     load_server_infos,
+    server_time_scale,
 )
 from orchestrator.errors import InputError
 from orchestrator.plan.cell import BenchSpec, Cell, ServerSpec
+from orchestrator.sim.bench import SIMULATED_UNITS_LINE
 
 RESULT_FILE = "result.jsonl"
 
@@ -127,7 +129,16 @@ class SglangBenchServing(BenchAdapter):
                 result.sources[key] = name
         accept_length(repeat_dir, cell, row or {}, result)
         _stdout_metrics(repeat_dir, cell, result)
+        apply_time_scale(repeat_dir, cell, result, _serving_kind)
         return result
+
+
+def _serving_kind(metric: str) -> str | None:
+    if metric.endswith("_ms") or metric == "duration":
+        return "time"
+    if metric.endswith("_throughput"):
+        return "rate"
+    return None
 
 
 def serving_metrics(row: Mapping[str, Any]) -> dict[str, float]:
@@ -153,6 +164,47 @@ def _stdout_metrics(repeat_dir: Path, cell: Cell, result: RepeatResult) -> None:
         result.notes.append("stdout is missing: regex metrics not read")
     else:
         apply_regex_metrics(cell.bench.metrics, stdout, result)
+
+
+# --- the simulator's time scale --------------------------------------------------------------
+
+_SIMULATED_UNITS = SIMULATED_UNITS_LINE.split("{", 1)[0]
+
+
+def apply_time_scale(
+    repeat_dir: Path, cell: Cell, result: RepeatResult, kind: Callable[[str], str | None]
+) -> None:
+    """Put a real client's timings against `orch sim serve` at time scale S in simulated units.
+
+    A real client times the server in real seconds, so its latencies are S times and its
+    throughputs 1/S times the simulated ones. `orch sim bench` divides by S itself (it says so
+    on stdout) and is left alone. `kind(metric)` is "time", "rate" or None (no unit of time).
+    """
+    scale = server_time_scale(repeat_dir.parent.parent, cell)
+    if scale is None:
+        return
+    stdout = read_text(repeat_dir / "stdout") or ""
+    if _SIMULATED_UNITS in stdout:
+        result.notes.append(f"time scale {scale:g}: the client reported simulated units itself")
+        return
+    converted = []
+    regex = set(cell.bench.metrics)
+    for name, value in list(result.metrics.items()):
+        unit = kind(name)
+        if unit is None or name in regex:
+            continue
+        result.metrics[name] = value / scale if unit == "time" else value * scale
+        result.sources[name] = f"{result.sources.get(name, 'result')} ÷ time scale {scale:g}"
+        converted.append(name)
+    result.notes.append(
+        f"time scale {scale:g}: the server is `orch sim serve`, whose simulated second lasts "
+        f"{scale:g} s; {len(converted)} timings of this client were converted to simulated units"
+    )
+    if regex:
+        result.notes.append(
+            f"time scale {scale:g}: regex metrics {', '.join(sorted(regex))} are as printed "
+            "(their unit is unknown, so they were not converted)"
+        )
 
 
 # --- accept length per run --------------------------------------------------------------------
@@ -337,4 +389,14 @@ class SglangBenchOneBatchServer(BenchAdapter):
                 result.metrics[metric + suffix] = value
                 result.sources[metric + suffix] = name
         _stdout_metrics(repeat_dir, cell, result)
+        apply_time_scale(repeat_dir, cell, result, _one_batch_kind)
         return result
+
+
+def _one_batch_kind(metric: str) -> str | None:
+    base = metric.split(".", 1)[0]
+    if base in {"latency", "last_ttft"}:
+        return "time"
+    if base in {"input_throughput", "output_throughput", "overall_throughput"}:
+        return "rate"
+    return None  # accept_length; last_gen_throughput is the server's own (simulated) figure

@@ -29,16 +29,10 @@ from pydantic import (
 from orchestrator.config.loaded import KeyPath, LoadedPlaybook, format_key_path
 from orchestrator.config.yamlpos import YamlDocument, load_yaml, locate, parse_yaml
 from orchestrator.errors import InputError, SourceLocation
+from orchestrator.runner.redaction import is_secret_name as is_secret_name
 
 # --------------------------------------------------------------------------------------------
 # Names
-
-SECRET_NAME_PATTERN = re.compile(
-    r"SECRET|PASSWORD|PASSWD|CREDENTIAL"
-    # TOKEN and KEY only as whole word parts: HF_TOKEN, HF_API_KEY, but not MAX_TOKENS, MONKEY.
-    r"|(?:^|[^A-Z0-9])(?:TOKEN|KEYS?|APIKEY)(?=$|[^A-Z0-9])",
-    re.IGNORECASE,
-)
 
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -57,11 +51,6 @@ BENCH_ADAPTER_NAMES = (
 )
 
 EXTRA_VARS_SOURCE = "<extra vars>"
-
-
-def is_secret_name(name: str, declared: Collection[str] = ()) -> bool:
-    """Whether a var or env name holds a secret: by name pattern, or listed in `secrets:`."""
-    return name in declared or SECRET_NAME_PATTERN.search(name) is not None
 
 
 def is_template(value: Any) -> bool:

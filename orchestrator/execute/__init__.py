@@ -1,1 +1,1 @@
-"""Connections, the controller, and the runner and probe shipped to hosts."""
+"""Connections, the controller, and shipping the runner (`orchestrator.runner`) to hosts."""

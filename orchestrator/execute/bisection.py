@@ -80,7 +80,7 @@ def commit_range(
         verdict = json.loads(check.stdout)
     except ValueError:
         raise ExecutionError(
-            f"{conn.host.name}: runner.py check-origin failed (rc {check.rc}): "
+            f"{conn.host.name}: runner.pyz check-origin failed (rc {check.rc}): "
             f"{check.stderr.strip()[-500:]}"
         ) from None
     if not verdict.get("ok"):

@@ -35,9 +35,7 @@ from orchestrator.execute.ship import ensure_runner
 from orchestrator.plan.cell import Cell
 from orchestrator.results.bundle import BundleWriter, extract_archive
 from orchestrator.results.redact import (
-    REDACTED,
     hide_secret_extra_vars,
-    is_secret_name,
     redact_mapping,
     redact_text,
     redact_tree,
@@ -45,9 +43,11 @@ from orchestrator.results.redact import (
     redact_yaml_text,
     secret_values_in,
 )
+from orchestrator.runner.protocol import SCHEMA_VERSION
+from orchestrator.runner.redaction import REDACTED, is_secret_name
 
 RUN_SCHEMA_VERSION = 1
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = SCHEMA_VERSION  # the runner protocol's, from the runner package itself
 
 
 @dataclass
@@ -119,7 +119,7 @@ def secret_values(
     for cell in cells:
         listed.update(cell.secrets)
         for name, value in cell.env.items():
-            if name in cell.secrets or is_secret_name(name):
+            if is_secret_name(name, cell.secrets):
                 values.add(value)
     for cell in cells:
         for section in (cell.server, cell.bench):
@@ -277,8 +277,7 @@ class Run:
     def _redacted_cell(self, cell: Cell) -> dict[str, Any]:
         data = cell.model_dump(mode="json")
         data["env"] = {
-            k: (REDACTED if (k in cell.secrets or is_secret_name(k)) else v)
-            for k, v in cell.env.items()
+            k: (REDACTED if is_secret_name(k, cell.secrets) else v) for k, v in cell.env.items()
         }
         return data
 

@@ -19,7 +19,7 @@ from orchestrator.execute.controller import ApplyOptions, Run, RunOutcome
 from orchestrator.plan.cell import Cell
 from orchestrator.plan.select import select_cells
 from orchestrator.results.bundle import RunBundle
-from orchestrator.results.redact import REDACTED
+from orchestrator.runner.redaction import REDACTED
 
 
 def restore_secrets(data: dict[str, Any], environ: Mapping[str, str] | None = None) -> Cell:

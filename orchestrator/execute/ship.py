@@ -1,44 +1,97 @@
-"""Shipping the runner and probe to a host once, cached there by content hash."""
+"""Shipping the runner to a host once, as one zipapp (`runner.pyz`), cached there by content hash.
+
+The archive is built from `orchestrator/runner/` in memory, deterministically (fixed order,
+timestamps and modes), so the same sources always give the same bytes and the same hash.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import io
+import os
 import tempfile
+import zipfile
 from functools import cache
 from pathlib import Path
 
+import orchestrator.runner
 from orchestrator.config.host import Host
 from orchestrator.errors import ExecutionError
 from orchestrator.execute.connection import Connection
 
-REMOTE_DIR = Path(__file__).parent / "remote"
-SHIPPED = ("runner.py", "probe.py")
+RUNNER_DIR = Path(orchestrator.runner.__file__).parent
+ARCHIVE_NAME = "runner.pyz"
+_SHEBANG = b"#!/usr/bin/env python3\n"
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
+# The zip's own entry points: `orchestrator` holds nothing but the runner package there.
+_ZIP_MAIN = (
+    '"""orch runner: python3 runner.pyz run | collect | probe | stop-all | check-origin."""\n'
+    "import sys\n\n"
+    "from orchestrator.runner.__main__ import main\n\n"
+    "sys.exit(main())\n"
+)
+_ZIP_PACKAGE = '"""orch, as shipped to a host: only orchestrator.runner."""\n'
+
+
+def _entries() -> list[tuple[str, bytes]]:
+    """(name in the archive, content) for every file of runner.pyz, in archive order."""
+    entries = [
+        ("__main__.py", _ZIP_MAIN.encode()),
+        ("orchestrator/__init__.py", _ZIP_PACKAGE.encode()),
+    ]
+    for path in sorted(RUNNER_DIR.glob("*.py")):
+        entries.append((f"orchestrator/runner/{path.name}", path.read_bytes()))
+    return entries
 
 
 @cache
+def runner_archive() -> bytes:
+    """runner.pyz's bytes: a shebang line, then a zip whose __main__ runs the runner."""
+    buffer = io.BytesIO()
+    buffer.write(_SHEBANG)
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, content in _entries():
+            info = zipfile.ZipInfo(name, date_time=_EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            info.create_system = 3  # unix, whatever machine builds it
+            archive.writestr(info, content)
+    return buffer.getvalue()
+
+
 def runner_hash() -> str:
-    """sha256 over the shipped files: a changed runner lands in a new directory on the host."""
-    digest = hashlib.sha256()
-    for name in SHIPPED:
-        digest.update(name.encode() + b"\0" + (REMOTE_DIR / name).read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
+    """sha256 of runner.pyz: a changed runner lands in a new directory on the host."""
+    return hashlib.sha256(runner_archive()).hexdigest()[:16]
+
+
+def write_runner(directory: Path) -> Path:
+    """runner.pyz written into `directory` (tmp + rename; left alone when already there)."""
+    path = Path(directory) / ARCHIVE_NAME
+    data = runner_archive()
+    if path.is_file() and path.read_bytes() == data:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{ARCHIVE_NAME}.")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, path)
+    return path
 
 
 def runner_path(host: Host) -> str:
     """Where the runner lives on `host`, relative to its $HOME unless workdir is absolute."""
-    return f"{host.workdir.rstrip('/')}/lib/{runner_hash()}/runner.py"
+    return f"{host.workdir.rstrip('/')}/lib/{runner_hash()}/{ARCHIVE_NAME}"
 
 
-_EXISTS = "import os,sys; sys.exit(0 if all(os.path.isfile(p) for p in sys.argv[1:]) else 3)"
+_EXISTS = "import os,sys; sys.exit(0 if os.path.isfile(sys.argv[1]) else 3)"
 
 
 def ensure_runner(conn: Connection) -> str:
-    """Put the runner and probe on the host unless this exact version is already there."""
+    """Put runner.pyz on the host unless this exact version is already there; its path."""
     host = conn.host
     path = runner_path(host)
-    base = path.rsplit("/", 1)[0]
-    remote = [f"{base}/{name}" for name in SHIPPED]
-    check = conn.run([host.python, "-c", _EXISTS, *remote], timeout=60)
+    check = conn.run([host.python, "-c", _EXISTS, path], timeout=60)
     if check.rc == 0:
         return path
     if check.rc != 3:
@@ -48,8 +101,5 @@ def ensure_runner(conn: Connection) -> str:
             hint="set python / ansible_python_interpreter for this host in the inventory",
         )
     with tempfile.TemporaryDirectory() as tmp:
-        for name, dest in zip(SHIPPED, remote, strict=True):
-            local = Path(tmp) / name
-            local.write_bytes((REMOTE_DIR / name).read_bytes())
-            conn.put(local, dest)
+        conn.put(write_runner(Path(tmp)), path)
     return path

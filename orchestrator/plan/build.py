@@ -48,7 +48,6 @@ from orchestrator.adapters import bench_adapter, server_adapter
 from orchestrator.config.host import Host, Inventory
 from orchestrator.config.loaded import KeyPath, LoadedPlaybook, format_key_path
 from orchestrator.config.patterns import select_hosts_checked
-from orchestrator.config.playbook import is_secret_name
 from orchestrator.errors import InputError, OrchError, SourceLocation
 from orchestrator.plan.cell import (
     CELL_SCHEMA_VERSION,
@@ -74,6 +73,7 @@ from orchestrator.plan.render import (
     has_template,
 )
 from orchestrator.results.redact import secret_items_in
+from orchestrator.runner.redaction import is_secret_name
 
 BUILTIN_NAMES = ("matrix", "inventory_hostname", "group_names", "groups", "hostvars", "orch_python")
 TIMEOUT_KEYS = ("cell", "setup", "ready", "bench")
@@ -372,7 +372,7 @@ class _HostPlanner:
         listed = self.data.get("secrets") or []
         self.listed_secrets = {str(s) for s in listed} if isinstance(listed, list) else set()
         self.secret_vars = {
-            n for n in self.decls if n in self.listed_secrets or is_secret_name(n)
+            n for n in self.decls if is_secret_name(n, self.listed_secrets)
         } | self.listed_secrets
         # Secret vars that read the matrix have a value per point; the others one per host.
         self.point_secret_vars = sorted(self.secret_vars & self.matrix_vars)
@@ -576,7 +576,7 @@ class _HostPlanner:
     ) -> tuple[dict[str, str], str, tuple[str, ...], str, tuple[tuple[str, str], ...]]:
         """env, its hashed text, the cell's secret names, their text, and the secret env items."""
         names = set(self.secret_vars)
-        names.update(k for k in env if k in self.listed_secrets or is_secret_name(k))
+        names.update(k for k in env if is_secret_name(k, self.listed_secrets))
         secrets = tuple(sorted(names))
         # The id hashes a secret env value as its name's placeholder (cell.py `_mask_env`).
         hashed = {k: (secret_placeholder(k) if k in names else v) for k, v in env.items()}

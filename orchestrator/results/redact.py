@@ -1,11 +1,14 @@
-"""Redaction: secret values never reach a bundle, in JSON and captured logs alike.
+"""Redaction on the controller's side: secret values never reach a bundle or the terminal.
 
-Two complementary rules. By name: a value stored under a secret-looking name (see
-`is_secret_name`) or a name the playbook lists in `secrets:` is replaced. By value: every known
-secret value (the env values of those names) is replaced wherever it appears as text, in every
-file of a tree, so a token echoed into `server.log` is caught too. The playbook's own files are
-copied into a bundle as written, so every value under a secret name in them is hidden too, the
-values a later layer overrode included (`redact_yaml_file`).
+The name rule and the value redactor are `orchestrator.runner.redaction`'s (the runner ships
+that same module); this module adds what only the controller needs. Two complementary rules.
+By name: a value stored under a secret-looking name (see `is_secret_name`) or a name the
+playbook lists in `secrets:` is replaced, in structured data, argv, YAML source and printed
+`-e` values. By value: every known secret value (the env values of those names) is replaced
+wherever it appears as text, in every file of a tree, so a token echoed into `server.log` is
+caught too. The playbook's own files are copied into a bundle as written, so every value under
+a secret name in them is hidden too, the values a later layer overrode included
+(`redact_yaml_file`).
 """
 
 from __future__ import annotations
@@ -21,24 +24,13 @@ from typing import Any
 
 import yaml
 
-from orchestrator.execute.remote.probe import is_secret_name as _probe_is_secret_name
-
-REDACTED = "***REDACTED***"  # the probe, shipped alone, carries the same marker
+from orchestrator.runner.redaction import MIN_SECRET_LENGTH as MIN_SECRET_LENGTH
+from orchestrator.runner.redaction import REDACTED as REDACTED
+from orchestrator.runner.redaction import Redactor
+from orchestrator.runner.redaction import is_secret_name as is_secret_name
 
 SECRETS_KEY = "secrets"  # the playbook's list of secret *names*: never a value to hide
-MIN_SECRET_LENGTH = 4  # shorter values would shred unrelated text ("1", "on")
 _CHUNK = 4 * 1024 * 1024
-
-
-def is_secret_name(name: str) -> bool:
-    """True for names that hold secrets: HF_TOKEN, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, apiKey.
-
-    The name is split into word parts (on `_`, `-`, `.` and camelCase). A part that is or ends
-    with TOKEN (HFTOKEN), is KEY/KEYS or ends with APIKEY, or contains SECRET, PASSWORD, PASSWD or
-    CREDENTIAL makes the name secret. Word parts keep TOKENIZERS_PARALLELISM, MAX_TOKENS,
-    KEYBOARD_LAYOUT and MONKEY_PATCH non-secret. (One implementation, in the shipped probe.)
-    """
-    return _probe_is_secret_name(name)
 
 
 def _norm(name: str) -> str:
@@ -345,34 +337,9 @@ def hide_secret_extra_vars(argv: Sequence[str], names: Iterable[str] = ()) -> li
     return out
 
 
-def _variants(values: Iterable[str]) -> list[bytes]:
-    """Every way a value appears in a file: raw, and JSON-escaped (ASCII or not)."""
-    out: set[bytes] = set()
-    for value in values:
-        if len(value) < MIN_SECRET_LENGTH:
-            continue
-        out.add(value.encode())
-        out.add(json.dumps(value)[1:-1].encode())
-        out.add(json.dumps(value, ensure_ascii=False)[1:-1].encode())
-    return sorted(out, key=lambda b: (-len(b), b))
-
-
 def redact_text(text: str, secret_values: Iterable[str]) -> str:
     """`text` with every occurrence of each secret value (raw or JSON-escaped) replaced."""
-    for variant in _variants(secret_values):
-        text = text.replace(variant.decode(), REDACTED)
-    return text
-
-
-def _redact_bytes(data: bytes, variants: list[bytes]) -> tuple[bytes, int]:
-    count = 0
-    marker = REDACTED.encode()
-    for variant in variants:
-        n = data.count(variant)
-        if n:
-            count += n
-            data = data.replace(variant, marker)
-    return data, count
+    return Redactor(secret_values).text(text)
 
 
 @dataclass
@@ -383,54 +350,6 @@ class RedactReport:
     replacements: int = 0
 
 
-_JSON_MAX_BYTES = 64 << 20  # larger JSON is redacted as bytes, streamed
-
-
-def _redact_json_value(data: Any, values: list[str]) -> tuple[Any, int]:
-    """`data` with secrets replaced in strings and keys, and a number that is a secret."""
-    if isinstance(data, str):
-        count = sum(data.count(v) for v in values)
-        return (redact_text(data, values), count) if count else (data, 0)
-    if isinstance(data, dict):
-        out: dict[str, Any] = {}
-        total = 0
-        for key, value in data.items():
-            new_key, n_key = _redact_json_value(key, values)
-            out[new_key], n_value = _redact_json_value(value, values)
-            total += n_key + n_value
-        return out, total
-    if isinstance(data, list):
-        pairs = [_redact_json_value(v, values) for v in data]
-        return [v for v, _ in pairs], sum(n for _, n in pairs)
-    if isinstance(data, int | float) and not isinstance(data, bool) and str(data) in values:
-        return REDACTED, 1
-    return data, 0
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    if len({key for key, _ in pairs}) != len(pairs):
-        raise ValueError("duplicate key")
-    return dict(pairs)
-
-
-def _redact_json_file(path: Path, values: list[str]) -> int | None:
-    """A JSON file redacted value by value so it stays JSON (bytes would leave a numeric
-    secret as `"key": ***REDACTED***`); None when it is not JSON or too big."""
-    try:
-        if path.stat().st_size > _JSON_MAX_BYTES:
-            return None
-        original = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_unique_keys)
-    except (OSError, ValueError):  # a duplicate key too: parsing would drop a value unseen
-        return None
-    redacted, count = _redact_json_value(original, values)
-    if count:
-        tmp = path.with_name(f".{path.name}.redact.tmp")
-        tmp.write_text(json.dumps(redacted, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    return count
-
-
 def redact_file(path: Path, secret_values: Iterable[str]) -> int:
     """Replace secret values in one file in place (streamed, tmp + rename); the count replaced.
 
@@ -438,42 +357,7 @@ def redact_file(path: Path, secret_values: Iterable[str]) -> int:
     a binary file is still replaced (a leak is worse than a damaged blob). A `.json` file is
     redacted value by value instead, so it stays valid JSON.
     """
-    values = sorted(
-        {v for v in secret_values if len(v) >= MIN_SECRET_LENGTH}, key=len, reverse=True
-    )
-    variants = _variants(values)
-    if not variants:
-        return 0
-    if path.suffix == ".json":
-        structured = _redact_json_file(path, values)
-        if structured is not None:
-            return structured
-    keep = max(len(v) for v in variants) - 1  # a match may straddle two chunks
-    tmp = path.with_name(f".{path.name}.redact.tmp")
-    total = 0
-    try:
-        with path.open("rb") as src, tmp.open("wb") as dst:
-            buf = b""
-            while True:
-                chunk = src.read(_CHUNK)
-                if not chunk:
-                    break
-                buf, n = _redact_bytes(buf + chunk, variants)
-                total += n
-                if len(buf) > keep:
-                    cut = len(buf) - keep
-                    dst.write(buf[:cut])
-                    buf = buf[cut:]
-            buf, n = _redact_bytes(buf, variants)
-            total += n
-            dst.write(buf)
-        if total:
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-            os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return total
+    return Redactor(secret_values).count_file(str(path), _CHUNK)
 
 
 def redact_tree(root: Path, secret_values: Iterable[str]) -> RedactReport:
@@ -481,18 +365,8 @@ def redact_tree(root: Path, secret_values: Iterable[str]) -> RedactReport:
 
     Symbolic links are not followed (their targets are not ours to rewrite).
     """
-    values = list(secret_values)
     report = RedactReport()
-    if not _variants(values):
-        return report
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            if path.is_symlink() or not path.is_file():
-                continue
-            n = redact_file(path, values)
-            if n:
-                report.files.append(path)
-                report.replacements += n
+    for path, count in Redactor(secret_values).tree(str(root), _CHUNK):
+        report.files.append(Path(path))
+        report.replacements += count
     return report

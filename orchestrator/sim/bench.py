@@ -2,9 +2,13 @@
 
 It streams `POST /generate` (or `/v1/completions` for OpenAI-style backends), measures TTFT, ITL,
 TPOT and end-to-end latency per request and the throughput of the run, reads the accept length
-from `/get_server_info`, appends one JSON line with the 2025 field set (the sample in
-`shared/samples/`) to `--output-file` and prints bench_serving's summary. Measured wall time is
-divided by the server's time scale, so results are in simulated (GPU) units.
+from `/get_server_info`, appends one JSON line with SGLang 0.4.10's field set (the sample in
+`tests/fixtures/sglang/`) to `--output-file` and prints bench_serving's summary. Measured wall
+time is divided by the server's time scale, so results are in simulated (GPU) units.
+
+TTFT, ITL and output length follow the real client's definitions per backend (`stream_timings`):
+`sglang` spreads a chunk's gap over the tokens it carries, OpenAI-style backends count one gap
+per chunk and take the output length from `usage` (else the length asked for).
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+# Printed on stdout so that a reader of the run (the sglang.bench_serving adapter) knows these
+# numbers are already in simulated units, whatever the server's time scale.
+SIMULATED_UNITS_LINE = "sim bench: timings divided by the server's time scale {scale:g}"
+SGLANG_NATIVE_BACKENDS = frozenset({"sglang", "sglang-native"})
 
 _WORDS = ["hello", "world", "serving", "benchmark", "tokens", "prompt", "random", "ids", "model"]
 
@@ -84,6 +93,38 @@ def server_info(base_url: str) -> dict[str, Any]:
     return {}
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """One streamed chunk that carried text, as the client saw it."""
+
+    at: float  # seconds since the request was sent
+    tokens: int  # completion tokens so far, as the server counts them (meta_info)
+
+
+def stream_timings(backend: str, chunks: list[Chunk]) -> tuple[float, list[float]]:
+    """(TTFT, ITLs) in seconds from a request's chunks, as SGLang 0.4.10's bench_serving has it.
+
+    `sglang`/`sglang-native`: a chunk's gap is spread evenly over the new tokens it carries (a
+    chunk with no new token is skipped and its time is not a new reference point). OpenAI-style
+    backends: one ITL per chunk, whatever it carries.
+    """
+    if not chunks:
+        return 0.0, []
+    first = chunks[0]
+    itl: list[float] = []
+    last_at, last_tokens = first.at, first.tokens
+    for chunk in chunks[1:]:
+        if backend in SGLANG_NATIVE_BACKENDS:
+            new = chunk.tokens - last_tokens
+            if new <= 0:
+                continue
+            itl.extend([(chunk.at - last_at) / new] * new)
+        else:
+            itl.append(chunk.at - last_at)
+        last_at, last_tokens = chunk.at, chunk.tokens
+    return first.at, itl
+
+
 def _request(
     base_url: str,
     backend: str,
@@ -94,7 +135,7 @@ def _request(
     model: str,
     timeout: float,
 ) -> Result:
-    openai = backend not in {"sglang", "sglang-native"}
+    openai = backend not in SGLANG_NATIVE_BACKENDS
     if openai:
         url = base_url + "/v1/completions"
         payload: dict[str, Any] = {
@@ -121,18 +162,19 @@ def _request(
         url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
     )
     start = time.perf_counter()
-    last = start
     text = ""
+    chunks: list[Chunk] = []
+    # As the real client: the length asked for, unless the server says otherwise.
+    out.output_len = output_len
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             if not stream:
                 data = json.loads(resp.read())
                 text = data["text"] if not openai else data["choices"][0]["text"]
-                out.output_len = (
-                    data.get("meta_info", {}).get("completion_tokens")
-                    or data.get("usage", {}).get("completion_tokens")
-                    or 0
+                counted = (data.get("meta_info") or data.get("usage") or {}).get(
+                    "completion_tokens"
                 )
+                out.output_len = int(counted) if counted is not None else output_len
                 out.ttft = time.perf_counter() - start
             for raw in resp if stream else ():
                 line = raw.decode().strip()
@@ -144,19 +186,23 @@ def _request(
                 data = json.loads(body)
                 now = time.perf_counter()
                 if openai:
-                    text += data["choices"][0]["text"]
-                    out.output_len = len(text.split())
+                    delta = data["choices"][0]["text"]
+                    if not delta:
+                        continue  # the real client ignores chunks without text
+                    text += delta
+                    usage = data.get("usage") or {}
+                    out.output_len = int(usage.get("completion_tokens", out.output_len))
                 else:
+                    if not data.get("text"):
+                        continue
                     text = data["text"]
                     out.output_len = int(data["meta_info"]["completion_tokens"])
-                if out.ttft == 0.0:
-                    out.ttft = now - start
-                else:
-                    out.itl.append(now - last)
-                last = now
+                chunks.append(Chunk(now - start, out.output_len))
         out.latency = time.perf_counter() - start
+        if stream:
+            out.ttft, out.itl = stream_timings(backend, chunks)
         out.retokenized = len(text.split())
-        out.success = out.output_len > 0
+        out.success = True
     except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
         out.error = f"{type(exc).__name__}: {exc}"
     return out
@@ -182,7 +228,8 @@ def make_prompts(args: argparse.Namespace) -> list[tuple[str, int, int]]:
     """(prompt text, prompt tokens, output tokens) per request, as bench_serving's random sets."""
     rng = random.Random(args.seed)
     low_in = max(int(args.random_input_len * args.random_range_ratio), 1)
-    low_out = max(int(args.random_output_len * args.random_range_ratio), 1)
+    # As bench_serving: an input has at least one token, an output may be asked for none.
+    low_out = int(args.random_output_len * args.random_range_ratio)
     prompts = []
     for _ in range(args.num_prompts):
         n_in = rng.randint(low_in, max(low_in, args.random_input_len))
@@ -299,6 +346,7 @@ def run(args: argparse.Namespace) -> int:
     if not info:
         print(f"sim bench: no server info at {base_url} (is the server up?)", file=sys.stderr)
     scale = args.time_scale or float((info.get("sim") or {}).get("time_scale") or 1.0)
+    print(SIMULATED_UNITS_LINE.format(scale=scale))
     model = args.model or info.get("served_model_name") or info.get("model_path") or "default"
     if args.flush_cache:
         try:

@@ -1,7 +1,8 @@
 """`orch sim init-repo`: a deterministic SGLang-like git repo with one injected regression.
 
 Same arguments, same SHAs on every machine: names, e-mails and dates are fixed, user and system
-git configuration is ignored, and file contents come from a seeded generator. Commit K (1-based)
+git configuration is ignored, and file contents come from a seeded generator. The authors are
+invented (at example.invalid) and every message says the commit is simulated. Commit K (1-based)
 changes `orch_sim_model.json` (the simulator's performance model) and every later commit keeps
 it. Tags: `good` on the first commit, `bad` on HEAD. The setup command is `sh setup.sh`.
 """
@@ -22,13 +23,17 @@ from orchestrator.sim import model as m
 
 SETUP_COMMAND = "sh setup.sh"
 _EPOCH = 1751360400  # 2025-07-01 09:00:00 UTC
-_AUTHORS = (
-    ("Lianmin Zheng", "lianmin@sim.invalid"),
-    ("Ying Sheng", "ying@sim.invalid"),
-    ("Baizhou Zhang", "baizhou@sim.invalid"),
-    ("Ke Bao", "ke@sim.invalid"),
-    ("Yineng Zhang", "yineng@sim.invalid"),
+# Invented people at a reserved domain (RFC 2606): a simulated regression must never carry a
+# real person's name.
+AUTHORS = (
+    ("Ada Sim", "ada.sim@example.invalid"),
+    ("Bram Placeholder", "bram.placeholder@example.invalid"),
+    ("Cleo Fixture", "cleo.fixture@example.invalid"),
+    ("Dov Mock", "dov.mock@example.invalid"),
+    ("Esme Stub", "esme.stub@example.invalid"),
 )
+# Every commit message says what the repo is, so no log excerpt can pass for a real project's.
+SIMULATED_NOTE = "Simulated commit made by `orch sim init-repo`; not from a real project."
 _CHANGES = (
     (
         "[Fix] Handle empty stop strings in the detokenizer",
@@ -169,7 +174,7 @@ def apply_bug(params: dict[str, Any], bug: str) -> dict[str, Any]:
 
 
 def _git(path: Path, *args: str, date: int | None = None, author: int = 0) -> str:
-    name, email = _AUTHORS[author % len(_AUTHORS)]
+    name, email = AUTHORS[author % len(AUTHORS)]
     stamp = f"{date or _EPOCH} +0000"
     env = {
         **os.environ,
@@ -295,7 +300,7 @@ def init_repo(
             target_path = root / rel
             target_path.parent.mkdir(parents=True, exist_ok=True)
             target_path.write_text(text)
-        message = subject + ("\n\n" + body if body else "")
+        message = subject + ("\n\n" + body if body else "") + "\n\n" + SIMULATED_NOTE
         _git(root, "add", "-A")
         _git(root, "commit", "-q", "-m", message, date=_EPOCH + 5400 * i, author=rng.randrange(5))
         shas.append(_git(root, "rev-parse", "HEAD"))

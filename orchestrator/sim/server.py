@@ -4,6 +4,7 @@ It takes SGLang's launch flags, starts one worker process per TP rank (each repo
 environment it really has), computes performance from those environments, the repo's model file
 and the host state, then serves SGLang's HTTP API and emits tokens at the modelled rate. Every
 sleep is multiplied by the time scale (`--time-scale`, default $ORCH_SIM_TIME_SCALE or 1.0).
+The scheduler loop is in `engine.py`, the HTTP API in `api.py`.
 """
 
 from __future__ import annotations
@@ -13,32 +14,24 @@ import contextlib
 import datetime as dt
 import json
 import os
-import queue
-import random
 import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TextIO
 
 from orchestrator.sim import model as m
 from orchestrator.sim import state as st
+from orchestrator.sim.api import SimHTTPServer, make_handler
+from orchestrator.sim.engine import Engine, Request
 
 SIM_VERSION = "0.4.10.post2+sim"
 READY_LINE = "The server is fired up and ready to roll!"
-_TEXT = (
-    "the model serves tokens at a steady rate while the draft proposes and the target "
-    "verifies each step of decoding on eight GPUs with tensor parallel all reduce over NVLink"
-)
-_VOCAB = _TEXT.split()
 
 
 def time_scale_default() -> float:
@@ -74,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-remote-code", action="store_true")
     # Simulator-only flags.
     p.add_argument("--time-scale", type=float, default=None)
+    p.add_argument(
+        "--startup-time",
+        type=float,
+        default=None,
+        help="simulated seconds to load weights and capture CUDA graphs (default: the model's "
+        "startup_s); scaled by the time scale like every other wait",
+    )
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--noise", type=float, default=None, help="override the model's noise")
     p.add_argument("--sim-model", default=None, help="model file (default ./orch_sim_model.json)")
@@ -94,179 +94,6 @@ class Logger:
         with self.lock:
             self.stream.write(prefix + message + "\n")
             self.stream.flush()
-
-
-@dataclass
-class Request:
-    """One generation request inside the engine."""
-
-    rid: str
-    prompt_tokens: int
-    max_new_tokens: int
-    factor: float = 1.0
-    generated: int = 0
-    spec_steps: int = 0
-    created: float = field(default_factory=time.monotonic)
-    events: queue.Queue[int | None] = field(default_factory=queue.Queue)
-
-    @property
-    def done(self) -> bool:
-        """All requested tokens were emitted."""
-        return self.generated >= self.max_new_tokens
-
-
-def token_text(rid: str, start: int, count: int) -> str:
-    """Deterministic words for tokens start..start+count of a request (one word per token)."""
-    base = sum(rid.encode()) % len(_VOCAB)
-    return "".join(" " + _VOCAB[(base + 7 * i) % len(_VOCAB)] for i in range(start, start + count))
-
-
-class Engine(threading.Thread):
-    """The scheduler loop: prefill new requests, then decode steps for the running batch."""
-
-    def __init__(self, server: SimServer) -> None:
-        super().__init__(daemon=True, name="engine")
-        self.srv = server
-        self.cv = threading.Condition()
-        self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []
-        self.stopping = False
-        self.deadline: float | None = None
-        self.rng = random.Random(server.seed)
-        self.noise = m.Noise(server.seed, server.noise, float(server.params["noise_correlation"]))
-        self.steps = 0
-        self.spec_tokens = 0  # tokens emitted by decode steps (accepted drafts + bonus)
-        self.spec_forwards = 0  # request-steps, SGLang's spec_num_total_forward_ct
-        self.last_gen_throughput = 0.0
-        self._interval_tokens = 0
-        self._interval_steps = 0
-        self._interval_ms = 0.0
-
-    def submit(self, req: Request) -> None:
-        """Queue a request; it is prefilled at the next iteration."""
-        with self.cv:
-            req.factor = self.noise.request_factor()
-            self.waiting.append(req)
-            self.cv.notify()
-
-    def stop(self) -> None:
-        """End the loop; running requests are cut off."""
-        with self.cv:
-            self.stopping = True
-            self.cv.notify()
-
-    def _sleep(self, sim_ms: float) -> None:
-        # Absolute deadlines keep the average rate exact even when one sleep overshoots.
-        now = time.monotonic()
-        if self.deadline is None or now - self.deadline > 0.25:
-            self.deadline = now
-        self.deadline += sim_ms / 1000.0 * self.srv.time_scale
-        self._interval_ms += sim_ms
-        delay = self.deadline - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-
-    def _accepted(self, acceptance: tuple[float, ...]) -> int:
-        n = 1
-        for rate in acceptance:
-            if self.rng.random() >= rate:
-                break
-            n += 1
-        return n
-
-    def run(self) -> None:
-        """Loop until stopped."""
-        while True:
-            with self.cv:
-                while not self.waiting and not self.running and not self.stopping:
-                    self.deadline = None
-                    self.cv.wait()
-                if self.stopping:
-                    for req in [*self.waiting, *self.running]:
-                        req.events.put(None)
-                    return
-                new = list(self.waiting)[: self.srv.args.max_running_requests]
-                for _ in new:
-                    self.waiting.popleft()
-            if new:
-                self._prefill(new)
-            else:
-                self._decode()
-
-    def _prefill(self, new: list[Request]) -> None:
-        srv = self.srv
-        tokens = sum(r.prompt_tokens for r in new)
-        cost = m.prefill_ms(srv.params, srv.cfg, srv.effective_env, tokens, srv.clock)
-        factor = sum(r.factor for r in new) / len(new)
-        self._sleep(cost * factor * self.noise.step_factor())
-        srv.log(
-            f"Prefill batch, #new-seq: {len(new)}, #new-token: {tokens}, #cached-token: 0, "
-            f"token usage: {srv.token_usage(self.running):.2f}, "
-            f"#running-req: {len(self.running)}, #queue-req: {len(self.waiting)}, ",
-            "TP0",
-        )
-        for req in new:
-            # The prefill forward pass yields each request's first token.
-            req.generated = 1
-            req.events.put(1)
-            if req.done:
-                req.events.put(None)
-            else:
-                with self.cv:
-                    self.running.append(req)
-
-    def _decode(self) -> None:
-        srv = self.srv
-        batch = list(self.running)
-        factor = sum(r.factor for r in batch) / len(batch)
-        cost = srv.step.step_ms * m.batch_factor(srv.params, len(batch)) * factor
-        self._sleep(cost * self.noise.step_factor())
-        emitted = 0
-        for req in batch:
-            n = self._accepted(srv.step.acceptance) if srv.cfg.speculating else 1
-            n = min(n, req.max_new_tokens - req.generated)
-            req.generated += n
-            req.spec_steps += 1
-            emitted += n
-            req.events.put(n)
-            if req.done:
-                req.events.put(None)
-        with self.cv:
-            self.running = [r for r in self.running if not r.done]
-            self.steps += 1
-            self.spec_tokens += emitted
-            self.spec_forwards += len(batch)
-            self._interval_tokens += emitted
-            self._interval_steps += len(batch)
-        if self.steps % max(1, srv.args.decode_log_interval) == 0:
-            self._log_decode(batch)
-
-    def _log_decode(self, batch: list[Request]) -> None:
-        srv = self.srv
-        # Busy (simulated) time of the interval: idle gaps between requests do not count.
-        self.last_gen_throughput = 1000.0 * self._interval_tokens / max(1e-9, self._interval_ms)
-        spec = ""
-        if srv.cfg.speculating and self._interval_steps:
-            accept_len = self._interval_tokens / self._interval_steps
-            rate = (accept_len - 1) / max(1, srv.cfg.num_steps)
-            spec = f"accept len: {accept_len:.2f}, accept rate: {rate:.2f}, "
-        tokens = sum(r.prompt_tokens + r.generated for r in batch)
-        srv.log(
-            f"Decode batch, #running-req: {len(batch)}, #token: {tokens}, "
-            f"token usage: {srv.token_usage(batch):.2f}, {spec}"
-            f"cuda graph: {not srv.cfg.disable_cuda_graph}, "
-            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, "
-            f"#queue-req: {len(self.waiting)}, ",
-            "TP0",
-        )
-        self._interval_tokens = 0
-        self._interval_steps = 0
-        self._interval_ms = 0.0
-
-    def avg_accept_length(self) -> float | None:
-        """Cumulative tokens per decode step since start (None before any step)."""
-        with self.cv:
-            return self.spec_tokens / self.spec_forwards if self.spec_forwards else None
 
 
 @dataclass
@@ -293,6 +120,8 @@ class SimServer:
             m.load_params(self.model_file) if self.model_file.exists() else m.model_params()
         )
         self.noise = float(args.noise if args.noise is not None else self.params["noise"])
+        startup = args.startup_time if args.startup_time is not None else self.params["startup_s"]
+        self.startup_s = max(0.0, float(startup))
         if os.environ.get("ORCH_SIM_NOISE") and args.noise is None:
             self.noise = float(os.environ["ORCH_SIM_NOISE"])
         self.state_path = st.resolve_state_path(args.sim_state)
@@ -451,6 +280,7 @@ class SimServer:
             "internal_states": [internal],
             "sim": {
                 "time_scale": self.time_scale,
+                "startup_s": self.startup_s,
                 "model_file": str(self.model_file.resolve()) if self.model_file.exists() else None,
                 "state_file": str(self.state_path) if self.state_path else None,
                 "worker_pids": [w.proc.pid for w in self.workers],
@@ -466,7 +296,7 @@ class SimServer:
 
     def generate(self, prompt_tokens: int, max_new_tokens: int) -> tuple[Request, Iterator[int]]:
         """Submit a request; iterate the token counts of each chunk as the engine emits them."""
-        req = Request(uuid.uuid4().hex, prompt_tokens, max(1, max_new_tokens))
+        req = Request(uuid.uuid4().hex, prompt_tokens, max_new_tokens)
         self.engine.submit(req)
 
         def chunks() -> Iterator[int]:
@@ -479,245 +309,16 @@ class SimServer:
         return req, chunks()
 
 
-def _count_prompt(body: dict[str, Any], key: str) -> int:
-    value = body.get("input_ids") if body.get("input_ids") is not None else body.get(key)
-    if isinstance(value, list):
-        if value and isinstance(value[0], list):
-            value = value[0]
-        if value and isinstance(value[0], str):
-            value = value[0]
-    if isinstance(value, list):
-        return len(value)
-    return len(str(value or "").split())
-
-
-def make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
-    """The HTTP handler class bound to one server."""
-
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "uvicorn"
-        sys_version = ""
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # SGLang's access log is quiet by default; errors are logged by the app
-
-        def _json(self, data: Any, status: int = 200) -> None:
-            body = json.dumps(data).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _text(self, text: str, status: int = 200) -> None:
-            body = text.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _body(self) -> dict[str, Any]:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b"{}"
-            data = json.loads(raw or b"{}")
-            if not isinstance(data, dict):
-                raise ValueError("request body must be a JSON object")
-            return data
-
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/health":
-                self._text("")
-            elif path == "/ping":
-                self._text("pong")
-            elif path == "/health_generate":
-                if not srv.ready.is_set() or srv.stopping.is_set():
-                    self._text("server is starting", HTTPStatus.SERVICE_UNAVAILABLE)
-                    return
-                _, chunks = srv.generate(1, 1)
-                for _ in chunks:
-                    pass
-                self._text("")
-            elif path in {"/server_info", "/get_server_info"}:
-                if path == "/get_server_info":
-                    srv.log(
-                        "WARNING: Endpoint '/get_server_info' is deprecated and will be "
-                        "removed in a future version. Please use '/server_info' instead."
-                    )
-                self._json(srv.server_info())
-            elif path == "/get_model_info":
-                self._json(
-                    {
-                        "model_path": srv.args.model_path,
-                        "is_generation": True,
-                        "tokenizer_path": srv.args.tokenizer_path or srv.args.model_path,
-                    }
-                )
-            elif path == "/v1/models":
-                name = srv.args.served_model_name or srv.args.model_path
-                self._json(
-                    {
-                        "object": "list",
-                        "data": [
-                            {
-                                "id": name,
-                                "object": "model",
-                                "created": int(srv.started),
-                                "owned_by": "sglang",
-                                "root": name,
-                                "max_model_len": 131072,
-                            }
-                        ],
-                    }
-                )
-            else:
-                self._json({"detail": "Not Found"}, HTTPStatus.NOT_FOUND)
-
-        def do_POST(self) -> None:
-            path = self.path.split("?", 1)[0]
-            try:
-                body = self._body()
-            except ValueError as exc:
-                self._json({"error": {"message": str(exc)}}, HTTPStatus.BAD_REQUEST)
-                return
-            if path == "/flush_cache":
-                self._text(
-                    "Cache flushed.\nPlease check backend logs for more details. (When "
-                    "there are running or waiting requests, the operation will not be "
-                    "performed.)\n"
-                )
-                srv.log("Cache flushed successfully!", "TP0")
-            elif path == "/generate":
-                self._generate(body)
-            elif path == "/v1/completions":
-                self._completions(body)
-            else:
-                self._json({"detail": "Not Found"}, HTTPStatus.NOT_FOUND)
-
-        def _not_ready(self) -> bool:
-            if srv.stopping.is_set():
-                self._json({"error": {"message": "server is shutting down"}}, 503)
-                return True
-            return False
-
-        def _stream_start(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.end_headers()
-
-        def _event(self, data: Any) -> None:
-            text = data if isinstance(data, str) else json.dumps(data)
-            self.wfile.write(f"data: {text}\n\n".encode())
-            self.wfile.flush()
-
-        def _generate(self, body: dict[str, Any]) -> None:
-            if self._not_ready():
-                return
-            params = body.get("sampling_params") or {}
-            max_new = int(params.get("max_new_tokens") or 128)
-            prompt = _count_prompt(body, "text")
-            req, chunks = srv.generate(prompt, max_new)
-            start = time.monotonic()
-
-            def meta(done: bool) -> dict[str, Any]:
-                info: dict[str, Any] = {
-                    "id": req.rid,
-                    "finish_reason": {"type": "length", "length": req.generated} if done else None,
-                    "prompt_tokens": prompt,
-                    "completion_tokens": req.generated,
-                    "cached_tokens": 0,
-                    "e2e_latency": (time.monotonic() - start) / srv.time_scale,
-                }
-                if srv.cfg.speculating:
-                    info["spec_verify_ct"] = max(0, req.spec_steps)
-                return info
-
-            text = ""
-            if body.get("stream"):
-                self._stream_start()
-                try:
-                    for n in chunks:
-                        text += token_text(req.rid, len(text.split()), n)
-                        self._event({"text": text, "meta_info": meta(req.done)})
-                    self._event("[DONE]")
-                except (BrokenPipeError, ConnectionResetError):
-                    return
-            else:
-                for n in chunks:
-                    text += token_text(req.rid, len(text.split()), n)
-                self._json({"text": text, "meta_info": meta(True)})
-
-        def _completions(self, body: dict[str, Any]) -> None:
-            if self._not_ready():
-                return
-            max_new = int(body.get("max_tokens") or 16)
-            prompt = _count_prompt(body, "prompt")
-            req, chunks = srv.generate(prompt, max_new)
-            name = body.get("model") or srv.args.served_model_name or srv.args.model_path
-            base = {
-                "id": req.rid,
-                "object": "text_completion",
-                "created": int(time.time()),
-                "model": name,
-            }
-            if body.get("stream"):
-                self._stream_start()
-                try:
-                    done = 0
-                    for n in chunks:
-                        delta = token_text(req.rid, done, n)
-                        done += n
-                        finish = "length" if req.done else None
-                        self._event(
-                            {
-                                **base,
-                                "choices": [
-                                    {
-                                        "index": 0,
-                                        "text": delta,
-                                        "logprobs": None,
-                                        "finish_reason": finish,
-                                    }
-                                ],
-                            }
-                        )
-                    self._event("[DONE]")
-                except (BrokenPipeError, ConnectionResetError):
-                    return
-            else:
-                total = sum(chunks)
-                self._json(
-                    {
-                        **base,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "text": token_text(req.rid, 0, total),
-                                "logprobs": None,
-                                "finish_reason": "length",
-                            }
-                        ],
-                        "usage": {
-                            "prompt_tokens": prompt,
-                            "completion_tokens": total,
-                            "total_tokens": prompt + total,
-                        },
-                    }
-                )
-
-    return Handler
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
 def serve(args: argparse.Namespace, log: Logger) -> int:
     """Start workers, load, serve until SIGTERM/SIGINT; returns the exit status."""
     srv = SimServer(args, log)
+    if srv.time_scale != 1.0:
+        # A client other than `orch sim bench` times the server in real seconds: say so loudly.
+        log(
+            f"WARNING: sim: time scale {srv.time_scale:g}: every simulated second takes "
+            f"{srv.time_scale:g} s; /server_info reports sim.time_scale, and a client that does "
+            "not divide its timings by it reports scaled, not simulated, numbers"
+        )
     log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in srv.server_args().items())})")
     if not srv.model_file.exists():
         log(f"WARNING: sim: no {srv.model_file} here; using the built-in performance model")
@@ -734,7 +335,7 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
         log(f"Scheduler hit an exception: {crash}", "TP0")
         return 1
     try:
-        httpd = _HTTPServer((args.host, args.port), make_handler(srv))
+        httpd = SimHTTPServer((args.host, args.port), make_handler(srv))
     except OSError as exc:
         log(
             f"ERROR: [Errno {exc.errno}] error while attempting to bind on address "
@@ -763,7 +364,8 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
     rc = 0
     try:
         srv.start_workers()
-        startup = float(srv.params["startup_s"]) * srv.time_scale
+        # Simulated seconds: weights load for 60% of the start-up, CUDA graph capture for 40%.
+        startup = srv.startup_s * srv.time_scale
         log(f"Load weight begin. avail mem={srv.state['memory_total_mib'] / 1024:.2f} GB", "TP0")
         if srv.stopping.wait(startup * 0.6):
             return 0
@@ -783,7 +385,11 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
         if srv.stopping.wait(startup * 0.4):
             return 0
         if not srv.cfg.disable_cuda_graph:
-            log("Capture cuda graph end. Time elapsed: 11.32 s. mem usage=2.10 GB.", "TP0")
+            log(
+                f"Capture cuda graph end. Time elapsed: {srv.startup_s * 0.4:.2f} s. "
+                "mem usage=2.10 GB.",
+                "TP0",
+            )
         log(
             f"max_total_num_tokens={srv.token_capacity()}, chunked_prefill_size=8192, "
             f"max_prefill_tokens=16384, max_running_requests={args.max_running_requests}, "

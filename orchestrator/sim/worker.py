@@ -2,7 +2,8 @@
 
 The server starts one per TP rank (as SGLang starts its scheduler processes). The worker writes
 one JSON line `{"rank", "pid", "ppid", "env"}` on stdout, prints NCCL INFO lines on stderr when
-NCCL_DEBUG asks for them, then blocks on stdin: EOF (the server closed it or died) ends it.
+NCCL_DEBUG asks for them (naming only variables real NCCL knows), then blocks on stdin: EOF (the
+server closed it or died) ends it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import sys
 import threading
 from collections.abc import Mapping
 
+from orchestrator.sim.nccl_names import NCCL_ENV_NAMES
+
 # NCCL's string parameters log without the trailing period that integer ones get.
-_STRING_PARAMS = {"NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE_STR"}
+_STRING_PARAMS = {"NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_LEVEL"}
 _SET_TO_PARAMS = {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NCCL_TOPO_FILE", "NCCL_NET"}
 _NOT_PARAMS = {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}
 
@@ -42,7 +45,8 @@ def nccl_log_lines(
         lines.append(prefix + f"NCCL version {nccl_version}")
     if show or "ENV" in subsys:
         for name in sorted(env):
-            if not name.startswith("NCCL_") or name in _NOT_PARAMS:
+            # Real NCCL reads only the names it knows: a misspelled one is silently ignored.
+            if name not in NCCL_ENV_NAMES or name in _NOT_PARAMS:
                 continue
             value = env[name]
             if name in _SET_TO_PARAMS:

@@ -261,7 +261,7 @@ def test_a_gpu_that_throttled_during_the_run_shows_after_run(tmp_path: Path) -> 
 
 
 def test_topology_changes_show_once_per_pair(tmp_path: Path) -> None:
-    from orchestrator.execute.remote.probe import parse_topo
+    from orchestrator.runner.probe_parse import parse_topo
 
     text = (FIXTURES / "h100-healthy" / "topo.txt").read_text()
     moved = text.replace("GPU0\t X \tNV18", "GPU0\t X \tSYS").replace(
@@ -444,7 +444,7 @@ def test_diff_runs_pairs_by_id_then_axes(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not (FIXTURES / "h100-throttled").is_dir(), reason="no nvidia-smi fixtures")
 def test_throttled_gpu_from_real_nvidia_smi_output(tmp_path: Path) -> None:
-    from orchestrator.execute.remote.probe import parse_gpu_csv
+    from orchestrator.runner.probe_parse import parse_gpu_csv
 
     def snap(name: str) -> dict:
         fields = (FIXTURES / name / "fields.txt").read_text().split()

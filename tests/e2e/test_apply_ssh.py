@@ -242,11 +242,11 @@ def test_three_hosts_small_matrix(e2e: E2E) -> None:
     # the runner was shipped once per host per content hash, and a second run reuses it
     libs = {h.name: sorted((h.home / ".orch" / "lib").iterdir()) for h in e2e.hosts.hosts}
     assert all(len(v) == 1 for v in libs.values()), libs
-    stamps = {n: (v[0] / "runner.py").stat().st_mtime_ns for n, v in libs.items()}
+    stamps = {n: (v[0] / "runner.pyz").stat().st_mtime_ns for n, v in libs.items()}
     again = e2e.apply(*e2e.argv(playbook, inventory, "--limit", "host1"))
     assert again.returncode == 0, again.stdout + again.stderr
     for name, lib in libs.items():
-        assert (lib[0] / "runner.py").stat().st_mtime_ns == stamps[name]
+        assert (lib[0] / "runner.pyz").stat().st_mtime_ns == stamps[name]
 
 
 def test_scrubbed_child_env_is_caught(e2e: E2E) -> None:

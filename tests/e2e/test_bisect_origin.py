@@ -2,7 +2,7 @@
 
 The commit list comes from the host's clone: a fork (or an old repo.url) cloned at the same dest
 would give the wrong history, and every step would then fail at the repo step. The same check
-as the repo step's (`runner.py check-origin`) runs first, on the real CLI and a real git clone.
+as the repo step's (`runner.pyz check-origin`) runs first, on the real CLI and a real git clone.
 """
 
 from __future__ import annotations

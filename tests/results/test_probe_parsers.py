@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from results_helpers import FAKE_SMI, FIXTURES
 
-from orchestrator.execute.remote import probe
+from orchestrator.runner import probe, probe_parse
 
 
 def _fields(name: str) -> list[str]:
@@ -17,7 +17,7 @@ def _fields(name: str) -> list[str]:
 
 
 def _gpus(name: str) -> list[dict[str, Any]]:
-    return probe.parse_gpu_csv((FIXTURES / name / "query-gpu.csv").read_text(), _fields(name))
+    return probe_parse.parse_gpu_csv((FIXTURES / name / "query-gpu.csv").read_text(), _fields(name))
 
 
 def test_healthy_h100_eight_gpus_parse_to_typed_values() -> None:
@@ -78,24 +78,26 @@ def test_old_driver_field_names_map_to_the_new_keys() -> None:
 
 def test_wrong_column_count_is_an_error() -> None:
     with pytest.raises(ValueError, match="expected 3 values"):
-        probe.parse_gpu_csv("0, NVIDIA H100\n", ["index", "name", "uuid"])
+        probe_parse.parse_gpu_csv("0, NVIDIA H100\n", ["index", "name", "uuid"])
 
 
 def test_parse_value_and_reason_edge_cases() -> None:
-    assert probe.parse_value("memory.used", "81559 MiB") == 81559
-    assert probe.parse_value("power.draw", "[Unknown Error]") is None
-    assert probe.parse_value("name", "  NVIDIA A10G ") == "NVIDIA A10G"
-    assert probe.decode_clock_event_reasons("0x0000000000000004") == ["sw_power_cap"]
-    assert probe.decode_clock_event_reasons("0x1000") == ["bit_0x1000"]
-    assert probe.decode_clock_event_reasons("garbage") is None
+    assert probe_parse.parse_value("memory.used", "81559 MiB") == 81559
+    assert probe_parse.parse_value("power.draw", "[Unknown Error]") is None
+    assert probe_parse.parse_value("name", "  NVIDIA A10G ") == "NVIDIA A10G"
+    assert probe_parse.decode_clock_event_reasons("0x0000000000000004") == ["sw_power_cap"]
+    assert probe_parse.decode_clock_event_reasons("0x1000") == ["bit_0x1000"]
+    assert probe_parse.decode_clock_event_reasons("garbage") is None
 
 
 def test_compute_apps() -> None:
-    apps = probe.parse_compute_apps((FIXTURES / "h100-throttled" / "compute-apps.csv").read_text())
+    text = (FIXTURES / "h100-throttled" / "compute-apps.csv").read_text()
+    apps = probe_parse.parse_compute_apps(text)
     assert len(apps) == 8
     assert apps[0] == {"pid": 41230, "process_name": "python3", "used_memory_mib": 74302}
-    assert probe.parse_compute_apps("") == []
-    assert probe.parse_compute_apps("7, /usr/bin/python3, 100 MiB\n")[0]["used_memory_mib"] == 100
+    assert probe_parse.parse_compute_apps("") == []
+    one = probe_parse.parse_compute_apps("7, /usr/bin/python3, 100 MiB\n")
+    assert one[0]["used_memory_mib"] == 100
 
 
 @pytest.mark.parametrize(
@@ -107,12 +109,12 @@ def test_compute_apps() -> None:
     ],
 )
 def test_smi_header_gives_driver_and_its_cuda(fixture: str, driver: str, cuda: str) -> None:
-    header = probe.parse_smi_header((FIXTURES / fixture / "header.txt").read_text())
+    header = probe_parse.parse_smi_header((FIXTURES / fixture / "header.txt").read_text())
     assert header == {"smi_version": driver, "driver_version": driver, "cuda_version": cuda}
 
 
 def test_topo_matrix_and_affinity() -> None:
-    topo = probe.parse_topo((FIXTURES / "h100-healthy" / "topo.txt").read_text())
+    topo = probe_parse.parse_topo((FIXTURES / "h100-healthy" / "topo.txt").read_text())
     assert topo["devices"][:2] == ["GPU0", "GPU1"] and "NIC1" in topo["devices"]
     assert topo["links"]["GPU0"]["GPU1"] == "NV18"
     assert topo["links"]["GPU0"]["GPU0"] == "X"
@@ -125,17 +127,17 @@ def test_nvcc_and_nccl_log_and_proc_files() -> None:
         "nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2024 NVIDIA Corporation\n"
         "Built on Thu_Mar_28_02:18:24_PDT_2024\nCuda compilation tools, release 12.4, V12.4.131\n"
     )
-    assert probe.parse_nvcc_version(nvcc) == {"release": "12.4", "version": "12.4.131"}
+    assert probe_parse.parse_nvcc_version(nvcc) == {"release": "12.4", "version": "12.4.131"}
     log = [
         "[2026-11-30 14:25:01 TP0] Load weight begin\n",
         "gpu01:4123:4123 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n",
         "gpu01:4124:4124 [1] NCCL INFO NCCL version 2.21.5+cuda12.4\n",
         "NCCL version 2.27.5+cuda12.9\n",
     ]
-    assert probe.find_nccl_versions(log) == ["2.21.5+cuda12.4", "2.27.5+cuda12.9"]
-    osr = probe.parse_os_release('NAME="Ubuntu"\nVERSION_ID="22.04"\n# c\nID=ubuntu\n')
+    assert probe_parse.find_nccl_versions(log) == ["2.21.5+cuda12.4", "2.27.5+cuda12.9"]
+    osr = probe_parse.parse_os_release('NAME="Ubuntu"\nVERSION_ID="22.04"\n# c\nID=ubuntu\n')
     assert osr == {"NAME": "Ubuntu", "VERSION_ID": "22.04", "ID": "ubuntu"}
-    cpu = probe.parse_cpuinfo(
+    cpu = probe_parse.parse_cpuinfo(
         "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nphysical id\t: 0\n"
         "core id\t: 0\n\nprocessor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
         "physical id\t: 1\ncore id\t: 0\n"
@@ -146,11 +148,11 @@ def test_nvcc_and_nccl_log_and_proc_files() -> None:
         "sockets": 2,
         "physical_cores": 2,
     }
-    mem = probe.parse_meminfo(
+    mem = probe_parse.parse_meminfo(
         "MemTotal:       2113626008 kB\nHugePages_Total:       0\nFoo: 1 kB\n"
     )
     assert mem == {"MemTotal_kib": 2113626008, "HugePages_Total": 0}
-    load = probe.parse_loadavg("0.52 0.58 0.59 2/1234 56789\n")
+    load = probe_parse.parse_loadavg("0.52 0.58 0.59 2/1234 56789\n")
     assert load == {"1m": 0.52, "5m": 0.58, "15m": 0.59, "running": 2, "total": 1234}
 
 

@@ -1,4 +1,4 @@
-"""The probe end to end, as the runner and `runner.py probe` use it: a subprocess printing JSON."""
+"""The probe end to end, as the runner and `runner.pyz probe` use it: a subprocess printing JSON."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,12 @@ from typing import Any
 import pytest
 from results_helpers import FIXTURES
 
-from orchestrator.execute.remote import probe
+from orchestrator.execute.ship import runner_hash, write_runner
+from orchestrator.runner import probe
 
 PROBE = Path(probe.__file__)
+# `runner.pyz probe` is the probe's command line, as the controller's facts step runs it.
+RUNNER = write_runner(Path(tempfile.gettempdir()) / f"orch-test-runner-{runner_hash()}")
 
 
 def _git_repo(path: Path) -> str:
@@ -53,7 +57,7 @@ def _run_probe(
     env.update(extra_env)
     started = time.monotonic()
     res = subprocess.run(
-        [python, str(PROBE), *args], env=env, capture_output=True, text=True, timeout=120
+        [python, str(RUNNER), "probe", *args], env=env, capture_output=True, text=True, timeout=120
     )
     assert res.returncode == 0, res.stderr
     assert time.monotonic() - started < 60

@@ -11,7 +11,6 @@ import pytest
 import yaml
 from results_helpers import PLANTED, files_containing, make_cell_dir
 
-from orchestrator.execute.remote import probe
 from orchestrator.results import redact
 from orchestrator.results.redact import (
     REDACTED,
@@ -22,6 +21,7 @@ from orchestrator.results.redact import (
     redact_tree,
     secret_values,
 )
+from orchestrator.runner import probe
 
 
 @pytest.mark.parametrize(
@@ -255,7 +255,7 @@ def test_hide_secret_extra_vars_shows_a_placeholder_for_every_secret_form() -> N
 def test_a_json_file_stays_json_when_a_secret_is_a_number(tmp_path: Path, side: str) -> None:
     """`db_password: 12345678` is a YAML int: replaced as bytes it would leave
     `"password": ***REDACTED***`, and the cell's JSON could no longer be read."""
-    from orchestrator.execute.remote.runner import Redactor
+    from orchestrator.runner.redaction import Redactor
 
     doc = {"password": 12345678, "port": 30000, "url": "http://u:s3cr3t-pw@h/x", "n": [12345678]}
     path = tmp_path / "server_info.json"

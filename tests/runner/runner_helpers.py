@@ -16,10 +16,12 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from orchestrator.execute.ship import runner_hash, write_runner
 from orchestrator.plan.cell import BenchSpec, Capture, Cell, ReadyCheck, RepoPin, ServerSpec
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNNER = ROOT / "orchestrator" / "execute" / "remote" / "runner.py"
+# The runner as hosts get it: runner.pyz, built from orchestrator/runner/ (one per content hash).
+RUNNER = write_runner(Path(tempfile.gettempdir()) / f"orch-test-runner-{runner_hash()}")
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 SERVER = PROGRAMS / "server.py"
 BENCH = PROGRAMS / "bench.py"
@@ -113,7 +115,7 @@ def payload(
     run_id: str = RUN_ID,
     secret_values: list[str | int] | None = None,
 ) -> dict[str, Any]:
-    """The first stdin line of `runner.py run` (no secret_values key unless given, as before)."""
+    """The first stdin line of `runner.pyz run` (no secret_values key unless given, as before)."""
     data: dict[str, Any] = {"schema_version": 1, "run_id": run_id, "workdir": workdir, "cell": cell}
     if secret_values is not None:
         data["secret_values"] = secret_values
@@ -128,7 +130,7 @@ def runner_env(home: Path) -> dict[str, str]:
 
 
 class RunnerProcess:
-    """`runner.py run` as a real subprocess: stdin kept open, events read as they come."""
+    """`runner.pyz run` as a real subprocess: stdin kept open, events read as they come."""
 
     started: ClassVar[list[subprocess.Popen[bytes]]] = []
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from runner_helpers import cell_dir, load, make_cell, run_cell
 
-from orchestrator.execute.remote import runner
 from orchestrator.plan.cell import RepoPin
+from orchestrator.runner.repo import repo_url_key
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
@@ -440,4 +440,4 @@ def test_a_dest_inside_another_work_tree_is_refused(home: Path, origin: Path) ->
     ],
 )
 def test_repo_url_keys(tmp_path: Path, a: str, b: str, same: bool) -> None:
-    assert (runner.repo_url_key(a, str(tmp_path)) == runner.repo_url_key(b, str(tmp_path))) is same
+    assert (repo_url_key(a, str(tmp_path)) == repo_url_key(b, str(tmp_path))) is same

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.sim import bench as sim_bench
 from orchestrator.sim import model as m
 
-from .simhelpers import SPEC_FLAGS, TUNED, run_bench, sim_server, write_model
+from .simhelpers import SPEC_FLAGS, TIME_SCALE, TUNED, run_bench, sim_server, write_model
 
-SAMPLE = Path(__file__).resolve().parents[3] / "shared/samples/sglang-0.4.10-bench_serving.jsonl"
+SAMPLE = Path(__file__).resolve().parents[1] / "fixtures/sglang/sglang-0.4.10-bench_serving.jsonl"
 SAMPLE_KEYS = [
     "backend",
     "dataset_name",
@@ -52,8 +53,6 @@ SAMPLE_KEYS = [
 
 
 def test_sample_keys_match_the_real_sample() -> None:
-    if not SAMPLE.exists():
-        pytest.skip("shared/samples is not beside this checkout")
     assert list(json.loads(SAMPLE.read_text().splitlines()[0])) == SAMPLE_KEYS
 
 
@@ -79,6 +78,8 @@ def test_bench_writes_bench_serving_jsonl_matching_the_model(tmp_path: Path) -> 
         assert first.returncode == 0, first.stderr
         second = run_bench(run_dir, srv.url, *args)
         assert second.returncode == 0, second.stderr
+        oai = run_bench(run_dir / "oai", srv.url, *args, "--backend", "sglang-oai")
+        assert oai.returncode == 0, oai.stderr
     lines = (run_dir / "result.jsonl").read_text().splitlines()
     assert len(lines) == 2  # appended, one object per run
     row = json.loads(lines[-1])
@@ -100,9 +101,16 @@ def test_bench_writes_bench_serving_jsonl_matching_the_model(tmp_path: Path) -> 
     assert 0.85 * expected < row["output_throughput"] < 1.03 * expected
     assert row["accept_length"] == pytest.approx(1.936, abs=0.15)
     assert row["mean_tpot_ms"] == pytest.approx(1000 / expected, rel=0.1)
-    assert row["mean_itl_ms"] > row["mean_tpot_ms"] * 1.4  # a chunk carries ~1.9 tokens
+    # SGLang's client spreads a chunk's gap (~1.9 tokens under EAGLE-3) over its tokens, so its
+    # ITL is per token like TPOT; a per-chunk ITL would read ~1.9x TPOT.
+    assert row["mean_itl_ms"] == pytest.approx(row["mean_tpot_ms"], rel=0.1)
     assert row["concurrency"] == pytest.approx(1.0, abs=0.1)
     assert "Serving Benchmark Result" in second.stdout
+    assert f"sim bench: timings divided by the server's time scale {TIME_SCALE:g}" in second.stdout
+    oai_row = json.loads((run_dir / "oai" / "result.jsonl").read_text())
+    # The OpenAI client counts one gap per chunk: ~accept length times the per-token ITL.
+    assert oai_row["mean_itl_ms"] > 1.4 * row["mean_itl_ms"]
+    assert oai_row["total_output_tokens"] == 4 * 256
     assert "Output token throughput (tok/s):" in second.stdout
 
 
@@ -161,3 +169,32 @@ def test_bench_fails_without_a_server(tmp_path: Path) -> None:
     )
     assert out.returncode == 1
     assert not (tmp_path / "result.jsonl").exists()
+
+
+STREAM = Path(__file__).resolve().parents[1] / "fixtures/sglang/stream.generate.eagle3.json"
+
+
+def recorded_stream() -> list[sim_bench.Chunk]:
+    data = json.loads(STREAM.read_text())
+    return [sim_bench.Chunk(at, tokens) for at, tokens in data["chunks"]]
+
+
+def test_sglang_spreads_a_chunk_s_gap_over_its_tokens() -> None:
+    ttft, itl = sim_bench.stream_timings("sglang", recorded_stream())
+    assert ttft == pytest.approx(0.050)
+    # 2, 2, 1, 2 new tokens, a chunk with none (skipped, not a new reference), then 2 over 32 ms.
+    expected = [0.008, 0.008, 0.008, 0.008, 0.016, 0.008, 0.008, 0.016, 0.016]
+    assert itl == pytest.approx(expected)
+    assert len(itl) == 10 - 1  # one ITL per token after the first
+    assert sim_bench.stream_timings("sglang-native", recorded_stream())[1] == pytest.approx(itl)
+
+
+def test_openai_backends_count_one_gap_per_chunk() -> None:
+    for backend in ("sglang-oai", "vllm"):
+        ttft, itl = sim_bench.stream_timings(backend, recorded_stream())
+        assert ttft == pytest.approx(0.050)
+        assert itl == pytest.approx([0.016] * 6)
+
+
+def test_an_empty_stream_has_no_timings() -> None:
+    assert sim_bench.stream_timings("sglang", []) == (0.0, [])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.sim import model as m
-from orchestrator.sim.repo import init_repo
+from orchestrator.sim.repo import AUTHORS, init_repo
 
 
 def git(repo: Path, *args: str) -> str:
@@ -33,6 +33,18 @@ def test_same_arguments_same_shas(tmp_path: Path) -> None:
     assert a.shas != c.shas
     assert len(set(a.shas)) == 8
     assert git(a.path, "rev-list", "--count", "HEAD") == "8"
+
+
+def test_commits_are_signed_by_invented_people_and_say_they_are_simulated(tmp_path: Path) -> None:
+    info = init_repo(tmp_path / "r", commits=12, regress_at=7, seed=2)
+    people = git(info.path, "log", "--format=%an <%ae>|%cn <%ce>").splitlines()
+    assert len(people) == 12
+    for line in people:
+        for person in line.split("|"):
+            assert person.endswith("@example.invalid>"), person
+            assert person.split(" <")[0] in {name for name, _ in AUTHORS}
+    bodies = git(info.path, "log", "--format=%B%x00").split("\x00")
+    assert sum("Simulated commit made by `orch sim init-repo`" in b for b in bodies) == 12
 
 
 def test_regression_lands_at_k_and_stays(tmp_path: Path) -> None:

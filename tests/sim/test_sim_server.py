@@ -50,7 +50,8 @@ def test_health_generate_is_503_until_ready(tmp_path: Path) -> None:
 
 def test_workers_are_children_that_carry_the_env_and_log_nccl(tmp_path: Path) -> None:
     state = write_host_state(tmp_path / "state.json", nccl_version="2.21.5+cuda12.4")
-    env = {"NCCL_DEBUG": "INFO", **TUNED, "ORCH_SIM_STATE": str(state)}
+    # NCCL_MIN_NCHANNEL (no S) is a misspelling real NCCL ignores: its log never names it.
+    env = {"NCCL_DEBUG": "INFO", **TUNED, "NCCL_MIN_NCHANNEL": "8", "ORCH_SIM_STATE": str(state)}
     with sim_server(tmp_path / "repo", ["--tp", "4", "--disable-custom-all-reduce"], env) as srv:
         pids = srv.info()["sim"]["worker_pids"]
         assert len(pids) == 4
@@ -66,6 +67,7 @@ def test_workers_are_children_that_carry_the_env_and_log_nccl(tmp_path: Path) ->
         assert log.count("NCCL INFO NCCL_ALGO set by environment to Ring\n") == 4
         assert log.count("NCCL INFO NCCL_MIN_NCHANNELS set by environment to 32.\n") == 4
         assert "NCCL_DEBUG set by" not in log
+        assert "NCCL_MIN_NCHANNEL set" not in log
     # SIGTERM (by the context manager) stopped the server cleanly and its workers with it.
     assert srv.proc.returncode == 0
     assert not any(alive(pid) for pid in pids)

@@ -1,0 +1,197 @@
+"""The runner's command line: `python3 runner.pyz run | collect | probe | stop-all |
+check-origin` (see the package docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tarfile
+import traceback
+from typing import Any, Dict, List, Optional
+
+from orchestrator.runner.cell import CellRunner, archived_cell_json, make_archive
+from orchestrator.runner.procs import (
+    kill_pid,
+    live_server_records,
+    reap_server,
+    record_runner_state,
+    signal_server,
+)
+from orchestrator.runner.protocol import (
+    StepFailed,
+    bad_input,
+    display_path,
+    parse_payload,
+    read_first_line,
+    read_json,
+    resolve_path,
+)
+from orchestrator.runner.repo import RepoChecks
+from orchestrator.runner.snapshot import take_snapshot
+
+
+def cmd_run() -> int:
+    """`run`: one cell, described by the first stdin line."""
+    out = sys.stdout.buffer
+    payload, why = parse_payload(read_first_line())
+    if payload is None:
+        return bad_input(out, why)
+    try:
+        runner = CellRunner(payload, out)
+    except (KeyError, TypeError, ValueError) as exc:
+        return bad_input(out, "bad input: %s: %s" % (type(exc).__name__, exc))
+    try:
+        return runner.execute()
+    except Exception as exc:
+        # Only reachable when the cell directory itself cannot be made or finished.
+        reason = "runner crashed: %s: %s\n%s" % (type(exc).__name__, exc, traceback.format_exc())
+        return bad_input(out, runner.redactor.text(reason))
+
+
+def cmd_collect(run_id: str, workdir: str) -> int:
+    """`collect RUN`: one JSON line per finished cell of the run."""
+    run_dir = os.path.join(resolve_path(workdir), "runs", run_id)
+    try:
+        names = sorted(os.listdir(run_dir))
+    except OSError:
+        return 0
+    cells = set()
+    for name in names:
+        if name.startswith("."):
+            continue
+        if name.endswith(".tar.gz"):
+            cells.add(name[: -len(".tar.gz")])
+        elif os.path.isdir(os.path.join(run_dir, name)):
+            cells.add(name)
+    for cell_id in sorted(cells):
+        cell_dir = os.path.join(run_dir, cell_id)
+        archive = cell_dir + ".tar.gz"
+        info: Any = None
+        try:
+            if os.path.isdir(cell_dir):
+                info = read_json(os.path.join(cell_dir, "cell.json"))
+                if not os.path.exists(archive):
+                    make_archive(cell_dir, archive)  # renamed but not archived: finish the job
+            else:
+                info = archived_cell_json(archive, cell_id)
+        except (OSError, ValueError, KeyError, tarfile.TarError):
+            info = None
+        if not isinstance(info, dict):
+            continue
+        item = {
+            "cell_id": cell_id,
+            "status": info.get("status"),
+            "reason": info.get("reason"),
+            "failed_step": info.get("failed_step"),
+            "archive": display_path(archive),
+        }
+        sys.stdout.write(json.dumps(item) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def cmd_probe(
+    repo: Optional[str],
+    python: Optional[str],
+    server_log: Optional[str],
+    pip_freeze: bool = True,
+    topo: bool = True,
+) -> int:
+    """`probe`: print one snapshot JSON."""
+    data = take_snapshot(
+        resolve_path(repo) if repo else None,
+        python,
+        resolve_path(server_log) if server_log else None,
+        options={"pip_freeze": pip_freeze, "topo": topo},
+    )
+    sys.stdout.write(json.dumps(data, default=str) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def cmd_stop_all(run_id: str, workdir: str) -> int:
+    """`stop-all RUN`: stop every live server recorded for the run (or `all`)."""
+    servers_dir = os.path.join(resolve_path(workdir), "servers")
+    targets = [
+        (rec, pids)
+        for rec, pids in live_server_records(servers_dir)
+        if run_id == "all" or str(rec.get("run_id")) == run_id
+    ]
+    for rec, _pids in targets:
+        # Its runner (if alive) then finishes and archives its cell as interrupted.
+        if record_runner_state(rec) == "alive":
+            kill_pid(int(rec["runner_pid"]), signal.SIGTERM)
+        signal_server(rec, _pids, signal.SIGTERM)
+    for rec, pids in targets:
+        killed, leftover = reap_server(servers_dir, rec, pids)
+        item = {
+            "run_id": rec.get("run_id"),
+            "cell_id": rec.get("cell_id"),
+            "pid": rec.get("pid"),
+            "stopped": not leftover,
+            "killed": bool(killed),
+            "leftover": leftover,
+        }
+        sys.stdout.write(json.dumps(item) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def cmd_check_origin(dest: str, url: str) -> int:
+    """`check-origin DEST URL`: {"ok", "origin" | "reason"}; exit 0 only when the
+    clone at DEST (as the repo step resolves it) is a clone of URL, or DEST holds no clone."""
+    path = resolve_path(dest)
+    checks = RepoChecks()
+    result: Dict[str, Any] = {"ok": True, "origin": None}
+    if os.path.isdir(path) and os.listdir(path):
+        try:
+            checks.check_existing_clone(path)
+            result["origin"] = checks.check_origin(path, url)
+        except StepFailed as exc:
+            result = {"ok": False, "reason": exc.reason}
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0 if result["ok"] else 1
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(prog="runner.pyz", description="orch cell runner")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("run", help="run one cell (JSON on stdin, events on stdout)")
+    p_collect = sub.add_parser("collect", help="list finished cell archives of a run")
+    p_collect.add_argument("run_id")
+    p_collect.add_argument("--workdir", default=".orch")
+    p_probe = sub.add_parser("probe", help="print one host snapshot")
+    p_probe.add_argument("--repo", help="git repository whose state to record")
+    p_probe.add_argument("--python", help="interpreter that runs the server (torch, pip freeze)")
+    p_probe.add_argument("--server-log", help="server log to read the 'NCCL version' line from")
+    p_probe.add_argument("--no-pip-freeze", action="store_true", help="skip pip freeze")
+    p_probe.add_argument("--no-topo", action="store_true", help="skip nvidia-smi topo -m")
+    p_origin = sub.add_parser("check-origin", help="is the clone at DEST a clone of URL?")
+    p_origin.add_argument("dest")
+    p_origin.add_argument("url")
+    p_stop = sub.add_parser("stop-all", help="stop every live server of a run")
+    p_stop.add_argument("run_id")
+    p_stop.add_argument("--workdir", default=".orch")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return cmd_run()
+    if args.command == "collect":
+        return cmd_collect(args.run_id, args.workdir)
+    if args.command == "probe":
+        return cmd_probe(
+            args.repo, args.python, args.server_log, not args.no_pip_freeze, not args.no_topo
+        )
+    if args.command == "check-origin":
+        return cmd_check_origin(args.dest, args.url)
+    if args.command == "stop-all":
+        return cmd_stop_all(args.run_id, args.workdir)
+    parser.print_help(sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Step 9, bench: the warmup and measured runs, each in bench/<n>/ with its exit.json; the
+server's captures are taken after each run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any, Dict, List, Optional, Tuple
+
+from orchestrator.runner.protocol import (
+    Interrupted,
+    StepFailed,
+    now,
+    tail_lines,
+    with_tail,
+    write_json,
+)
+from orchestrator.runner.server import ServerSteps
+
+
+class BenchStep(ServerSteps):
+    """Runs the bench command; a server that dies meanwhile fails the cell."""
+
+    # step 9: bench
+    def do_bench(self) -> Dict[str, Any]:
+        bench = self.bench
+        argv = [str(a) for a in bench["argv"]]
+        timeout = float(bench.get("timeout", 3600.0))
+        runs = [("warmup", i) for i in range(1, int(bench.get("warmup", 0)) + 1)]
+        runs += [("measure", i) for i in range(1, int(bench.get("repeats", 1)) + 1)]
+        seconds_all = []
+        for kind, n in runs:
+            self.check()
+            name = "warmup-%d" % n if kind == "warmup" else str(n)
+            rdir = self.path("bench", name)
+            os.makedirs(rdir, exist_ok=True)
+            env = self.base_env({"ORCH_REPEAT_KIND": kind, "ORCH_REPEAT": str(n)})
+            rc, timed_out, seconds, server_gone = self.run_bench_once(argv, rdir, env, timeout)
+            result_file = bench.get("result_file")
+            write_json(
+                os.path.join(rdir, "exit.json"),
+                {
+                    "rc": rc,
+                    "seconds": round(seconds, 3),
+                    "argv": argv,
+                    "timed_out": timed_out,
+                    "kind": kind,
+                    "n": n,
+                    "result_file_present": (
+                        os.path.exists(os.path.join(rdir, str(result_file)))
+                        if result_file
+                        else None
+                    ),
+                },
+            )
+            self.emit(
+                {
+                    "event": "repeat",
+                    "kind": kind,
+                    "n": n,
+                    "rc": rc,
+                    "seconds": round(seconds, 3),
+                    "timed_out": timed_out,
+                }
+            )
+            label = "warmup %d" % n if kind == "warmup" else "repeat %d" % n
+            if server_gone is not None:
+                raise StepFailed(self.server_exit_reason(server_gone, "during bench %s" % label))
+            if timed_out or rc != 0:
+                why = "timed out after %gs" % timeout if timed_out else "rc %s" % rc
+                raise StepFailed(
+                    with_tail(
+                        "bench %s failed (%s)" % (label, why),
+                        tail_lines(os.path.join(rdir, "stderr")),
+                        "bench/%s/stderr" % name,
+                    )
+                )
+            if kind == "measure":
+                seconds_all.append(round(seconds, 3))
+            self.capture("after-warmup-%d" % n if kind == "warmup" else "after-%d" % n)
+            if self.proc is not None and self.proc.poll() is not None:
+                raise StepFailed(self.server_exit_reason(self.proc.returncode, "during bench"))
+        return {"seconds": seconds_all}
+
+    def run_bench_once(
+        self, argv: List[str], rdir: str, env: Dict[str, str], timeout: float
+    ) -> Tuple[Optional[int], bool, float, Optional[int]]:
+        """One bench run: (rc, timed_out, seconds, server rc when the server died meanwhile)."""
+        start = now()
+        gone: List[int] = []
+
+        def server_died() -> Optional[str]:
+            if self.proc is not None:
+                rc = self.proc.poll()
+                if rc is not None:
+                    gone.append(rc)
+                    return "server died"
+            return None
+
+        out = open(os.path.join(rdir, "stdout"), "wb")  # noqa: SIM115
+        err = open(os.path.join(rdir, "stderr"), "wb")  # noqa: SIM115
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=rdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            err.write(("cannot start bench %r: %s\n" % (argv[0], exc)).encode())
+            return 127, False, now() - start, None
+        finally:
+            # The child holds its own copies of the descriptors.
+            out.close()
+            err.close()
+        try:
+            rc, timed_out, _why = self.wait_proc(proc, timeout, server_died)
+        except Interrupted:
+            write_json(
+                os.path.join(rdir, "exit.json"),
+                {
+                    "rc": proc.returncode,
+                    "seconds": round(now() - start, 3),
+                    "argv": argv,
+                    "timed_out": False,
+                    "interrupted": True,
+                },
+            )
+            raise
+        return rc, timed_out, now() - start, (gone[0] if gone else None)

@@ -1,0 +1,298 @@
+"""A cell's life, top to bottom: take the cell lock, run the steps, stop the server whatever
+happened, take the last snapshot, then write cell.json, redact, rename, archive and say `done`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import socket
+import sys
+import tarfile
+import traceback
+from typing import Any, Callable, Dict, Optional
+
+from orchestrator.runner.bench import BenchStep
+from orchestrator.runner.envcheck import EnvCheckStep
+from orchestrator.runner.protocol import (
+    RUNNER_PATH,
+    SCHEMA_VERSION,
+    Interrupted,
+    StepFailed,
+    display_path,
+    exit_code,
+    now,
+    read_json,
+    runner_version,
+    write_json,
+)
+from orchestrator.runner.repo import RepoSteps
+from orchestrator.runner.snapshot import SnapshotStep
+from orchestrator.runner.stop import StopStep
+
+
+class CellRunner(RepoSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep):
+    """Runs one cell: the steps of ARCHITECTURE.md, then the cell directory and its archive."""
+
+    def execute(self) -> int:
+        """Run the cell to the end; returns the process exit status."""
+        os.makedirs(self.run_dir, exist_ok=True)
+        self.start_watchers()
+        try:
+            self.acquire_cell_lock()
+        except StepFailed as exc:
+            return self.done_without_dir("failed", exc.reason)
+        except Interrupted as exc:
+            return self.done_without_dir("interrupted", str(exc))
+        previous = self.finished_result()
+        if previous is not None:
+            # Finished by an earlier runner after the controller's collect: not run twice.
+            status = str(previous["status"])
+            self.emit(
+                {
+                    "event": "done",
+                    "status": status,
+                    "step": previous.get("failed_step"),
+                    "reason": previous.get("reason") or "",
+                    "archive": display_path(self.archive),
+                    "reused": True,
+                },
+                to_file=False,
+            )
+            self.finished.set()
+            return exit_code(status)
+        self.prepare_dir()
+        server = self.server
+        repo = self.repo
+        try:
+            self.step("repo", self.do_repo, bool(repo))
+            self.step("setup", self.do_setup, bool(repo and repo.get("setup")))
+            self.step("preflight", self.do_preflight, True)
+            self.step("snapshot_pre", lambda: self.do_snapshot("snapshot.pre.json", None), True)
+            self.step("server_start", self.do_server_start, bool(server))
+            self.step("ready", self.do_ready, bool(server))
+            self.step(
+                "capture_ready",
+                lambda: self.capture("ready"),
+                bool(server and server.get("captures")),
+            )
+            self.step(
+                "verify_env",
+                self.do_verify_env,
+                bool(server and server.get("verify_env", "strict") != "off"),
+            )
+            self.step("bench", self.do_bench, True)
+        except StepFailed as exc:
+            self.status, self.reason, self.failed_step = "failed", exc.reason, self.current_step
+        except Interrupted as exc:
+            self.status, self.reason, self.failed_step = "interrupted", str(exc), self.current_step
+        except BaseException as exc:
+            self.status = "failed"
+            self.reason = "runner error: %s: %s\n%s" % (
+                type(exc).__name__,
+                exc,
+                traceback.format_exc(),
+            )
+            self.failed_step = self.current_step or None
+        self.cleaning = True
+        self.cleanup_step("stop", self.do_stop, self.proc is not None)
+        self.cleanup_step(
+            "snapshot_post",
+            lambda: self.do_snapshot(
+                "snapshot.post.json",
+                self.path("server.log") if os.path.exists(self.path("server.log")) else None,
+            ),
+            True,
+        )
+        return self.finish()
+
+    def cleanup_step(
+        self, name: str, fn: Callable[[], Optional[Dict[str, Any]]], applies: bool
+    ) -> None:
+        """A step that runs whatever happened before; its failure fails only a passing cell."""
+        try:
+            self.step(name, fn, applies)
+        except StepFailed as exc:
+            if self.status == "passed":
+                self.status, self.reason, self.failed_step = "failed", exc.reason, name
+        except Exception:
+            pass
+
+    def finish(self) -> int:
+        """Write cell.json, redact, rename, archive, and emit `done`."""
+        end = now()
+        if self.server_log_fh is not None:
+            self.server_log_fh.close()
+            self.server_log_fh = None
+        cell_out = dict(self.cell)
+        cell_out["env"] = self.redacted_env()
+        write_json(
+            self.path("cell.json"),
+            {
+                "schema_version": SCHEMA_VERSION,
+                "run_id": self.run_id,
+                "cell": cell_out,
+                "status": self.status,
+                "reason": self.reason,
+                "failed_step": self.failed_step,
+                "steps": self.steps,
+                "started": round(self.t0, 3),
+                "finished": round(end, 3),
+                "seconds": round(end - self.t0, 3),
+                "ready": self.ready_info,
+                "stop": self.stop_info,
+                "captures": self.captures,
+                "runner": {
+                    "python": sys.executable,
+                    "python_version": sys.version.split()[0],
+                    "hostname": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "version": runner_version(),
+                    "path": RUNNER_PATH,
+                },
+            },
+        )
+        done: Dict[str, Any] = {
+            "event": "done",
+            "status": self.status,
+            "step": self.failed_step,
+            "reason": self.reason,
+            "archive": display_path(self.archive),
+        }
+        self.emit(dict(done), to_stdout=False)
+        with self.lock:
+            if self.events_fh is not None:
+                self.events_fh.close()
+                self.events_fh = None
+        try:
+            self.redactor.tree(self.partial, skip_errors=True)
+            if os.path.isdir(self.final):
+                shutil.rmtree(self.final)
+            os.replace(self.partial, self.final)
+            self.dir = self.final
+            make_archive(self.final, self.archive)
+        except Exception as exc:
+            done["archive"] = None
+            done["archive_error"] = "%s: %s" % (type(exc).__name__, exc)
+        self.emit(done, to_file=False)
+        self.finished.set()
+        return exit_code(self.status)
+
+    def lock_holder(self) -> str:
+        """The pid the cell lock's holder wrote into it ('unknown' before it has)."""
+        try:
+            with open(self.lock_path, encoding="utf-8") as fh:
+                pid = fh.read().strip()
+        except OSError:
+            pid = ""
+        return pid if pid.isdigit() else "unknown"
+
+    def acquire_cell_lock(self) -> None:
+        """Take <run>/.<cell>.lock (flock) for the runner's life before touching the cell dir.
+
+        Another runner of the same cell (one still stopping its server after its controller
+        went away) is waited for, up to stop_grace + the wait margin.
+        """
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = now() + self.wait_limit
+        announced = False
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                        raise
+                holder = self.lock_holder()
+                if not announced:
+                    announced = True
+                    self.emit(
+                        {
+                            "event": "wait",
+                            "for": "cell lock",
+                            "pid": int(holder) if holder.isdigit() else None,
+                            "limit": round(self.wait_limit, 1),
+                        },
+                        to_file=False,
+                    )
+                if self.stop_event.is_set():
+                    raise Interrupted(self.stop_reason)
+                if now() >= deadline:
+                    raise StepFailed(
+                        "another runner of this cell is still running (pid %s); waited %gs for it"
+                        % (holder, round(self.wait_limit, 1))
+                    )
+                self.stop_event.wait(0.2)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, ("%d\n" % os.getpid()).encode())
+        self.lock_fd = fd
+
+    def finished_result(self) -> Optional[Dict[str, Any]]:
+        """cell.json of a passed or failed copy of this cell already finished, else None.
+
+        The runner that left it finished after the controller's `collect`; a copy renamed but
+        not yet archived is archived now.
+        """
+        info: Any = None
+        try:
+            if os.path.isfile(os.path.join(self.final, "cell.json")):
+                info = read_json(os.path.join(self.final, "cell.json"))
+                if not isinstance(info, dict) or info.get("status") not in ("passed", "failed"):
+                    return None
+                if archived_cell_json(self.archive, self.cell_id) != info:
+                    make_archive(self.final, self.archive)
+            elif os.path.isfile(self.archive):
+                info = archived_cell_json(self.archive, self.cell_id)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(info, dict) or info.get("status") not in ("passed", "failed"):
+            return None
+        return info
+
+    def done_without_dir(self, status: str, reason: str) -> int:
+        """`done` for a cell this runner could not start (no cell directory, no archive)."""
+        done = {"event": "done", "status": status, "step": None, "reason": reason, "archive": None}
+        self.emit(done, to_file=False)
+        with contextlib.suppress(OSError, ValueError):
+            # Older controllers show stderr when a runner ends without an archive.
+            sys.stderr.write(self.redactor.text(reason) + "\n")
+            sys.stderr.flush()
+        self.finished.set()
+        return exit_code(status)
+
+    def prepare_dir(self) -> None:
+        """A fresh .<cell>.partial directory (an old partial or finished copy is replaced)."""
+        os.makedirs(self.run_dir, exist_ok=True)
+        if os.path.isdir(self.partial):
+            shutil.rmtree(self.partial)
+        os.makedirs(self.partial)
+        # Appended to as events happen, so even a killed runner leaves its events behind.
+        self.events_fh = open(self.path("events.jsonl"), "a", encoding="utf-8")  # noqa: SIM115
+
+
+def make_archive(cell_dir: str, archive: str) -> None:
+    """<cell>.tar.gz holding one top-level directory named after the cell (tmp + rename)."""
+    tmp = os.path.join(
+        os.path.dirname(archive), "." + os.path.basename(archive) + ".%d.tmp" % os.getpid()
+    )
+    with tarfile.open(tmp, "w:gz") as tar:
+        tar.add(cell_dir, arcname=os.path.basename(cell_dir))
+    os.replace(tmp, archive)
+
+
+def archived_cell_json(archive: str, cell_id: str) -> Any:
+    """cell.json inside a cell archive (None when absent or unreadable)."""
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            member = tar.extractfile(cell_id + "/cell.json")
+            return json.loads(member.read().decode("utf-8")) if member else None
+    except (OSError, ValueError, KeyError, tarfile.TarError):
+        return None

@@ -1,0 +1,349 @@
+"""A cell's state while it runs: its paths, deadline, events, watchers and subprocesses.
+
+`CellContext` is what every step works with; the steps themselves live in repo, server,
+envcheck, snapshot, bench and stop, and `cell.CellRunner` strings them together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import traceback
+from typing import IO, Any, Callable, Dict, List, Optional, Tuple
+
+from orchestrator.runner.procs import kill_group
+from orchestrator.runner.protocol import (
+    POLL,
+    STEPS,
+    Interrupted,
+    StepFailed,
+    now,
+    resolve_path,
+    silence_stdout,
+    tail_lines,
+    wait_margin,
+    with_tail,
+)
+from orchestrator.runner.redaction import REDACTED, Redactor, is_secret_name
+
+
+class CellContext:
+    """One cell's state: the payload, where its files go, its deadline and its event stream."""
+
+    def __init__(self, payload: Dict[str, Any], out: IO[bytes]) -> None:
+        self.out = out
+        self.out_broken = False
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.stop_reason = ""
+        self.finished = threading.Event()
+        self.t0 = now()
+
+        self.run_id = str(payload["run_id"])
+        self.cell: Dict[str, Any] = payload["cell"]
+        self.cell_id = str(self.cell["id"])
+        self.env: Dict[str, str] = {str(k): str(v) for k, v in self.cell.get("env", {}).items()}
+        self.secret_names = set(str(s) for s in self.cell.get("secrets", ()))
+        secret_values = [v for k, v in self.env.items() if self.is_secret(k)]
+        # Secret values that are not env values (vars, -e values): absent from older controllers.
+        extra = payload.get("secret_values")
+        if isinstance(extra, list):
+            secret_values += [
+                str(v)
+                for v in extra
+                if isinstance(v, (str, int, float)) and not isinstance(v, bool)
+            ]
+        self.redactor = Redactor(secret_values)
+        self.repo: Optional[Dict[str, Any]] = self.cell.get("repo")
+        self.server: Optional[Dict[str, Any]] = self.cell.get("server")
+        self.stop_grace = float(self.server.get("stop_grace", 15.0)) if self.server else 15.0
+        # How long to wait for another runner of this run (cell lock, its live server).
+        self.wait_limit = self.stop_grace + wait_margin()
+        self.bench: Dict[str, Any] = self.cell["bench"]
+        self.deadline = self.t0 + float(self.cell.get("cell_timeout", 4 * 3600.0))
+
+        self.workdir_arg = str(payload.get("workdir") or ".orch")
+        self.workdir = resolve_path(self.workdir_arg)
+        self.run_dir = os.path.join(self.workdir, "runs", self.run_id)
+        self.partial = os.path.join(self.run_dir, "." + self.cell_id + ".partial")
+        self.final = os.path.join(self.run_dir, self.cell_id)
+        self.archive = self.final + ".tar.gz"
+        self.servers_dir = os.path.join(self.workdir, "servers")
+        self.lock_path = os.path.join(self.run_dir, "." + self.cell_id + ".lock")
+        self.lock_fd: Optional[int] = None  # held (flock) for the runner's whole life
+        self.dir = self.partial  # where files go now; becomes self.final after the rename
+
+        self.steps: Dict[str, Dict[str, Any]] = {s: {"status": "not_run"} for s in STEPS}
+        self.current_step = ""
+        self.status = "passed"
+        self.reason = ""
+        self.failed_step: Optional[str] = None
+        self.cleaning = False
+        self.events_fh: Optional[IO[str]] = None
+
+        self.repo_dest: Optional[str] = None
+        self.repo_sha: Optional[str] = None
+        self.force_setup = False
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.server_pgid = 0
+        self.server_start_time: Optional[int] = None
+        self.server_record: Optional[str] = None
+        self.server_log_fh: Optional[IO[bytes]] = None
+        self.captures: List[Dict[str, Any]] = []
+        self.stop_info: Dict[str, Any] = {}
+        self.ready_info: Dict[str, Any] = {}
+
+    # -- events and control ----------------------------------------------------------------
+
+    def path(self, *parts: str) -> str:
+        """A path inside the cell directory."""
+        return os.path.join(self.dir, *parts)
+
+    def emit(self, event: Dict[str, Any], to_file: bool = True, to_stdout: bool = True) -> None:
+        """Send one event to stdout and events.jsonl (secrets redacted)."""
+        event.setdefault("t", round(now(), 3))
+        event = self.redactor.data(event)
+        with self.lock:
+            if to_file and self.events_fh is not None:
+                try:
+                    self.events_fh.write(json.dumps(event, ensure_ascii=False, default=str) + "\n")
+                    self.events_fh.flush()
+                except (OSError, ValueError):
+                    pass
+            if to_stdout and not self.out_broken:
+                line = json.dumps(event, default=str) + "\n"
+                try:
+                    self.out.write(line.encode("utf-8"))
+                    self.out.flush()
+                except (OSError, ValueError):
+                    self.out_broken = True
+                    silence_stdout()
+                    self.interrupt("controller gone (stdout closed)")
+
+    def is_secret(self, name: str) -> bool:
+        """Whether an env name of this cell holds a secret (the rule, or the cell's list)."""
+        return is_secret_name(name, self.secret_names)
+
+    def redacted_env(self) -> Dict[str, str]:
+        """cell.env with the values of secret names replaced."""
+        return {k: (REDACTED if self.is_secret(k) else v) for k, v in self.env.items()}
+
+    def server_exit_reason(self, rc: int, when: str) -> str:
+        """'server exited <when> (rc N)' with the log tail."""
+        return with_tail(
+            "server exited %s (rc %s)" % (when, rc),
+            tail_lines(self.path("server.log")),
+            "server.log",
+        )
+
+    def interrupt(self, reason: str) -> None:
+        """Ask the cell to stop (first reason wins)."""
+        if not self.stop_event.is_set():
+            self.stop_reason = reason
+            self.stop_event.set()
+
+    def check(self) -> None:
+        """Raise when interrupted or past the cell timeout (not during cleanup)."""
+        if self.cleaning:
+            return
+        if self.stop_event.is_set():
+            raise Interrupted(self.stop_reason)
+        if now() > self.deadline:
+            raise StepFailed(
+                "cell timeout (%gs) reached during step %s"
+                % (self.deadline - self.t0, self.current_step)
+            )
+
+    def remaining(self) -> float:
+        """Seconds left before the cell timeout (at least 1)."""
+        return max(1.0, self.deadline - now())
+
+    def _watch_stdin(self) -> None:
+        try:
+            while os.read(0, 65536):
+                pass
+        except OSError:
+            pass
+        self.interrupt("controller gone (stdin closed)")
+
+    def _watch_parent(self, ppid: int) -> None:
+        while not self.finished.wait(0.5):
+            if os.getppid() != ppid:
+                self.interrupt("controller gone (parent process exited)")
+                return
+
+    def start_watchers(self) -> None:
+        """Watch stdin, the parent process and signals for 'controller gone'."""
+        threading.Thread(target=self._watch_stdin, name="stdin", daemon=True).start()
+        threading.Thread(
+            target=self._watch_parent, args=(os.getppid(),), name="parent", daemon=True
+        ).start()
+
+        # The handler takes no lock: Event.set() in a handler deadlocks when the signal lands
+        # while this thread holds the event's lock (in stop_event.wait, or a first handler).
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            with contextlib.suppress(OSError):  # a full pipe: a signal is already on its way
+                os.write(wake_w, bytes([signum]))
+
+        def relay() -> None:
+            signum = os.read(wake_r, 1)[0]
+            self.interrupt("signal %s" % signal.Signals(signum).name)
+
+        threading.Thread(target=relay, name="signals", daemon=True).start()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, on_signal)
+
+    # -- subprocesses ------------------------------------------------------------------------
+
+    def base_env(self, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        """The host environment with the cell's env and the orch markers on top."""
+        env = dict(os.environ)
+        env.update(self.env)
+        env["ORCH_RUN_ID"] = self.run_id
+        env["ORCH_CELL_ID"] = self.cell_id
+        if extra:
+            env.update(extra)
+        return env
+
+    def wait_proc(
+        self,
+        proc: subprocess.Popen[bytes],
+        timeout: float,
+        also: Optional[Callable[[], Optional[str]]] = None,
+    ) -> Tuple[Optional[int], bool, Optional[str]]:
+        """Wait for a process started in its own session: (rc, timed_out, why aborted).
+
+        On timeout, interruption or when `also()` returns a reason, the whole process group is
+        killed. Interruption re-raises after the kill.
+        """
+        deadline = now() + timeout
+        why: Optional[str] = None
+        timed_out = False
+        while True:
+            rc = proc.poll()
+            if rc is not None:
+                return rc, False, None
+            if self.stop_event.is_set() and not self.cleaning:
+                why = "interrupted"
+            elif now() > self.deadline and not self.cleaning:
+                why = "cell timeout"
+            elif now() > deadline:
+                timed_out = True
+            elif also is not None:
+                why = also()
+            if why or timed_out:
+                break
+            # wait() rather than sleep(): a short command returns as soon as it exits.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(POLL)
+        kill_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(3)
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+        kill_group(proc.pid, signal.SIGKILL)
+        if why == "interrupted":
+            raise Interrupted(self.stop_reason)
+        if why == "cell timeout":
+            self.check()  # raises StepFailed("cell timeout ...")
+        return proc.returncode, timed_out, why
+
+    def run_cmd(
+        self, argv: List[str], cwd: str, timeout: float, env: Optional[Dict[str, str]] = None
+    ) -> Tuple[Optional[int], str, str, bool]:
+        """Run a short command and capture its output: (rc, stdout, stderr, timed_out)."""
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                return 127, "", "cannot run %s: %s" % (argv[0], exc), False
+            rc, timed_out, _why = self.wait_proc(proc, timeout)
+            out.seek(0)
+            err.seek(0)
+            return (
+                rc,
+                out.read().decode("utf-8", "replace"),
+                err.read().decode("utf-8", "replace"),
+                timed_out,
+            )
+
+    def git(self, args: List[str], cwd: str, check: bool = True) -> str:
+        """Run git; StepFailed with its stderr when `check` and it fails."""
+        env = dict(os.environ)
+        env["GIT_TERMINAL_PROMPT"] = "0"  # a credential prompt would hang the cell
+        rc, out, err, timed_out = self.run_cmd(["git", *args], cwd, self.remaining(), env)
+        if check and (rc != 0 or timed_out):
+            raise StepFailed(
+                "git %s failed (%s) in %s: %s"
+                % (
+                    " ".join(args),
+                    "timed out" if timed_out else "rc %s" % rc,
+                    cwd,
+                    (err.strip() or out.strip())[-2000:],
+                )
+            )
+        return out if rc == 0 else ""
+
+    def git_ok(self, args: List[str], cwd: str) -> Tuple[bool, str]:
+        """Run git within the cell's time left; (succeeded, stdout). RepoChecks' own has no
+        deadline: `check-origin` runs outside any cell."""
+        env = dict(os.environ)
+        env["GIT_TERMINAL_PROMPT"] = "0"
+        rc, out, _err, _t = self.run_cmd(["git", *args], cwd, self.remaining(), env)
+        return rc == 0, out
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def step(self, name: str, fn: Callable[[], Optional[Dict[str, Any]]], applies: bool) -> None:
+        """Run one step with its events and timings; failures propagate."""
+        rec = self.steps[name]
+        if not applies:
+            rec["status"] = "skipped"
+            self.emit({"event": "step", "step": name, "status": "skipped"})
+            return
+        self.current_step = name
+        rec.update(status="running", start=round(now(), 3))
+        self.emit({"event": "step", "step": name, "status": "start"})
+        try:
+            self.check()
+            detail = fn() or {}
+        except StepFailed as exc:
+            rec.update(status="failed", end=round(now(), 3), reason=exc.reason)
+            self.emit({"event": "step", "step": name, "status": "failed", "reason": exc.reason})
+            raise
+        except Interrupted as exc:
+            rec.update(status="interrupted", end=round(now(), 3), reason=str(exc))
+            self.emit({"event": "step", "step": name, "status": "interrupted", "reason": str(exc)})
+            raise
+        except Exception as exc:
+            reason = "runner error in step %s: %s: %s\n%s" % (
+                name,
+                type(exc).__name__,
+                exc,
+                traceback.format_exc(),
+            )
+            rec.update(status="failed", end=round(now(), 3), reason=reason)
+            self.emit({"event": "step", "step": name, "status": "failed", "reason": reason})
+            raise StepFailed(reason) from exc
+        rec.update(status="ok", end=round(now(), 3))
+        event: Dict[str, Any] = {"event": "step", "step": name, "status": "ok"}
+        if detail:
+            event["detail"] = detail
+        self.emit(event)

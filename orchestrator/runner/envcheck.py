@@ -1,0 +1,130 @@
+"""Step 8, verify_env: every process of the server carries the env the cell declared."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Tuple
+
+from orchestrator.runner.context import CellContext
+from orchestrator.runner.procs import (
+    proc_alive,
+    proc_cmdline,
+    proc_environ,
+    proc_table,
+    tree_members,
+)
+from orchestrator.runner.protocol import StepFailed, write_json
+from orchestrator.runner.redaction import REDACTED
+
+
+class EnvCheckStep(CellContext):
+    """Compares each server process's /proc/<pid>/environ with cell.env."""
+
+    def do_verify_env(self) -> Dict[str, Any]:
+        server = self.server
+        assert server is not None and self.proc is not None
+        mode = str(server.get("verify_env", "strict"))
+        rc = self.proc.poll()
+        if rc is not None:
+            raise StepFailed(self.server_exit_reason(rc, "after it became ready"))
+        declared = sorted(self.env)
+        table = proc_table()
+        members = tree_members(table, self.proc.pid, self.server_pgid, self.server_pgid)
+        processes: List[Dict[str, Any]] = []
+        mismatches: List[Dict[str, Any]] = []
+        rows: List[Tuple[int, str, List[str], List[str]]] = []
+        for pid in members:
+            try:
+                environ = proc_environ(pid)
+            except OSError as exc:
+                if not proc_alive(pid):
+                    continue
+                processes.append(
+                    {
+                        "pid": pid,
+                        "ppid": table[pid].ppid,
+                        "cmdline": proc_cmdline(pid),
+                        "error": "cannot read environ: %s" % exc,
+                        "vars": {},
+                    }
+                )
+                continue
+            cmdline = proc_cmdline(pid)
+            variables: Dict[str, Any] = {}
+            missing: List[str] = []
+            wrong: List[str] = []
+            for name in declared:
+                expected = self.env[name]
+                observed = environ.get(name)
+                ok = observed == expected
+                secret = self.is_secret(name)
+                shown_exp = REDACTED if secret else expected
+                shown_obs = REDACTED if (secret and observed is not None) else observed
+                variables[name] = {"expected": shown_exp, "observed": shown_obs, "ok": ok}
+                if not ok:
+                    mismatches.append(
+                        {"pid": pid, "name": name, "expected": shown_exp, "observed": shown_obs}
+                    )
+                    if observed is None:
+                        missing.append(name)
+                    elif secret:
+                        wrong.append("%s (secret value differs)" % name)
+                    else:
+                        wrong.append("%s=%r (expected %r)" % (name, observed, expected))
+            processes.append(
+                {"pid": pid, "ppid": table[pid].ppid, "cmdline": cmdline, "vars": variables}
+            )
+            if missing or wrong:
+                rows.append((pid, cmdline, missing, wrong))
+        ok = not mismatches
+        write_json(
+            self.path("env_check.json"),
+            {
+                "mode": mode,
+                "ok": ok,
+                "declared": declared,
+                "processes": processes,
+                "mismatches": mismatches,
+            },
+        )
+        detail = {"ok": ok, "processes": len(processes), "mismatches": len(mismatches)}
+        if not ok and mode == "strict":
+            raise StepFailed(
+                "environment mismatch in %d of %d server processes (env_check.json):\n%s"
+                % (len(rows), len(processes), env_table(rows))
+            )
+        return detail
+
+    # step 9: bench
+
+
+def _short_cmdline(cmd: str, width: int = 60) -> str:
+    """A command line that fits a table cell, keeping its end (where ranks and roles are).
+
+    The interpreter's directory is dropped first: `/long/venv/bin/python -m x worker --rank 1`
+    must still say `--rank 1`.
+    """
+    words = cmd.split(" ")
+    if words and "/" in words[0]:
+        words[0] = os.path.basename(words[0])
+    short = " ".join(words)
+    return short if len(short) <= width else "..." + short[-(width - 3) :]
+
+
+def env_table(rows: List[Tuple[int, str, List[str], List[str]]]) -> str:
+    """A plain-text table: pid | cmdline | missing | mismatched."""
+    header = ("pid", "cmdline", "missing", "mismatched")
+    body = [
+        (
+            str(pid),
+            _short_cmdline(cmd),
+            ", ".join(miss) or "-",
+            ", ".join(bad) or "-",
+        )
+        for pid, cmd, miss, bad in rows
+    ]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(4)]
+    lines = []
+    for row in [header, *body]:
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())  # noqa: B905
+    return "\n".join(lines)

@@ -1,0 +1,337 @@
+"""The server's life up to the bench: preflight (no leftover server, a free port), start,
+readiness, and the captures taken from its HTTP endpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+from typing import Any, Dict, List, Optional, Tuple
+
+from orchestrator.runner.context import CellContext
+from orchestrator.runner.procs import (
+    live_server_records,
+    port_in_use,
+    port_owner,
+    proc_info,
+    reap_server,
+    record_runner_state,
+    signal_server,
+)
+from orchestrator.runner.protocol import (
+    StepFailed,
+    now,
+    resolve_path,
+    stop_all_command,
+    tail_lines,
+    with_tail,
+    write_json,
+)
+
+# Never send loopback readiness checks through a host's HTTP proxy.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def http_get(url: str, timeout: float) -> Tuple[Optional[int], bytes, str]:
+    """GET `url`: (status or None, body, error text)."""
+    try:
+        with _OPENER.open(url, timeout=timeout) as resp:
+            return int(resp.status), resp.read(), ""
+    except urllib.error.HTTPError as exc:
+        try:
+            body = exc.read()
+        except Exception:
+            body = b""
+        return int(exc.code), body, ""
+    except Exception as exc:
+        reason = getattr(exc, "reason", None)
+        return None, b"", "%s: %s" % (type(exc).__name__, reason if reason is not None else exc)
+
+
+class LogScanner:
+    """Searches a growing log file for a regex, reading only what was appended."""
+
+    def __init__(self, path: str, pattern: str) -> None:
+        self.path = path
+        self.regex = re.compile(pattern, re.MULTILINE)
+        self.pos = 0
+        self.keep = ""
+
+    def found(self) -> bool:
+        """True once the pattern has appeared in the file."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.pos)
+                data = fh.read()
+        except OSError:
+            return False
+        self.pos += len(data)
+        text = self.keep + data.decode("utf-8", "replace")
+        if self.regex.search(text):
+            return True
+        self.keep = text[-16384:]
+        return False
+
+
+class ServerSteps(CellContext):
+    """Steps 3, 5, 6 and 7 of a cell: preflight, server_start, ready, capture_ready."""
+
+    # step 3: preflight
+    def leftover_reason(self, rec: Dict[str, Any], pids: List[int], why: str = "") -> str:
+        """Why a live server record blocks this cell, with the command that stops it."""
+        run_id = str(rec.get("run_id"))
+        return (
+            "an orch server from run %s cell %s is still running (pid %s)%s; stop it with: %s"
+            % (
+                run_id,
+                rec.get("cell_id"),
+                pids[0],
+                why,
+                stop_all_command(run_id, self.workdir),
+            )
+        )
+
+    def do_preflight(self) -> Dict[str, Any]:
+        detail: Dict[str, Any] = {}
+        self.clear_servers(detail)
+        port = self.server.get("port") if self.server else None
+        if port:
+            why = port_in_use(int(port))
+            if why:
+                owner = port_owner(int(port))
+                raise StepFailed(
+                    "port %s is already in use: %s%s"
+                    % (port, why, "; held by " + owner if owner else "")
+                )
+            detail["port"] = int(port)
+        return detail
+
+    def clear_servers(self, detail: Dict[str, Any]) -> None:
+        """No live server may be left on this host before ours starts.
+
+        A server of another run (or whose runner cannot be told) fails the cell. One of this
+        run whose runner is still alive (stopping it after the controller went away) is waited
+        for; one whose runner is dead is an orphan of this run and is stopped here.
+        """
+        deadline = now() + self.wait_limit
+        announced = set()
+        stopped: List[Dict[str, Any]] = []
+        while True:
+            live = live_server_records(self.servers_dir)
+            if not live:
+                break
+            states = [(rec, pids, record_runner_state(rec)) for rec, pids in live]
+            for rec, pids, state in states:
+                if str(rec.get("run_id")) != self.run_id or state == "unknown":
+                    raise StepFailed(self.leftover_reason(rec, pids))
+            waiting = [(rec, pids) for rec, pids, state in states if state == "alive"]
+            for rec, pids, state in states:
+                if state != "dead":
+                    continue
+                signal_server(rec, pids, signal.SIGTERM)
+                killed, leftover = reap_server(self.servers_dir, rec, pids)
+                if leftover:
+                    raise StepFailed(
+                        self.leftover_reason(
+                            rec, leftover, ", left by a runner that died, and survives SIGKILL"
+                        )
+                    )
+                stopped.append(
+                    {
+                        "run_id": self.run_id,
+                        "cell_id": rec.get("cell_id"),
+                        "pid": rec.get("pid"),
+                        "killed": bool(killed),
+                    }
+                )
+            if not waiting:
+                continue  # look again: nothing may have appeared meanwhile
+            for rec, _pids in waiting:
+                if rec.get("pid") not in announced:
+                    announced.add(rec.get("pid"))
+                    self.emit(
+                        {
+                            "event": "wait",
+                            "for": "server",
+                            "run_id": self.run_id,
+                            "cell_id": rec.get("cell_id"),
+                            "pid": rec.get("pid"),
+                            "runner_pid": rec.get("runner_pid"),
+                            "limit": round(self.wait_limit, 1),
+                        }
+                    )
+            if now() >= deadline:
+                rec, pids = waiting[0]
+                raise StepFailed(
+                    self.leftover_reason(
+                        rec,
+                        pids,
+                        " and its runner (pid %s) has not stopped it after %gs"
+                        % (rec.get("runner_pid"), round(self.wait_limit, 1)),
+                    )
+                )
+            self.stop_event.wait(0.2)
+            self.check()
+        if stopped:
+            detail["stopped_orphans"] = stopped
+
+    # step 5: server_start
+    def server_cwd(self) -> str:
+        assert self.server is not None
+        default = self.repo_dest or self.dir
+        cwd = self.server.get("cwd")
+        return resolve_path(str(cwd), default) if cwd else default
+
+    def do_server_start(self) -> Dict[str, Any]:
+        server = self.server
+        assert server is not None
+        argv = [str(a) for a in server["argv"]]
+        cwd = self.server_cwd()
+        if not os.path.isdir(cwd):
+            raise StepFailed("server cwd %s does not exist" % cwd)
+        log = self.path("server.log")
+        # Kept open for the server's whole life; closed in do_stop/finish.
+        self.server_log_fh = open(log, "ab")  # noqa: SIM115
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=self.base_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=self.server_log_fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise StepFailed("cannot start server %r: %s" % (argv[0], exc)) from exc
+        pid = self.proc.pid
+        self.server_pgid = pid  # start_new_session: the server leads its own group and session
+        info = proc_info(pid)
+        self.server_start_time = info.start if info else None
+        own = proc_info(os.getpid())
+        os.makedirs(self.servers_dir, exist_ok=True)
+        self.server_record = os.path.join(self.servers_dir, "%d.json" % pid)
+        write_json(
+            self.server_record,
+            {
+                "pid": pid,
+                "pgid": self.server_pgid,
+                "port": server.get("port"),
+                "run_id": self.run_id,
+                "cell_id": self.cell_id,
+                "start_time": self.server_start_time,
+                "runner_pid": os.getpid(),
+                "runner_start_time": own.start if own else None,
+                "stop_grace": float(server.get("stop_grace", 15.0)),
+                "started": now(),
+            },
+        )
+        write_json(
+            self.path("server.json"),
+            {
+                "argv": argv,
+                "cwd": cwd,
+                "pid": pid,
+                "pgid": self.server_pgid,
+                "port": server.get("port"),
+                "env_declared": self.redacted_env(),
+                "markers": {"ORCH_RUN_ID": self.run_id, "ORCH_CELL_ID": self.cell_id},
+                "started": now(),
+            },
+        )
+        return {"pid": pid}
+
+    # step 6: ready
+    def do_ready(self) -> Dict[str, Any]:
+        server = self.server
+        assert server is not None and self.proc is not None
+        ready = server.get("ready") or {}
+        url = ready.get("url")
+        want = int(ready.get("status", 200))
+        timeout = float(ready.get("timeout", 600.0))
+        interval = max(0.05, float(ready.get("interval", 0.5)))
+        scanner = None
+        if ready.get("log"):
+            try:
+                scanner = LogScanner(self.path("server.log"), str(ready["log"]))
+            except re.error as exc:
+                raise StepFailed("server.ready.log is not a valid regex: %s" % exc) from exc
+        start = now()
+        deadline = min(start + timeout, self.deadline)
+        url_ok = not url
+        log_ok = scanner is None
+        last = "no HTTP request made yet"
+        while True:
+            self.check()
+            rc = self.proc.poll()
+            if rc is not None:
+                raise StepFailed(self.server_exit_reason(rc, "during startup"))
+            if not url_ok:
+                per_request = max(0.5, min(5.0, deadline - now()))
+                status, _body, err = http_get(str(url), per_request)
+                if status == want:
+                    url_ok = True
+                elif status is not None:
+                    last = "last HTTP status %s from %s" % (status, url)
+                else:
+                    last = "last error from %s: %s" % (url, err)
+            if not log_ok and scanner is not None:
+                log_ok = scanner.found()
+            if url_ok and log_ok:
+                break
+            if now() >= deadline:
+                parts = []
+                if not url_ok:
+                    parts.append(last)
+                if not log_ok:
+                    parts.append("log pattern %r not seen" % ready.get("log"))
+                raise StepFailed(
+                    with_tail(
+                        "server not ready after %gs (%s)"
+                        % (round(now() - start, 1), "; ".join(parts)),
+                        tail_lines(self.path("server.log")),
+                        "server.log",
+                    )
+                )
+            self.stop_event.wait(interval)
+        self.ready_info = {"seconds": round(now() - start, 3), "url": url, "log": ready.get("log")}
+        return {"seconds": self.ready_info["seconds"]}
+
+    # captures
+    def capture(self, moment: str) -> Dict[str, str]:
+        """Fetch each capture's URLs in order; the first 200 JSON answer is saved."""
+        server = self.server
+        if not server:
+            return {}
+        result: Dict[str, str] = {}
+        for cap in server.get("captures") or ():
+            name = str(cap["name"])
+            tried = []
+            saved = False
+            for url in cap.get("urls") or ():
+                status, body, err = http_get(str(url), 10.0)
+                if status == 200:
+                    try:
+                        json.loads(body.decode("utf-8"))
+                    except ValueError:
+                        tried.append("%s: 200 but not JSON" % url)
+                        continue
+                    os.makedirs(self.path("captures"), exist_ok=True)
+                    with open(self.path("captures", "%s.%s.json" % (name, moment)), "wb") as fh:
+                        fh.write(body)
+                    saved = True
+                    result[name] = str(url)
+                    break
+                tried.append("%s: %s" % (url, "HTTP %s" % status if status is not None else err))
+            entry: Dict[str, Any] = {"name": name, "moment": moment, "ok": saved}
+            if saved:
+                entry["url"] = result[name]
+            else:
+                entry["tried"] = tried
+                result[name] = "missing: " + "; ".join(tried)
+            self.captures.append(entry)
+        return result
