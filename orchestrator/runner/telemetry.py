@@ -2,8 +2,8 @@
 
 Host side (Python 3.8, standard library only). `Sampler.start(folder, interval_s, fields)` starts
 one long-lived `nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits -lms N`, reads its
-stdout line by line in a thread as it streams, stamps each line with `time.time()` at read (the
-clock the runner records repeat start and end with) and appends it to `FOLDER/telemetry.csv`:
+stdout line by line in a thread as it streams, stamps each line at read with `protocol.now()`
+(the clock the runner records repeat start and end with) and appends it to `FOLDER/telemetry.csv`:
 
     t,index,clocks.sm,clocks.mem,power.draw,...
     1764599723.123,0,1980,3201,118.50,...
@@ -31,6 +31,8 @@ import sys
 import threading
 import time
 from typing import IO, Any
+
+from orchestrator.runner.protocol import now
 
 TELEMETRY_CSV = "telemetry.csv"
 TELEMETRY_JSON = "telemetry.json"
@@ -140,7 +142,7 @@ class Sampler:
             self.folder = folder
             self.interval_s = max(0.01, float(interval_s))
             self.fields = query_fields(fields)
-            self.started_at = time.time()
+            self.started_at = now()
             os.makedirs(folder, exist_ok=True)
             self._file = TelemetryFile(os.path.join(folder, TELEMETRY_CSV), self.fields)
             self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
@@ -158,7 +160,7 @@ class Sampler:
                 self._thread.join(timeout=5.0)
             atexit.unregister(self._kill_child)
             if self.stopped_at is None:
-                self.stopped_at = time.time()
+                self.stopped_at = now()
             if self._file is not None:
                 self._file.close()
             info = self.info()
@@ -241,7 +243,7 @@ class Sampler:
             if not raw:
                 break
             line = raw.decode("utf-8", "replace")
-            if self._file.write_line(time.time(), line):
+            if self._file.write_line(now(), line):
                 samples += 1
             elif line.strip():
                 self.errors.append(line.strip()[:200])
