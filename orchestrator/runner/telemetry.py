@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from typing import IO, Any
 
 from orchestrator.runner.protocol import now
@@ -123,7 +124,7 @@ class Sampler:
         self.fields: list[str] = []
         self.legacy_names = False
         self.off_reason: str | None = None
-        self.errors: list[str] = []
+        self.errors: deque[str] = deque(maxlen=20)  # a GPU erroring for hours stays small
         self.started_at: float | None = None
         self.stopped_at: float | None = None
         self._file: TelemetryFile | None = None
@@ -190,7 +191,7 @@ class Sampler:
             "rows": self._file.rows if self._file is not None else 0,
             "started": None if self.started_at is None else round(self.started_at, 3),
             "stopped": None if self.stopped_at is None else round(self.stopped_at, 3),
-            "errors": self.errors[-5:],
+            "errors": list(self.errors)[-5:],
         }
 
     # -- the reading thread -------------------------------------------------------------------
@@ -251,7 +252,7 @@ class Sampler:
         if self._stopping.is_set():
             return False, "stopped"
         if samples == 0:
-            refused = any("not a valid field" in e for e in self.errors[-3:])
+            refused = any("not a valid field" in e for e in list(self.errors)[-3:])
             last = self.errors[-1] if self.errors else "no output"
             return refused, f"{self.command} exited with rc {rc}: {last}"
         return False, f"{self.command} ended early with rc {rc}"
