@@ -6,11 +6,20 @@ field fails the whole query with rc 2 as the real tool does), `--query-compute-a
 The state's `nvidia_smi_fields` picks which generation of field names is accepted: "new"
 (`clocks_event_reasons.active`, `pcie.link.gen.gpucurrent`), "old" (`clocks_throttle_reasons.*`,
 `pcie.link.gen.current`) or "both" (default).
+
+`-lms N` / `--loop-ms=N` (and `-l S` / `--loop=S`) repeat the query every N ms until killed,
+re-reading the state file each time, and print the header (when asked for) once. The stream is
+live: a GPU that holds a registered server process draws `load_power_draw` (default 80% of the
+limit) at `load_utilization` (default 97) %, scaled by its clock, and `throttle_episodes` in the
+state file (`[{"at": epoch s | "after_load": s, "duration": s, "reason": "sw_power_cap" or a hex
+mask, "sm_clock": MHz, "gpus": [i, ...]}]`) drop the clock and set the reason while they last.
+Episodes also show in single queries; the load does not, so snapshots stay comparable.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import stat
 import sys
 import time
@@ -331,12 +340,133 @@ def run(args: list[str], state: Row, apps: list[Row]) -> str:
     return query_apps(state, query[1], fmt, apps)
 
 
+# NVML's clock-event reason bits that an episode may name (nvml.h).
+_REASON_BITS = {
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+}
+
+
+def _reason_mask(reason: Any) -> int:
+    text = str(reason).strip().lower()
+    if text in _REASON_BITS:
+        return _REASON_BITS[text]
+    try:
+        return int(text, 16)
+    except ValueError as exc:
+        raise ValueError(f"throttle episode: unknown reason {reason!r}") from exc
+
+
+def _loaded_since(path: Path | None, apps: list[Row]) -> dict[int, float]:
+    """GPU -> when its earliest live server process registered (the app file's mtime)."""
+    since: dict[int, float] = {}
+    for app in apps:
+        entry = st.apps_dir(path) / f"{int(app['pid'])}.json" if path is not None else None
+        try:
+            t = entry.stat().st_mtime if entry is not None else time.time()
+        except OSError:
+            continue
+        gpu = int(app["gpu"])
+        since[gpu] = min(t, since.get(gpu, t))
+    return since
+
+
+def live_state(
+    state: Row, apps: list[Row], now: float, path: Path | None, load: bool = True
+) -> Row:
+    """`state` with the scheduled throttle episodes active at `now` (and, with `load`, the power
+    and utilisation of GPUs that hold a server) written as per-GPU overrides."""
+    episodes = state.get("throttle_episodes") or []
+    since = _loaded_since(path, apps)
+    if not episodes and not (load and since):
+        return state
+    rows = {int(r["index"]): r for r in m.gpu_rows(state)}
+    gpus: dict[str, dict[str, Any]] = {
+        k: dict(v) for k, v in (state.get("gpus") or {}).items() if isinstance(v, dict)
+    }
+    for i, row in rows.items():
+        over = gpus.setdefault(str(i), {})
+        clock, top = float(row["sm_clock"]), float(row["max_sm_clock"])
+        mask = int(str(row["throttle_reasons"]), 16)
+        for ep in episodes:
+            if ep.get("gpus") is not None and i not in {int(g) for g in ep["gpus"]}:
+                continue
+            if "after_load" in ep:
+                if i not in since:
+                    continue
+                begin = since[i] + float(ep["after_load"])
+            else:
+                begin = float(ep.get("at", 0.0))
+            if begin <= now < begin + float(ep.get("duration", 0.0)):
+                clock = min(clock, float(ep.get("sm_clock", 0.6 * top)))
+                mask |= _reason_mask(ep.get("reason", "sw_power_cap"))
+        over["sm_clock"] = int(clock)
+        over["throttle_reasons"] = f"0x{mask:016x}"
+        if load and i in since:
+            idle = float(row["power_draw"])
+            busy = float(state.get("load_power_draw", 0.8 * float(row["power_limit"])))
+            ratio = min(1.0, clock / top) if top > 0 else 1.0
+            over["power_draw"] = idle + (busy - idle) * ratio
+            over["utilization"] = int(state.get("load_utilization", 97))
+    return {**state, "gpus": gpus}
+
+
+def _split_loop(argv: list[str]) -> tuple[list[str], float | None]:
+    """argv without the loop option, and the loop interval in seconds (None: run once)."""
+    rest: list[str] = []
+    interval: float | None = None
+    i = 0
+    while i < len(argv):
+        name, value, nxt = _option(argv, i)
+        if name in {"-lms", "--loop-ms", "-l", "--loop"}:
+            try:
+                number = float(value or "")
+            except ValueError as exc:
+                raise SmiError(f'Invalid value "{value}" for {name}.\n') from exc
+            interval = max(0.001, number / 1000 if name in {"-lms", "--loop-ms"} else number)
+            i = nxt
+        else:
+            rest.append(argv[i])
+            i += 1
+    return rest, interval
+
+
+def _stream(argv: list[str], path: Path | None, interval: float) -> int:
+    """Print the query every `interval` seconds until killed or stdout closes."""
+    header = not any("noheader" in a for a in argv)
+    tick = time.monotonic()
+    first = True
+    while True:
+        apps = st.running_apps(path)
+        state = live_state(st.read_state(path), apps, time.time(), path)
+        text = run(argv, state, apps)
+        if header and not first:
+            text = text.split("\n", 1)[1] if "\n" in text else ""
+        first = False
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader went away: end quietly, as the real tool dies of SIGPIPE.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        tick += interval
+        time.sleep(max(0.0, tick - time.monotonic()))
+
+
 def main(argv: list[str]) -> int:
     """Entry point for the fake `nvidia-smi`."""
     path = st.resolve_state_path()
     try:
-        state = st.read_state(path)
-        sys.stdout.write(run(argv, state, st.running_apps(path)))
+        argv, interval = _split_loop(argv)
+        if interval is not None:
+            return _stream(argv, path, interval)
+        apps = st.running_apps(path)
+        state = live_state(st.read_state(path), apps, time.time(), path, load=False)
+        sys.stdout.write(run(argv, state, apps))
     except SmiError as exc:
         sys.stdout.write(str(exc))
         return exc.code

@@ -16,6 +16,10 @@ from typing import Any
 from orchestrator.sim.model import DEFAULT_STATE, host_state
 
 STATE_ENV = "ORCH_SIM_STATE"
+# Optional keys beyond `DEFAULT_STATE`, read by the fake nvidia-smi's `-lms` stream (see smi.py):
+# `throttle_episodes` [{at|after_load, duration, reason, sm_clock, gpus}], `load_power_draw` (W),
+# `load_utilization` (%).
+OPTIONAL_KEYS = frozenset({"throttle_episodes", "load_power_draw", "load_utilization"})
 
 
 def resolve_state_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
@@ -42,7 +46,7 @@ def read_state(path: Path | None) -> dict[str, Any]:
 def write_host_state(path: str | os.PathLike[str], **overrides: Any) -> Path:
     """Write a full host state file (defaults + `overrides`, e.g. sm_clock=1200) atomically."""
     target = Path(path)
-    unknown = set(overrides) - set(DEFAULT_STATE)
+    unknown = set(overrides) - set(DEFAULT_STATE) - OPTIONAL_KEYS
     if unknown:
         raise ValueError(f"unknown host state keys: {sorted(unknown)}")
     target.parent.mkdir(parents=True, exist_ok=True)

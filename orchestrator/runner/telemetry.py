@@ -1,0 +1,299 @@
+"""GPU telemetry sampled while a cell's server runs: one streaming `nvidia-smi` child per cell.
+
+Host side (Python 3.8, standard library only). `Sampler.start(folder, interval_s, fields)` starts
+one long-lived `nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits -lms N`, reads its
+stdout line by line in a thread as it streams, stamps each line at read with `protocol.now()`
+(the clock the runner records repeat start and end with) and appends it to `FOLDER/telemetry.csv`:
+
+    t,index,clocks.sm,clocks.mem,power.draw,...
+    1764599723.123,0,1980,3201,118.50,...
+
+Header once; one row per GPU per sample; t in seconds since the epoch rounded to ms; values as
+nvidia-smi printed them, except `[N/A]`-style values (empty) and the clock-event bitmask (leading
+zeros dropped: `0x4`). When the current field names fail (drivers before ~535.113) the query is
+retried with the older `clocks_throttle_reasons.active`; the column keeps the current name.
+`stop()` ends the child and writes `FOLDER/telemetry.json` (fields, interval, rows, or the reason
+telemetry is off). Neither method raises: telemetry must never fail a cell.
+
+The child also ends when this process dies: its stdout is our pipe, so its next write fails.
+See docs/FACTS.md, "nvidia-smi".
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from typing import IO, Any
+
+from orchestrator.runner.protocol import now
+
+TELEMETRY_CSV = "telemetry.csv"
+TELEMETRY_JSON = "telemetry.json"
+DEFAULT_INTERVAL_S = 1.0
+DEFAULT_FIELDS = (
+    "clocks.sm",
+    "clocks.mem",
+    "power.draw",
+    "power.limit",
+    "temperature.gpu",
+    "utilization.gpu",
+    "memory.used",
+    "clocks_event_reasons.active",
+)
+REASONS_FIELD = "clocks_event_reasons.active"
+_LEGACY = {REASONS_FIELD: "clocks_throttle_reasons.active"}
+_UNAVAILABLE = re.compile(
+    r"^\[?(N/A|Not Supported|Unknown Error|Insufficient Permissions|GPU is lost)\]?$", re.I
+)
+
+
+def query_fields(fields: Any) -> list[str]:
+    """`fields` as nvidia-smi names with `index` first (added when absent), duplicates dropped."""
+    names = ["index"]
+    for name in list(fields or DEFAULT_FIELDS):
+        key = str(name).strip()
+        if key and "," not in key and key not in names:
+            names.append(key)
+    return names
+
+
+def _value(field: str, raw: str) -> str:
+    value = raw.strip()
+    if not value or _UNAVAILABLE.match(value):
+        return ""
+    if field in (REASONS_FIELD, _LEGACY[REASONS_FIELD]) and value.lower().startswith("0x"):
+        try:
+            return hex(int(value, 16))
+        except ValueError:
+            return ""
+    return value.replace(",", " ")
+
+
+class TelemetryFile:
+    """Appends samples to a telemetry CSV: the header once, one row per nvidia-smi line."""
+
+    def __init__(self, path: str, fields: list[str]) -> None:
+        self.path = path
+        self.fields = fields
+        self.rows = 0
+        fresh = not os.path.exists(path) or os.path.getsize(path) == 0
+        self._fh: IO[str] = open(path, "a", encoding="utf-8", newline="")  # noqa: SIM115
+        if fresh:
+            self._fh.write("t," + ",".join(fields) + "\n")
+            self._fh.flush()
+
+    def parse(self, line: str) -> list[str] | None:
+        """The row's values for one nvidia-smi output line, or None for anything else."""
+        parts = line.rstrip("\r\n").split(", ")
+        if len(parts) != len(self.fields) or not parts[0].strip().isdigit():
+            return None
+        return [_value(self.fields[i], part) for i, part in enumerate(parts)]
+
+    def write_line(self, t: float, line: str, flush: bool = True) -> bool:
+        """Append one nvidia-smi line read at `t`; False (nothing written) when it is no sample."""
+        values = self.parse(line)
+        if values is None:
+            return False
+        self._fh.write(f"{t:.3f},{','.join(values)}\n")
+        self.rows += 1
+        if flush:
+            self._fh.flush()
+        return True
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        if not self._fh.closed:
+            self._fh.close()
+
+
+class Sampler:
+    """One streaming nvidia-smi child whose lines go to `telemetry.csv` until `stop()`."""
+
+    def __init__(self, command: str = "nvidia-smi") -> None:
+        self.command = command
+        self.folder: str | None = None
+        self.interval_s = DEFAULT_INTERVAL_S
+        self.fields: list[str] = []
+        self.legacy_names = False
+        self.off_reason: str | None = None
+        self.errors: deque[str] = deque(maxlen=20)  # a GPU erroring for hours stays small
+        self.started_at: float | None = None
+        self.stopped_at: float | None = None
+        self._file: TelemetryFile | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+
+    # -- public -------------------------------------------------------------------------------
+
+    def start(
+        self, folder: str, interval_s: float = DEFAULT_INTERVAL_S, fields: Any = None
+    ) -> None:
+        """Start sampling every `interval_s` into `folder`; a failure turns telemetry off."""
+        try:
+            self.folder = folder
+            self.interval_s = max(0.01, float(interval_s))
+            self.fields = query_fields(fields)
+            self.started_at = now()
+            os.makedirs(folder, exist_ok=True)
+            self._file = TelemetryFile(os.path.join(folder, TELEMETRY_CSV), self.fields)
+            self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
+            self._thread.start()
+            atexit.register(self._kill_child)
+        except Exception as exc:
+            self.off_reason = f"cannot start telemetry: {exc}"
+
+    def stop(self) -> dict[str, Any]:
+        """Stop the child, finish the files and return what `telemetry.json` says; never raises."""
+        try:
+            self._stopping.set()
+            self._kill_child()
+            if self._thread is not None:
+                self._thread.join(timeout=5.0)
+            atexit.unregister(self._kill_child)
+            if self.stopped_at is None:
+                self.stopped_at = now()
+            if self._file is not None:
+                self._file.close()
+            info = self.info()
+            if self.folder is not None:
+                with open(os.path.join(self.folder, TELEMETRY_JSON), "w", encoding="utf-8") as fh:
+                    json.dump(info, fh, indent=1, sort_keys=True)
+                    fh.write("\n")
+            return info
+        except Exception as exc:
+            return {"enabled": False, "off": f"cannot stop telemetry: {exc}"}
+
+    @property
+    def pid(self) -> int | None:
+        """The nvidia-smi child's pid while one runs."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def info(self) -> dict[str, Any]:
+        """The telemetry record: on or off (and why), fields, interval, rows written."""
+        return {
+            "enabled": self.off_reason is None,
+            "off": self.off_reason,
+            "file": TELEMETRY_CSV if self._file is not None else None,
+            "fields": self.fields,
+            "legacy_names": self.legacy_names,
+            "interval_s": self.interval_s,
+            "rows": self._file.rows if self._file is not None else 0,
+            "started": None if self.started_at is None else round(self.started_at, 3),
+            "stopped": None if self.stopped_at is None else round(self.stopped_at, 3),
+            "errors": list(self.errors)[-5:],
+        }
+
+    # -- the reading thread -------------------------------------------------------------------
+
+    def _argv(self, legacy: bool) -> list[str]:
+        names = [_LEGACY.get(f, f) if legacy else f for f in self.fields]
+        ms = max(1, int(self.interval_s * 1000 + 0.5))
+        return [
+            self.command,
+            "--query-gpu=" + ",".join(names),
+            "--format=csv,noheader,nounits",
+            "-lms",
+            str(ms),
+        ]
+
+    def _run(self) -> None:
+        try:
+            refused, outcome = self._stream(legacy=False)
+            if refused and any(f in _LEGACY for f in self.fields):
+                self.legacy_names = True
+                refused, outcome = self._stream(legacy=True)
+            if outcome != "stopped":
+                self.off_reason = outcome
+        except Exception as exc:
+            self.off_reason = f"telemetry failed: {exc}"
+        finally:
+            self._kill_child()
+
+    def _stream(self, legacy: bool) -> tuple[bool, str]:
+        """Run one child until it ends: (its query was refused, "stopped" or why it ended)."""
+        assert self._file is not None
+        with self._lock:
+            if self._stopping.is_set():
+                return False, "stopped"
+            try:
+                self._proc = subprocess.Popen(
+                    self._argv(legacy),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+            except OSError as exc:
+                return False, f"cannot run {self.command}: {exc}"
+            proc = self._proc
+        stdout = proc.stdout
+        assert stdout is not None
+        samples = 0
+        while True:
+            raw = stdout.readline()
+            if not raw:
+                break
+            line = raw.decode("utf-8", "replace")
+            if self._file.write_line(now(), line):
+                samples += 1
+            elif line.strip():
+                self.errors.append(line.strip()[:200])
+        rc = proc.wait()
+        if self._stopping.is_set():
+            return False, "stopped"
+        if samples == 0:
+            refused = any("not a valid field" in e for e in list(self.errors)[-3:])
+            last = self.errors[-1] if self.errors else "no output"
+            return refused, f"{self.command} exited with rc {rc}: {last}"
+        return False, f"{self.command} ended early with rc {rc}"
+
+    def _kill_child(self) -> None:
+        with self._lock:
+            proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            proc.terminate()
+            try:
+                proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=2.0)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
+def main(argv: list[str]) -> int:
+    """`python -m orchestrator.runner.telemetry FOLDER [INTERVAL_S [SECONDS]]`: sample, then print
+    the telemetry record, this process's CPU seconds (cpu_s) and nvidia-smi's (child_cpu_s) as
+    one JSON line (bench/telemetry_overhead.py)."""
+    if not argv:
+        sys.stderr.write("usage: telemetry FOLDER [INTERVAL_S [SECONDS]]\n")
+        return 2
+    interval = float(argv[1]) if len(argv) > 1 else DEFAULT_INTERVAL_S
+    seconds = float(argv[2]) if len(argv) > 2 else 10.0
+    wall0, cpu0 = time.time(), time.process_time()
+    sampler = Sampler()
+    sampler.start(argv[0], interval)
+    time.sleep(seconds)
+    info = sampler.stop()
+    info["cpu_s"] = round(time.process_time() - cpu0, 4)
+    child = resource.getrusage(resource.RUSAGE_CHILDREN)
+    info["child_cpu_s"] = round(child.ru_utime + child.ru_stime, 4)
+    info["wall_s"] = round(time.time() - wall0, 3)
+    sys.stdout.write(json.dumps(info, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
