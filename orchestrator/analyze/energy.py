@@ -15,19 +15,9 @@ from itertools import pairwise
 from pathlib import Path
 from statistics import median
 
-# NVML's nvmlClocksEventReasons bits (nvml.h).
-# TODO(merge): use probe_shape (orchestrator/runner/probe_shape.py holds the one table).
-_REASON_BITS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
+from orchestrator.runner.probe_shape import CLOCK_EVENT_REASONS
+
+_REASON_BITS = dict(CLOCK_EVENT_REASONS)  # NVML's bits, from the probe's one declared table
 # Set on a healthy GPU (idle, or clocks the admin chose): not throttling.
 NORMAL_REASONS = 0x1 | 0x2
 _BEFORE_S = 30.0  # an episode's "before" clock: unthrottled samples this long before it
