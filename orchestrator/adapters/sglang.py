@@ -1,6 +1,6 @@
 """The SGLang server adapter: launch flags to argv, readiness, and what the server log says.
 
-Facts used here are in ../shared/REFERENCE.md (SGLang section): `/health_generate` and the ready
+Facts used here are in docs/FACTS.md (SGLang section): `/health_generate` and the ready
 line for readiness, `/server_info` (falling back to `/get_server_info`) for the server's own view
 of its args and its cumulative accept length, and the `Decode batch` log lines of both forms.
 """

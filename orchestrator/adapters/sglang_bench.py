@@ -1,7 +1,7 @@
 """SGLang's benchmark clients: `sglang.bench_serving` and `sglang.bench_one_batch_server`.
 
 Both append one JSON object per line to their result file; each run has its own repeat directory
-as cwd, so the last line is that run's. Field sets of 2025 and 2026 builds are in REFERENCE.md.
+as cwd, so the last line is that run's. Field sets of 2025 and 2026 builds are in docs/FACTS.md.
 """
 
 from __future__ import annotations

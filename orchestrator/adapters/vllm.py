@@ -1,6 +1,6 @@
 """vLLM: `vllm serve MODEL --flags` and `vllm bench serve`, readiness on /health, log metrics.
 
-Facts in REFERENCE.md (vLLM section): `/health` is 200 once the engine is up (connection refused
+Facts in docs/FACTS.md (vLLM section): `/health` is 200 once the engine is up (connection refused
 while booting); `--speculative-config` takes one JSON argument; `vllm bench serve --save-result`
 writes one JSON object; spec-decode stats appear as `SpecDecoding metrics: ...` log lines.
 """
