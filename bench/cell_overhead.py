@@ -75,8 +75,8 @@ def counting_connect(counts: Counts) -> Callable[..., Connection]:
         run, get, put = conn.run, conn.get, conn.put
 
         def run_counted(argv: Any, **kw: Any) -> Any:
-            if str(argv[1]).endswith("runner.py"):
-                label = f"runner.py {argv[2]}"
+            if str(argv[1]).endswith("runner.pyz"):
+                label = f"runner.pyz {argv[2]}"
             else:
                 label = " ".join(str(a) for a in argv[1:2]) + " (inline script)"
             counts.add("run", label)
@@ -198,7 +198,7 @@ def report(
     print("  runner steps (mean s): " + ", ".join(
         f"{name} {sec / total:.3f}" for name, sec in steps.items()))  # fmt: skip
     runs = counts.by_kind["run"]
-    per_cell_runs = counts.argv0["runner.py run"]
+    per_cell_runs = counts.argv0["runner.pyz run"]
     host_runs = runs - per_cell_runs
     print(f"remote commands: {runs} in all = {per_cell_runs} cell runs "
           f"({per_cell_runs / total:.2f} per cell) + {host_runs} per-host "
@@ -208,7 +208,7 @@ def report(
 
 
 def _others(counts: Counts) -> str:
-    return ", ".join(f"{k} x{n}" for k, n in sorted(counts.argv0.items()) if k != "runner.py run")
+    return ", ".join(f"{k} x{n}" for k, n in sorted(counts.argv0.items()) if k != "runner.pyz run")
 
 
 if __name__ == "__main__":

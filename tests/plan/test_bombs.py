@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from orchestrator.plan.render import TemplateEngine, VariableScope
 
 from orchestrator.config import template_limits
+from orchestrator.config.templates import TemplateEngine, VariableScope
 from orchestrator.errors import InputError, SourceLocation
 
 PLAYBOOK = """\
