@@ -14,7 +14,7 @@ from results_helpers import make_cell_dir
 from orchestrator.results.archive import pack
 from orchestrator.results.bundle import BundleWriter
 from orchestrator.results.layout import SCHEMA_VERSION
-from orchestrator.runner import probe, probe_shape
+from orchestrator.runner import probe, probe_parse, probe_shape
 
 CELL = "spec-off-11111111"
 
@@ -109,14 +109,16 @@ def test_runs_lists_a_newer_run_without_failing_the_others(tmp_path: Path) -> No
 
 
 def test_the_probe_writes_the_shape_the_reader_declares() -> None:
-    # one table, one field list: the probe's own names are the declared ones
-    assert probe.GPU_FIELDS == probe_shape.GPU_FIELDS
-    assert probe.REASON_FIELD == probe_shape.REASON_FIELD
-    assert tuple(probe.CLOCK_EVENT_REASONS) == probe_shape.CLOCK_EVENT_REASONS
-    for mask in ("0x0000000000000000", "0x0000000000000048", "0x0000000000001004", None, "?"):
-        assert probe.decode_clock_event_reasons(mask) == (
-            probe_shape.decode_clock_event_reasons(mask)
-        )
+    # one table, one field list: the probe's own names are the declared ones, not copies
+    assert probe_parse.GPU_FIELDS is probe_shape.GPU_FIELDS
+    assert probe_parse.REASON_FIELD == probe_shape.REASON_FIELD
+    assert probe_parse.CLOCK_EVENT_REASONS is probe_shape.CLOCK_EVENT_REASONS
+    assert probe_parse.decode_clock_event_reasons is probe_shape.decode_clock_event_reasons
+    assert probe.GPU_FIELDS is probe_shape.GPU_FIELDS
+    decode = probe_shape.decode_clock_event_reasons
+    assert decode("0x0000000000000048") == ["hw_slowdown", "hw_thermal_slowdown"]
+    assert decode("0x0000000000001004") == ["sw_power_cap", "bit_0x1000"]
+    assert decode(None) is None and decode("?") is None
     assert probe_shape.nvml_name("hw_thermal_slowdown") == "HwThermalSlowdown"
 
 
