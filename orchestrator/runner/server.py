@@ -38,8 +38,8 @@ from orchestrator.runner.protocol import (
     write_json,
 )
 
-# A server with no `ready:` check counts as ready once it has stayed up this long: one that
-# exits at once (a bad flag, a missing model) then fails at `ready` instead of passing a quick bench.
+# A server with no `ready:` check counts as ready once it has stayed up this long: one that exits
+# at once (a bad flag, a missing model) fails at `ready` instead of passing a quick bench.
 UNCHECKED_SETTLE_SECONDS = 1.0
 
 # Never send loopback readiness checks through a host's HTTP proxy.

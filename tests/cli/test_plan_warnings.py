@@ -113,3 +113,13 @@ def test_plan_notes_a_server_without_a_readiness_check(tmp_path: Path) -> None:
     proc = orch(tmp_path, "plan", "ready.yml")
     assert proc.returncode == 0, proc.stderr
     assert "readiness" not in proc.stdout
+
+
+def test_apply_warns_once_per_run_about_short_secrets(tmp_path: Path) -> None:
+    (tmp_path / "pb.yml").write_text(
+        "name: run\nmatrix:\n  n: [1, 2]\nenv:\n  API_KEY: short\nbench:\n  command: [echo, hi]\n"
+    )
+    proc = orch(tmp_path, "apply", "pb.yml", "--results", "res")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr.count("warning: secret values of API_KEY are shorter than 8") == 1
+    assert not re.search(r"\bshort\b", proc.stdout + proc.stderr)
