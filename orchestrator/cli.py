@@ -133,6 +133,15 @@ class Planned:
         """The playbook's vars with -e applied: where secret-named values are looked for."""
         return {**dict(self.playbook.data.get("vars") or {}), **self.extra}
 
+    def warn(self) -> None:
+        """Print what the plan is warned about (plan/lint.py) on stderr; nothing is refused."""
+        from orchestrator.plan.lint import plan_warnings
+
+        used = {c.host for c in self.cells}
+        hosts = [h.vars for name, h in self.inventory.hosts.items() if name in used]
+        for line in plan_warnings(self.playbook, self.cells, self.variables, *hosts):
+            click.echo(line, err=True)
+
     def secret_values(self) -> list[str]:
         """Every secret value the cells could print, as `orch apply` redacts them."""
         from orchestrator.execute.controller import secret_values
@@ -163,6 +172,7 @@ def validate(
 ) -> None:
     """Load, check and render PLAYBOOK without running anything."""
     planned = Planned(playbook, inventory, extra_vars, limit)
+    planned.warn()
     hosts = sorted({c.host for c in planned.cells})
     click.echo(f"ok: {playbook}: {len(planned.cells)} cells on {len(hosts)} host(s)")
 
@@ -184,9 +194,11 @@ def plan(
     verbose: bool,
 ) -> None:
     """Show the cells PLAYBOOK expands to: cells x axes x host. Secret values are hidden."""
+    from orchestrator.plan.lint import unchecked_ready_note
     from orchestrator.results.redact import redact_text
 
     planned = Planned(playbook, inventory, extra_vars, limit)
+    planned.warn()
     cells = planned.cells
     secrets = planned.secret_values()
 
@@ -207,6 +219,9 @@ def plan(
     echo(tabulate(rows, headers=["cell", "host", *axes, "repo version"]))
     hosts = sorted({c.host for c in cells})
     echo(f"\n{len(cells)} cells on {len(hosts)} host(s): {', '.join(hosts)}")
+    note = unchecked_ready_note(planned.playbook, cells)
+    if note is not None:
+        echo(note)
     if verbose:
         for c in cells:
             echo(f"\n== {c.id} on {c.host}")
@@ -263,6 +278,7 @@ def apply(
     from orchestrator.execute.resume import check_resume_plan, resume_command, resume_target
 
     planned = Planned(playbook, inventory, extra_vars, limit)
+    planned.warn()
     run_id = None
     if resume is not None:
         results_dir, run_id = resume_target(resume, results_dir)

@@ -38,6 +38,10 @@ from orchestrator.runner.protocol import (
     write_json,
 )
 
+# A server with no `ready:` check counts as ready once it has stayed up this long: one that exits
+# at once (a bad flag, a missing model) fails at `ready` instead of passing a quick bench.
+UNCHECKED_SETTLE_SECONDS = 1.0
+
 # Never send loopback readiness checks through a host's HTTP proxy.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -322,6 +326,11 @@ class ServerSteps(CellContext):
         deadline = min(start + timeout, self.deadline)
         url_ok = not url
         log_ok = scanner is None
+        settle_until = (
+            min(start + UNCHECKED_SETTLE_SECONDS, deadline) if url_ok and log_ok else start
+        )
+        if url_ok and log_ok:
+            interval = 0.05  # nothing to ask: only watch the process through the settle time
         last = "no HTTP request made yet"
         while True:
             self.check()
@@ -339,7 +348,7 @@ class ServerSteps(CellContext):
                     last = "last error from %s: %s" % (url, err)
             if not log_ok and scanner is not None:
                 log_ok = scanner.found()
-            if url_ok and log_ok:
+            if url_ok and log_ok and now() >= settle_until:
                 break
             if now() >= deadline:
                 parts = []
@@ -357,6 +366,13 @@ class ServerSteps(CellContext):
                 )
             self.stop_event.wait(interval)
         self.ready_info = {"seconds": round(now() - start, 3), "url": url, "log": ready.get("log")}
+        if not url and scanner is None:
+            # Recorded so a reader of cell.json knows "ready" only meant "still running".
+            return {
+                "seconds": self.ready_info["seconds"],
+                "check": "none",
+                "settle_seconds": UNCHECKED_SETTLE_SECONDS,
+            }
         return {"seconds": self.ready_info["seconds"]}
 
     # captures

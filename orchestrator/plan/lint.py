@@ -1,0 +1,108 @@
+"""What a plan is warned about without being refused: `orch validate`, `plan` and `apply` print
+these on stderr and exit as they would without them.
+
+- An `NCCL_*` name in `env:` that NCCL does not document (NCCL ignores it without a word), with
+  the nearest documented name when there is one. Keys are located where they are written; a
+  name that only a template gives is checked as each cell renders it.
+- Secret values shorter than `MIN_SECRET_LENGTH`: redacted by name only (runner/redaction.py),
+  so they stay visible inside logs. The names are listed, never the values.
+- A server with no `ready:` check (a note, not a warning): it counts as ready once it has
+  stayed up `UNCHECKED_SETTLE_SECONDS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from orchestrator.cell import Cell
+from orchestrator.config.keypath import KeyPath
+from orchestrator.config.loaded import LoadedPlaybook
+from orchestrator.config.templates import has_template
+from orchestrator.runner.redaction import MIN_SECRET_LENGTH, is_secret_name, short_secret_names
+from orchestrator.runner.server import UNCHECKED_SETTLE_SECONDS
+from orchestrator.sim.nccl_names import is_nccl_name, nearest_nccl_name
+
+
+def plan_warnings(
+    playbook: LoadedPlaybook, cells: Sequence[Cell], *var_sources: Mapping[str, Any]
+) -> list[str]:
+    """Every warning for this plan, each as one `warning: ...` line (see the module doc)."""
+    found = nccl_name_warnings(playbook, cells)
+    short = short_secret_warning(cells, *var_sources)
+    if short is not None:
+        found.append(short)
+    return found
+
+
+def nccl_name_warnings(playbook: LoadedPlaybook, cells: Sequence[Cell]) -> list[str]:
+    """A located warning for each `NCCL_*` env name NCCL does not know, once per name."""
+    plain, templated = _env_keys(playbook.data.get("env"))
+    # A name only a template gives (`env: ["{{ extra_env }}"]`) is located at that template
+    # when there is one, else at `env:`.
+    rendered_at: KeyPath = templated[0] if len(templated) == 1 else ("env",)
+    names = dict(plain)
+    for cell in cells:
+        for name in cell.env:
+            names.setdefault(name, rendered_at)
+    out = []
+    for name, path in names.items():
+        if not name.upper().startswith("NCCL_") or is_nccl_name(name):
+            continue
+        nearest = nearest_nccl_name(name)
+        hint = f" (did you mean {nearest}?)" if nearest else ""
+        out.append(
+            f"warning: {playbook.locate(path)}: env.{name}: NCCL does not know this variable{hint}"
+        )
+    return out
+
+
+def short_secret_warning(cells: Sequence[Cell], *var_sources: Mapping[str, Any]) -> str | None:
+    """One warning naming every secret whose value is too short to redact inside logs, or None.
+
+    Secrets are the cells' secret env values and the top-level secret vars of `var_sources`
+    (the playbook's vars, -e values, hosts' inventory vars). Values are never part of it.
+    """
+    short: set[str] = set()
+    listed = {name for cell in cells for name in cell.secrets}
+    for cell in cells:
+        secret_env = {k: v for k, v in cell.env.items() if is_secret_name(k, cell.secrets)}
+        short.update(short_secret_names(secret_env))
+    for source in var_sources:
+        secret_vars = {str(k): v for k, v in source.items() if is_secret_name(str(k), listed)}
+        short.update(short_secret_names(secret_vars))
+    if not short:
+        return None
+    return (
+        f"warning: secret values of {', '.join(sorted(short))} are shorter than "
+        f"{MIN_SECRET_LENGTH} characters: hidden where orch writes them by name, not inside logs"
+    )
+
+
+def unchecked_ready_note(playbook: LoadedPlaybook, cells: Sequence[Cell]) -> str | None:
+    """A note when some cell's server declares no readiness check (no `ready.url`, no `log`)."""
+    if not any(
+        c.server is not None and not (c.server.ready.url or c.server.ready.log) for c in cells
+    ):
+        return None
+    return (
+        f"note: {playbook.locate(('server',))}: server: no readiness check is declared "
+        f"(no server.ready url or log): the server counts as ready once it has stayed up "
+        f"{UNCHECKED_SETTLE_SECONDS:g}s"
+    )
+
+
+def _env_keys(env: Any) -> tuple[dict[str, KeyPath], list[KeyPath]]:
+    """The names written under `env:` (a mapping or a list of them) with their key paths, and
+    the paths of templates that render to mappings of further names."""
+    plain: dict[str, KeyPath] = {}
+    templated: list[KeyPath] = []
+    items = env if isinstance(env, list) else [env]
+    for i, item in enumerate(items):
+        base: KeyPath = ("env", i) if isinstance(env, list) else ("env",)
+        if isinstance(item, Mapping):
+            for key in item:
+                plain.setdefault(str(key), (*base, key))
+        elif isinstance(item, str) and has_template(item):
+            templated.append(base)
+    return plain, templated
