@@ -30,6 +30,7 @@ from orchestrator.config.host import Host, Inventory
 from orchestrator.config.playbook import parse_extra_vars
 from orchestrator.errors import BundleError, ConnectionFailure, OrchError
 from orchestrator.execute.connection import Connection, connect
+from orchestrator.execute.machine import machine_id
 from orchestrator.execute.pool import StartSpacing
 from orchestrator.execute.progress import Progress
 from orchestrator.execute.runlock import acquire_run_lock
@@ -338,6 +339,11 @@ class Run:
                 "finished": _iso(time.time()) if status != "running" else None,
                 "status": status,
                 "hosts": sorted({*self._previous.get("hosts", []), *(c.host for c in self.cells)}),
+                # The machine that made the bundle (a resume keeps it): replay asks before
+                # running a bundle made elsewhere, and one without the record counts as such.
+                "machine_id": self._previous.get("machine_id")
+                if self.options.resume
+                else machine_id(),
                 "host_key_checking": {
                     **self._previous.get("host_key_checking", {}),
                     **{
