@@ -86,3 +86,47 @@ def test_replay_help_documents_yes(tmp_path: Path) -> None:
     shown = _orch(tmp_path, "replay", "--help")
     assert shown.returncode == 0
     assert "--yes" in shown.stdout and "another machine" in shown.stdout
+
+
+def test_on_a_terminal_a_foreign_bundle_is_shown_and_a_no_runs_nothing(tmp_path: Path) -> None:
+    import pty
+
+    playbook = {
+        "name": "replay-tty",
+        "bench": {"command": ["{{ orch_python }}", "-c", BENCH], "metrics": {"x": r"x ([0-9.]+)"}},
+        "snapshot": {"pip_freeze": False, "topo": False},
+    }
+    (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook))
+    made = _orch(tmp_path, "apply", "playbook.yml", "--results", "results")
+    assert made.returncode == 0, made.stdout + made.stderr
+    (run,) = (tmp_path / "results").iterdir()
+    _edit_run_json(run, machine_id=None)
+    (cell,) = (p.name for p in (run / "cells").iterdir())
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "replay", f"{run}/{cell}", "--results", "replays"],
+        cwd=tmp_path,
+        env={**os.environ, "HOME": str(tmp_path / "home")},
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+    )
+    os.close(follower)
+    shown = b""
+    while b"Run these commands?" not in shown:
+        chunk = os.read(leader, 4096)
+        assert chunk, shown
+        shown += chunk
+    os.write(leader, b"n\n")
+    assert proc.wait(timeout=60) == 2
+    try:
+        while chunk := os.read(leader, 4096):
+            shown += chunk
+    except OSError:  # the terminal closes with the process
+        pass
+    os.close(leader)
+    text = shown.decode(errors="replace")
+    assert "replaying it runs:" in text and "replay-marker" in text, text
+    assert "replay declined" in text, text
+    assert _replays(tmp_path) == []
