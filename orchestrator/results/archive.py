@@ -12,6 +12,7 @@ import shutil
 import tarfile
 import tempfile
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path, PurePosixPath
 
 from orchestrator.errors import BundleError
@@ -109,7 +110,9 @@ def pack(run_dir: Path, out: Path | None = None) -> Path:
         raise BundleError(f"{out}: the archive cannot be written inside the run it packs")
     name = run_dir.name
 
-    def normalize(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    def normalize(path: Path, info: tarfile.TarInfo) -> tarfile.TarInfo:
+        if info.islnk():  # a hard-linked file is stored whole, never as a link
+            info.type, info.linkname, info.size = tarfile.REGTYPE, "", path.stat().st_size
         info.uid = info.gid = 0
         info.uname = info.gname = ""
         return info
@@ -122,10 +125,16 @@ def pack(run_dir: Path, out: Path | None = None) -> Path:
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
         ):
-            tar.add(run_dir, arcname=name, recursive=False, filter=normalize)
+            tar.add(run_dir, arcname=name, recursive=False, filter=partial(normalize, run_dir))
             for path in _walk_sorted(run_dir):
+                if not (path.is_file() or path.is_dir()) or path.is_symlink():
+                    # Readers refuse anything else: an archive with it could not be read back.
+                    raise BundleError(
+                        f"{path}: not a regular file or folder: a packed run holds no links",
+                        hint="remove it from the run folder, then pack again",
+                    )
                 arc = f"{name}/{path.relative_to(run_dir).as_posix()}"
-                tar.add(path, arcname=arc, recursive=False, filter=normalize)
+                tar.add(path, arcname=arc, recursive=False, filter=partial(normalize, path))
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)

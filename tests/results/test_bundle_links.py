@@ -1,6 +1,7 @@
 """A packed cell or run holds no links: every link is refused, even one that looks inside."""
 
 import io
+import os
 import re
 import tarfile
 from pathlib import Path
@@ -61,3 +62,19 @@ def test_a_hard_link_is_refused(tmp_path: Path) -> None:
     with pytest.raises(BundleError, match=re.escape("link in the archive: cell/metrics.json")):
         extract_archive(archive, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_pack_stores_hard_links_whole_and_refuses_symlinks(tmp_path: Path) -> None:
+    from orchestrator.results.archive import pack
+
+    run = tmp_path / "r1"
+    (run / "cells").mkdir(parents=True)
+    (run / "run.json").write_text('{"run_id": "r1"}')
+    os.link(run / "run.json", run / "cells" / "copy.json")
+    packed = extract_archive(pack(run, tmp_path), tmp_path / "out")
+    assert (packed / "cells" / "copy.json").read_text() == '{"run_id": "r1"}'
+
+    (run / "cells" / "x").symlink_to("../run.json")
+    with pytest.raises(BundleError, match="a packed run holds no links"):
+        pack(run, tmp_path / "again.tar.gz")
+    assert not (tmp_path / "again.tar.gz").exists()
