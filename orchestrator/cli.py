@@ -596,11 +596,29 @@ def audit(
 @results_option
 @inventory_option
 @limit_option
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Run a bundle made on another machine without asking (its commands are still shown).",
+)
 @reports_errors
-def replay(ref: str, results_dir: Path, inventory: Sequence[Path], limit: str | None) -> None:
-    """Run RUN/CELL again from its bundle alone, on its host or on the hosts --limit picks."""
+def replay(
+    ref: str, results_dir: Path, inventory: Sequence[Path], limit: str | None, yes: bool
+) -> None:
+    """Run RUN/CELL again from its bundle alone, on its host or on the hosts --limit picks.
+
+    A bundle runs the commands it recorded. One made on another machine (or one that does not
+    say where it was made) is shown first, host and commands, and runs only after a yes: typed
+    at the prompt on a terminal, or --yes. Without a terminal and without --yes it exits 2.
+    """
     from orchestrator.config.inventory import load_inventory
-    from orchestrator.execute.replay import inventory_from_bundle, retarget, run_recorded
+    from orchestrator.execute.replay import (
+        inventory_from_bundle,
+        made_here,
+        retarget,
+        run_recorded,
+        what_runs,
+    )
     from orchestrator.results.read import open_cell
 
     record = open_cell(ref, results_dir)
@@ -608,6 +626,21 @@ def replay(ref: str, results_dir: Path, inventory: Sequence[Path], limit: str | 
         raise InputError(f"{ref}: not inside a run bundle", hint="pass RUN/CELL")
     inv = load_inventory(inventory) if inventory else inventory_from_bundle(record.run)
     cells = retarget([record.cell], inv, limit)
+    if not made_here(record.run):
+        plan = "\n".join(what_runs(cells, inv))
+        if yes:
+            _echo_from_bundle(f"replaying a bundle made on another machine:\n{plan}")
+        elif sys.stdin.isatty() and sys.stdout.isatty():
+            _echo_from_bundle(
+                f"this bundle was made on another machine; replaying it runs:\n{plan}"
+            )
+            if not click.confirm("Run these commands?", default=False):
+                raise InputError(f"{ref}: replay declined", hint="nothing ran")
+        else:
+            raise InputError(
+                f"{ref} was made on another machine (or does not say where); read what it "
+                f"would run, then pass --yes to run it:\n{plan}"
+            )
     outcome = run_recorded(
         record.run,
         cells,

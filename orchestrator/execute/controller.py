@@ -30,8 +30,10 @@ from orchestrator.config.host import Host, Inventory
 from orchestrator.config.playbook import parse_extra_vars
 from orchestrator.errors import BundleError, ConnectionFailure, OrchError
 from orchestrator.execute.connection import Connection, connect
+from orchestrator.execute.machine import machine_id
 from orchestrator.execute.pool import StartSpacing
 from orchestrator.execute.progress import Progress
+from orchestrator.execute.runlock import acquire_run_lock
 from orchestrator.execute.ship import ensure_runner
 from orchestrator.results.archive import extract_archive
 from orchestrator.results.bundle import BundleWriter
@@ -238,12 +240,23 @@ class Run:
             files=playbook_files,
         )
         self._secret_names = sorted({n for c in self.cells for n in c.secrets})
-        self.writer = BundleWriter(
-            options.results_dir,
-            options.run_id or "",
-            new=not options.resume,
-            playbook=playbook_name,
-        )
+        # One controller per run: a resume locks before the writer touches the bundle.
+        resumed = options.results_dir / (options.run_id or "")
+        lock = None
+        if options.resume and options.run_id and resumed.is_dir():
+            lock = acquire_run_lock(resumed)
+        try:
+            self.writer = BundleWriter(
+                options.results_dir,
+                options.run_id or "",
+                new=not options.resume,
+                playbook=playbook_name,
+            )
+            self.run_lock = lock or acquire_run_lock(self.writer.path)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
         self.run_id = self.writer.run_id
         self.outcomes: dict[str, CellOutcome] = {}
         self._lock = threading.Lock()
@@ -326,6 +339,11 @@ class Run:
                 "finished": _iso(time.time()) if status != "running" else None,
                 "status": status,
                 "hosts": sorted({*self._previous.get("hosts", []), *(c.host for c in self.cells)}),
+                # The machine that made the bundle (a resume keeps it): replay asks before
+                # running a bundle made elsewhere, and one without the record counts as such.
+                "machine_id": self._previous.get("machine_id")
+                if self.options.resume
+                else machine_id(),
                 "host_key_checking": {
                     **self._previous.get("host_key_checking", {}),
                     **{
@@ -350,6 +368,12 @@ class Run:
 
     def execute(self) -> RunOutcome:
         """Run every cell not finished yet; always leaves a consistent bundle behind."""
+        try:
+            return self._execute()
+        finally:
+            self.run_lock.release()
+
+    def _execute(self) -> RunOutcome:
         self._write_start()
         done = self.writer.complete_cells() if self.options.resume else set()
         self._trust_cell_files(done)

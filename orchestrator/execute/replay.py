@@ -8,6 +8,8 @@ person replaying, or the replay stops before anything runs.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from orchestrator.config.host import Group, Host, Inventory
 from orchestrator.config.patterns import select_hosts_checked
 from orchestrator.errors import InputError
 from orchestrator.execute.controller import ApplyOptions, Run, RunOutcome
+from orchestrator.execute.machine import machine_id
 from orchestrator.plan.select import select_cells
 from orchestrator.results.read import RunBundle
 from orchestrator.runner.redaction import REDACTED
@@ -135,6 +138,37 @@ def retarget(
                 )
             out.append(cell if host == cell.host else cell.model_copy(update={"host": host}))
     return out
+
+
+_USERINFO = re.compile(r"(://)[^/@\s]+@")
+
+
+def made_here(run: RunBundle) -> bool:
+    """True when run.json records this machine as the one that made the bundle."""
+    recorded = (run.run or {}).get("machine_id")
+    return isinstance(recorded, str) and recorded == machine_id()
+
+
+def what_runs(cells: Sequence[Cell], inventory: Inventory) -> list[str]:
+    """The hosts a replay reaches and the commands it runs there, one line each."""
+    lines: list[str] = []
+    for cell in cells:
+        host = inventory.hosts[cell.host]
+        if host.connection == "local":
+            where = "this machine"
+        else:
+            where = f"{host.user + '@' if host.user else ''}{host.address or host.name}"
+            where += f":{host.port}" if host.port else ""
+        lines.append(f"cell {cell.id} on {cell.host} ({where}):")
+        if cell.repo is not None:
+            url = _USERINFO.sub(r"\1***@", cell.repo.url)
+            lines.append(f"  checkout: {url} at {cell.repo.version} into {cell.repo.dest}")
+            if cell.repo.setup:
+                lines.append(f"  setup: {cell.repo.setup}")
+        if cell.server is not None:
+            lines.append(f"  server: {shlex.join(cell.server.argv)}")
+        lines.append(f"  bench: {shlex.join(cell.bench.argv)}")
+    return lines
 
 
 def run_recorded(

@@ -1,7 +1,7 @@
 """Packed runs: a run folder written as one `.tar.gz`, and archives extracted safely.
 
 The runner's cell archives and `orch pack`'s run archives pass through here: no absolute paths,
-no `..`, no links out, no devices.
+no `..`, and nothing but regular files and folders (bundles orch writes hold no links).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import shutil
 import tarfile
 import tempfile
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path, PurePosixPath
 
 from orchestrator.errors import BundleError
@@ -24,19 +25,27 @@ def _check_member(member: tarfile.TarInfo, archive: Path) -> None:
     if name.is_absolute() or ".." in name.parts:
         raise BundleError(f"{archive}: unsafe path in archive: {member.name!r}")
     if member.issym() or member.islnk():
+        # A chain of links that each look inside can still lead out: no link is accepted.
         link = PurePosixPath(member.linkname)
         base = name.parent if member.issym() else PurePosixPath()
         target = os.path.normpath(str(base / link))
-        if link.is_absolute() or target == ".." or target.startswith("../"):
-            raise BundleError(f"{archive}: link out of the archive: {member.name} -> {link}")
-    elif not (member.isfile() or member.isdir()):
+        where = (
+            "out of the archive"
+            if link.is_absolute() or target.startswith("..")
+            else "in the archive"
+        )
+        raise BundleError(
+            f"{archive}: link {where}: {member.name} -> {member.linkname}: refused",
+            hint="a bundle orch wrote holds only files and folders",
+        )
+    if not (member.isfile() or member.isdir()):
         raise BundleError(f"{archive}: unsupported entry (device or fifo): {member.name!r}")
 
 
 def extract_archive(archive: Path, dest: Path) -> Path:
     """Extract `archive` (.tar.gz) into `dest` safely; `dest` must not exist yet.
 
-    No absolute paths, no `..`, no links out, no devices: BundleError. When the archive holds
+    No absolute paths, no `..`, no links, no devices: BundleError. When the archive holds
     exactly one top-level directory (a cell or run packed with its name), its contents become
     `dest`'s, so `dest/cell.json` or `dest/run.json` is where a reader expects it.
     """
@@ -61,17 +70,6 @@ def extract_with_root(archive: Path, dest: Path) -> tuple[Path, str | None]:
         if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
             root = entries[0]
             top = root.name
-            # The top folder is dropped: a link may no longer reach beside it (`top/x -> ../y`).
-            for member in members:
-                if member.issym() or member.islnk():
-                    name = PurePosixPath(member.name)
-                    base = name.parent if member.issym() else PurePosixPath()
-                    target = os.path.normpath(str(base / member.linkname))
-                    if target != top and not target.startswith(f"{top}/"):
-                        raise BundleError(
-                            f"{archive}: link out of the archive's folder: "
-                            f"{member.name} -> {member.linkname}"
-                        )
         os.replace(root, dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -112,7 +110,9 @@ def pack(run_dir: Path, out: Path | None = None) -> Path:
         raise BundleError(f"{out}: the archive cannot be written inside the run it packs")
     name = run_dir.name
 
-    def normalize(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    def normalize(path: Path, info: tarfile.TarInfo) -> tarfile.TarInfo:
+        if info.islnk():  # a hard-linked file is stored whole, never as a link
+            info.type, info.linkname, info.size = tarfile.REGTYPE, "", path.stat().st_size
         info.uid = info.gid = 0
         info.uname = info.gname = ""
         return info
@@ -125,10 +125,16 @@ def pack(run_dir: Path, out: Path | None = None) -> Path:
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
         ):
-            tar.add(run_dir, arcname=name, recursive=False, filter=normalize)
+            tar.add(run_dir, arcname=name, recursive=False, filter=partial(normalize, run_dir))
             for path in _walk_sorted(run_dir):
+                if not (path.is_file() or path.is_dir()) or path.is_symlink():
+                    # Readers refuse anything else: an archive with it could not be read back.
+                    raise BundleError(
+                        f"{path}: not a regular file or folder: a packed run holds no links",
+                        hint="remove it from the run folder, then pack again",
+                    )
                 arc = f"{name}/{path.relative_to(run_dir).as_posix()}"
-                tar.add(path, arcname=arc, recursive=False, filter=normalize)
+                tar.add(path, arcname=arc, recursive=False, filter=partial(normalize, path))
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)

@@ -28,6 +28,8 @@ PLAYBOOK_DIR = "playbook"
 HOSTS_DIR = "hosts"
 FACTS_JSON = "facts.json"  # hosts/<host>/facts.json
 CELLS_DIR = "cells"
+# held by the run's live controller; a `.tmp` name, so the manifest and `orch pack` skip it
+RUN_LOCK = ".controller.lock.tmp"
 
 # cell level
 CELL_JSON = "cell.json"

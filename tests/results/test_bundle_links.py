@@ -1,6 +1,8 @@
-"""A packed cell or run cannot smuggle a link that points beside its own folder."""
+"""A packed cell or run holds no links: every link is refused, even one that looks inside."""
 
 import io
+import os
+import re
 import tarfile
 from pathlib import Path
 
@@ -28,12 +30,51 @@ def _archive(path: Path, link_target: str) -> Path:
 
 def test_link_beside_the_top_folder_is_refused(tmp_path: Path) -> None:
     archive = _archive(tmp_path / "a.tar.gz", "../y")
-    with pytest.raises(BundleError, match="link out of the archive's folder"):
+    with pytest.raises(
+        BundleError, match=re.escape("link in the archive: cell/x -> ../y: refused")
+    ):
         extract_archive(archive, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
-def test_link_inside_the_top_folder_is_kept(tmp_path: Path) -> None:
+def test_link_inside_the_top_folder_is_refused_too(tmp_path: Path) -> None:
+    # Issue 10 item 14: bundles orch writes need no links, so a safe-looking one is refused too
+    # (this test asserted it was kept before).
     archive = _archive(tmp_path / "b.tar.gz", "cell.json")
-    out = extract_archive(archive, tmp_path / "out")
-    assert (out / "x").is_symlink() and (out / "x").resolve() == (out / "cell.json").resolve()
+    with pytest.raises(
+        BundleError, match=re.escape("link in the archive: cell/x -> cell.json: refused")
+    ):
+        extract_archive(archive, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_hard_link_is_refused(tmp_path: Path) -> None:
+    archive = tmp_path / "h.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        data = b"{}"
+        info = tarfile.TarInfo("cell/cell.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("cell/metrics.json")
+        link.type = tarfile.LNKTYPE
+        link.linkname = "cell/cell.json"
+        tar.addfile(link)
+    with pytest.raises(BundleError, match=re.escape("link in the archive: cell/metrics.json")):
+        extract_archive(archive, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_pack_stores_hard_links_whole_and_refuses_symlinks(tmp_path: Path) -> None:
+    from orchestrator.results.archive import pack
+
+    run = tmp_path / "r1"
+    (run / "cells").mkdir(parents=True)
+    (run / "run.json").write_text('{"run_id": "r1"}')
+    os.link(run / "run.json", run / "cells" / "copy.json")
+    packed = extract_archive(pack(run, tmp_path), tmp_path / "out")
+    assert (packed / "cells" / "copy.json").read_text() == '{"run_id": "r1"}'
+
+    (run / "cells" / "x").symlink_to("../run.json")
+    with pytest.raises(BundleError, match="a packed run holds no links"):
+        pack(run, tmp_path / "again.tar.gz")
+    assert not (tmp_path / "again.tar.gz").exists()

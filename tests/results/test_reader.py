@@ -19,10 +19,13 @@ from orchestrator.runner import probe, probe_parse, probe_shape
 CELL = "spec-off-11111111"
 
 
-def orch(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def orch(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "orchestrator", *args],
         cwd=cwd,
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
