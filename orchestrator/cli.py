@@ -539,10 +539,12 @@ def pack(ref: str, results_dir: Path, out: Path | None) -> None:
 
 
 def _tolerance(text: str) -> float:
-    """`5%` or `0.05` -> 0.05."""
+    """`5%` or `0.05` -> 0.05 (the playbook's one tolerance parser), below 100%."""
+    from orchestrator.config.fields import FieldProblem, parse_tolerance
+
     try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
+        value = parse_tolerance(text, numeric_text=True)
+    except FieldProblem:
         raise InputError(f"bad tolerance {text!r}", hint="write 5% or 0.05") from None
     if not 0 <= value < 1:
         hint = f"did you mean {text}%?" if value >= 1 and not text.endswith("%") else None
