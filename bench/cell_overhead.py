@@ -32,6 +32,7 @@ import yaml  # noqa: E402
 from sshhosts import SSHTestHosts  # noqa: E402
 
 import orchestrator.execute.controller as controller  # noqa: E402
+import orchestrator.execute.outcomes as outcomes  # noqa: E402
 from orchestrator.config.host import Host  # noqa: E402
 from orchestrator.config.inventory import load_inventory  # noqa: E402
 from orchestrator.config.playbook import load_playbook  # noqa: E402
@@ -151,7 +152,7 @@ def main() -> int:
                 playbook_dir=tmp,
                 inventory=inventory,
                 cells=cells,
-                options=controller.ApplyOptions(results_dir=tmp / "results"),
+                options=outcomes.ApplyOptions(results_dir=tmp / "results"),
                 progress=Progress({h.name: per_host for h in hosts.hosts}, stream=io.StringIO()),
             )
             started = time.monotonic()
@@ -164,7 +165,7 @@ def main() -> int:
 
 
 def report(
-    outcome: controller.RunOutcome, wall: float, total: int, nhosts: int, counts: Counts
+    outcome: outcomes.RunOutcome, wall: float, total: int, nhosts: int, counts: Counts
 ) -> None:
     """Print the figures."""
     cell_s: list[float] = []

@@ -144,7 +144,7 @@ class Planned:
 
     def secret_values(self) -> list[str]:
         """Every secret value the cells could print, as `orch apply` redacts them."""
-        from orchestrator.execute.controller import secret_values
+        from orchestrator.execute.secret_values import secret_values
 
         used = {c.host for c in self.cells}
         hosts = [h.vars for name, h in self.inventory.hosts.items() if name in used]
@@ -274,7 +274,8 @@ def apply(
     max_parallel: int,
 ) -> None:
     """Run every cell of PLAYBOOK and write a result bundle."""
-    from orchestrator.execute.controller import ApplyOptions, Run
+    from orchestrator.execute.controller import Run
+    from orchestrator.execute.outcomes import ApplyOptions
     from orchestrator.execute.resume import check_resume_plan, resume_command, resume_target
 
     planned = Planned(playbook, inventory, extra_vars, limit)

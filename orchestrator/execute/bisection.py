@@ -21,7 +21,8 @@ from orchestrator.cell import Cell, cell_id, secret_masks
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import BundleError, ExecutionError, InputError, OrchError
 from orchestrator.execute.connection import Connection, connect
-from orchestrator.execute.controller import ApplyOptions, Run
+from orchestrator.execute.controller import Run
+from orchestrator.execute.outcomes import ApplyOptions
 from orchestrator.execute.ship import ensure_runner
 from orchestrator.plan.select import select_cells
 from orchestrator.results.bundle import FINISHED_STATUSES, BundleWriter

@@ -7,17 +7,13 @@ others go on; Ctrl-C closes every runner's stdin, which makes each stop its serv
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shlex
 import shutil
-import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +23,25 @@ from orchestrator import __version__
 from orchestrator.analyze.verdict import record_verdict, score_cell
 from orchestrator.cell import Cell
 from orchestrator.config.host import Host, Inventory
-from orchestrator.config.playbook import parse_extra_vars
-from orchestrator.errors import BundleError, ConnectionFailure, OrchError
+from orchestrator.errors import ConnectionFailure, OrchError
 from orchestrator.execute.connection import Connection, connect
+from orchestrator.execute.interrupts import raise_on_sigterm, restore_sigterm, signals_deferred
 from orchestrator.execute.machine import machine_id
+from orchestrator.execute.outcomes import (
+    STOPPED,
+    ApplyOptions,
+    CellOutcome,
+    RunOutcome,
+    stopped_outcome,
+)
 from orchestrator.execute.pool import StartSpacing
 from orchestrator.execute.progress import Progress
 from orchestrator.execute.runlock import acquire_run_lock
+from orchestrator.execute.secret_values import extra_vars_in_argv, scrub, secret_values
 from orchestrator.execute.ship import ensure_runner
 from orchestrator.results.archive import extract_archive
 from orchestrator.results.bundle import BundleWriter
-from orchestrator.results.documents import read_json, recorded_plan_cells
+from orchestrator.results.documents import read_json
 from orchestrator.results.layout import (
     CELL_JSON,
     CELLS_DIR,
@@ -48,166 +52,16 @@ from orchestrator.results.layout import (
     RUN_JSON,
 )
 from orchestrator.results.redact import (
-    hide_secret_extra_vars,
     redact_mapping,
     redact_text,
     redact_tree,
     redact_yaml_file,
-    redact_yaml_text,
-    secret_values_in,
 )
 from orchestrator.runner.protocol import SCHEMA_VERSION
 from orchestrator.runner.redaction import REDACTED, is_secret_name
 
 RUN_SCHEMA_VERSION = 1
 PROTOCOL_VERSION = SCHEMA_VERSION  # the runner protocol's, from the runner package itself
-
-
-@dataclass
-class CellOutcome:
-    """The controller's record of one cell in run.json."""
-
-    cell_id: str
-    host: str
-    status: str  # passed | failed | interrupted | not-run
-    reason: str | None = None
-    failed_step: str | None = None
-    seconds: float | None = None
-    earlier: bool = False  # recorded by an earlier invocation of this run (before --resume)
-
-    def to_json(self) -> dict[str, Any]:
-        """The run.json entry."""
-        return {
-            "host": self.host,
-            "status": self.status,
-            "reason": self.reason,
-            "failed_step": self.failed_step,
-            "seconds": self.seconds,
-        }
-
-
-@dataclass
-class ApplyOptions:
-    """How to run: where results go, resume, parallelism and provenance."""
-
-    results_dir: Path = Path("results")
-    run_id: str | None = None  # set when resuming
-    resume: bool = False
-    max_parallel: int = 16
-    argv: Sequence[str] = ()
-    extra_run_fields: dict[str, Any] = field(default_factory=dict)  # e.g. replay_of
-    connect_attempts: int = 4
-    connect_spacing: float = 0.05  # seconds between connection starts (pool.StartSpacing)
-
-
-@dataclass
-class RunOutcome:
-    """The whole run: its directory and every cell's outcome."""
-
-    run_id: str
-    path: Path
-    status: str
-    cells: dict[str, CellOutcome]  # every cell of the bundle, earlier invocations' too
-
-    @property
-    def ok(self) -> bool:
-        """True when every cell of the run passed, a resumed run's earlier cells included."""
-        return self.status == "passed"
-
-
-def secret_values(
-    cells: Sequence[Cell], *var_sources: Mapping[str, Any], files: Sequence[Path] = ()
-) -> list[str]:
-    """Every secret value we know of: env values and vars that are secret by name or listed.
-
-    `var_sources` are mappings of variables: the playbook's vars, -e values, each host's
-    inventory vars; a value under a secret name counts at any depth (`{"db": {"password": x}}`),
-    as do the cells' server and bench args (`api-key`). `files` are the playbook's files as
-    written: their values under secret names count too, those a later layer (`-e`, a
-    `vars_files` file, the extending playbook) overrode included. A var listed under `secrets:`
-    is in every cell's `secrets` even when its name looks harmless.
-    """
-    values: set[str] = set()
-    listed: set[str] = set()
-    for cell in cells:
-        listed.update(cell.secrets)
-        for name, value in cell.env.items():
-            if is_secret_name(name, cell.secrets):
-                values.add(value)
-    for cell in cells:
-        for section in (cell.server, cell.bench):
-            if section is not None:
-                values.update(secret_values_in(section.args, listed))
-    for source in var_sources:
-        values.update(secret_values_in(source, listed))
-    for path in files:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue  # the by-value sweep and the copy's own redaction still apply
-        values.update(redact_yaml_text(text, listed)[1])
-    # Short values would shred unrelated text; they are still never written in JSON fields.
-    return sorted(v for v in values if len(v) >= 4)
-
-
-def extra_vars_in_argv(argv: Sequence[str]) -> list[dict[str, Any]]:
-    """The mappings each `-e`/`--extra-vars` of a command line gives, overridden ones included.
-
-    `-e hf_token=A -e hf_token=B` uses B, but argv (recorded in run.json) holds A too. An
-    argument that does not parse gives nothing (the command line was checked before the run).
-    """
-    found: list[dict[str, Any]] = []
-    items = list(argv)
-    for i, arg in enumerate(items):
-        if arg in ("-e", "--extra-vars"):
-            value = items[i + 1] if i + 1 < len(items) else None
-        elif arg.startswith("--extra-vars="):
-            value = arg.partition("=")[2]
-        elif arg.startswith("-e") and not arg.startswith("--") and len(arg) > 2:
-            value = arg[2:]
-        else:
-            continue
-        if value is None:
-            continue
-        try:
-            found.append(parse_extra_vars([value]))
-        except OrchError:
-            continue
-    return found
-
-
-def resume_hint(command: str) -> str:
-    """A resume command line to print: each secret `-e` value as `<secret>`, to give again.
-
-    `command` is shell-quoted, with `--resume RUN`; when RUN is a run directory, the names its
-    cells list as secret (`secrets:`) count besides the name patterns. Cell ids do not depend on
-    secret values, so any value given again plans the same cells.
-    """
-    try:
-        argv = shlex.split(command)
-    except ValueError:
-        return command
-    names: set[str] = set()
-    if "--resume" in argv[:-1]:
-        try:
-            cells = recorded_plan_cells(Path(argv[argv.index("--resume") + 1])) or []
-        except BundleError:
-            cells = []
-        for cell in cells:
-            if isinstance(cell, dict):
-                names.update(str(n) for n in cell.get("secrets") or ())
-    return shlex.join(hide_secret_extra_vars(argv, names))
-
-
-def _scrub(data: Any, secrets: Sequence[str]) -> Any:
-    """Replace secret values anywhere inside JSON-ready data."""
-    if isinstance(data, str):
-        return redact_text(data, secrets)
-    if isinstance(data, list):
-        return [_scrub(v, secrets) for v in data]
-    if isinstance(data, dict):
-        return {k: _scrub(v, secrets) for k, v in data.items()}
-    return data
 
 
 class Run:
@@ -280,9 +134,9 @@ class Run:
             for copy in copies:
                 # Every layer's value under a secret name, not only the one the run used.
                 redact_yaml_file(copy, self._secret_names)
-        plan = [_scrub(self._redacted_cell(c), self.secrets) for c in self.cells]
+        plan = [scrub(self._redacted_cell(c), self.secrets) for c in self.cells]
         hosts = {
-            name: _scrub(redact_mapping(_host_json(h), self._secret_names), self.secrets)
+            name: scrub(redact_mapping(_host_json(h), self._secret_names), self.secrets)
             for name, h in self.inventory.hosts.items()
             if any(c.host == name for c in self.cells)
         }
@@ -311,7 +165,7 @@ class Run:
         a secret server arg (`--api-key`) the server reports back is `***REDACTED***` in both.
         """
         try:
-            return Cell.model_validate(_scrub(self._redacted_cell(cell), self.secrets))
+            return Cell.model_validate(scrub(self._redacted_cell(cell), self.secrets))
         except ValidationError:  # a secret equal to a typed value (a Literal): compare as is
             return cell
 
@@ -330,7 +184,7 @@ class Run:
                 "orch_version": __version__,
                 "protocol_version": PROTOCOL_VERSION,
                 "run_id": self.run_id,
-                "argv": _scrub(list(self.options.argv), self.secrets),
+                "argv": scrub(list(self.options.argv), self.secrets),
                 "playbook": self.playbook_name,
                 "started": self._previous.get("started", _iso(self._started)),
                 "resumed": [*self._previous.get("resumed", []), _iso(self._started)]
@@ -390,7 +244,7 @@ class Run:
             cells.sort(key=lambda c: first[_checkout_key(c)])
         status = "failed"
         interrupted = False
-        previous_term = _raise_on_sigterm()
+        previous_term = raise_on_sigterm()
         try:
             with self.progress, ThreadPoolExecutor(max_workers=self.options.max_parallel) as pool:
                 futures = [
@@ -415,7 +269,7 @@ class Run:
                     f.result()
             status = "passed" if self._all_passed() else "failed"
         finally:
-            _restore_sigterm(previous_term)
+            restore_sigterm(previous_term)
             # Another Ctrl-C here would leave run.json, the last redaction or the manifest
             # half-done; it is taken once the bundle is whole.
             with signals_deferred():
@@ -522,7 +376,7 @@ class Run:
             for cell in cells:
                 if cell.id not in self.outcomes and cell.id not in done:
                     if lost and self.stop.is_set():
-                        self._record(_stopped(cell.id, host.name, str(exc)))
+                        self._record(stopped_outcome(cell.id, host.name, str(exc)))
                     else:
                         self._record(CellOutcome(cell.id, host.name, "failed", str(exc), step))
         finally:
@@ -540,7 +394,7 @@ class Run:
         except ValueError:
             facts = {"absent": f"probe failed (rc {res.rc}): {res.stderr.strip()[-500:]}"}
         facts["host_key_verified"] = conn.host_key_verified
-        self.writer.write_json(rel, _scrub(facts, self.secrets))
+        self.writer.write_json(rel, scrub(facts, self.secrets))
 
     def _collect(self, conn: Connection, runner: str, cells: list[Cell], done: set[str]) -> None:
         """Fetch cells a runner finished after the previous controller died."""
@@ -583,7 +437,7 @@ class Run:
                 return
             if event.get("event") == "done":
                 final.update(event)
-            self.progress.cell_event(host.name, cell.id, _scrub(event, self.secrets))
+            self.progress.cell_event(host.name, cell.id, scrub(event, self.secrets))
 
         started = time.monotonic()
         try:
@@ -599,7 +453,7 @@ class Run:
             if self.stop.is_set():
                 # A second Ctrl-C closes the connections on purpose: the runner still stops its
                 # server on stdin EOF, and `--resume` reruns the cell. Not a failure.
-                return _stopped(
+                return stopped_outcome(
                     cell.id, host.name, "connection closed; its runner stops its server"
                 )
             if isinstance(exc, ConnectionFailure):
@@ -625,7 +479,9 @@ class Run:
             outcome = self._import_archive(conn, cell, str(final["archive"]), seconds)
         except ConnectionFailure as exc:
             if self.stop.is_set():  # Ctrl-C: `--resume` collects the archive or reruns the cell
-                return _stopped(cell.id, host.name, f"while fetching results: {exc}", seconds)
+                return stopped_outcome(
+                    cell.id, host.name, f"while fetching results: {exc}", seconds
+                )
             reason = f"lost the connection fetching the cell's results: {exc}"
             return CellOutcome(cell.id, host.name, "failed", reason, "connection", seconds)
         except (OrchError, OSError, ValueError) as exc:
@@ -679,55 +535,8 @@ def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
 
 
-STOPPED = "interrupted (Ctrl-C or SIGTERM to orch)"
-
-
-def _stopped(cell_id: str, host: str, detail: str, seconds: float | None = None) -> CellOutcome:
-    """A cell cut short because orch was told to stop: interrupted (a resume redoes or
-    collects it), never failed."""
-    took = round(seconds, 3) if seconds is not None else None
-    return CellOutcome(cell_id, host, "interrupted", f"{STOPPED}: {detail}", "interrupted", took)
-
-
 def _checkout_key(cell: Cell) -> tuple[str, str, str]:
     """Cells of one repo and commit run together: fewer checkouts and setups on a host."""
     if cell.repo is None:
         return ("", "", "")
     return (cell.repo.url, cell.repo.dest, cell.repo.version)
-
-
-@contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """SIGINT and SIGTERM noted, not acted on, inside the block; KeyboardInterrupt after it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-
-    def note(signum: int, _frame: Any) -> None:
-        caught.append(signum)
-
-    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if caught:
-        raise KeyboardInterrupt
-
-
-def _raise_on_sigterm() -> Any:
-    """SIGTERM (a scheduler, `timeout`) stops like Ctrl-C, so the bundle says interrupted."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, on_term)
-
-
-def _restore_sigterm(previous: Any) -> None:
-    if previous is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, previous)

@@ -18,8 +18,9 @@ from orchestrator.cell import Cell
 from orchestrator.config.host import Group, Host, Inventory
 from orchestrator.config.patterns import select_hosts_checked
 from orchestrator.errors import InputError
-from orchestrator.execute.controller import ApplyOptions, Run, RunOutcome
+from orchestrator.execute.controller import Run
 from orchestrator.execute.machine import machine_id
+from orchestrator.execute.outcomes import ApplyOptions, RunOutcome
 from orchestrator.plan.select import select_cells
 from orchestrator.results.read import RunBundle
 from orchestrator.runner.redaction import REDACTED

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.errors import BundleError, InputError
-from orchestrator.execute.controller import resume_hint
+from orchestrator.execute.secret_values import resume_hint
 from orchestrator.results.documents import check_schema, is_run_dir, read_json, recorded_plan_cells
 from orchestrator.results.layout import RUN_JSON
 

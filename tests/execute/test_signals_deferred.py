@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from orchestrator.execute.controller import signals_deferred
+from orchestrator.execute.interrupts import signals_deferred
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.cell import BenchSpec, Cell
 from orchestrator.config.playbook import is_secret_name as playbook_is_secret_name
-from orchestrator.execute.controller import secret_values as controller_secret_values
+from orchestrator.execute.secret_values import secret_values as controller_secret_values
 from orchestrator.results.redact import Redactor as BundleRedactor
 from orchestrator.results.redact import redact_mapping, redact_text
 from orchestrator.results.redact import secret_values as bundle_secret_values

@@ -1,0 +1,119 @@
+"""Which values a run must keep secret, from every source a value can come from.
+
+The controller hands these to the runner (redaction by value in every file) and scrubs them from
+what it writes itself; `resume_hint` prints a resume command without them.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestrator.cell import Cell
+from orchestrator.config.playbook import parse_extra_vars
+from orchestrator.errors import BundleError, OrchError
+from orchestrator.results.documents import recorded_plan_cells
+from orchestrator.results.redact import (
+    hide_secret_extra_vars,
+    redact_text,
+    redact_yaml_text,
+    secret_values_in,
+)
+from orchestrator.runner.redaction import is_secret_name
+
+
+def secret_values(
+    cells: Sequence[Cell], *var_sources: Mapping[str, Any], files: Sequence[Path] = ()
+) -> list[str]:
+    """Every secret value we know of: env values and vars that are secret by name or listed.
+
+    `var_sources` are mappings of variables: the playbook's vars, -e values, each host's
+    inventory vars; a value under a secret name counts at any depth (`{"db": {"password": x}}`),
+    as do the cells' server and bench args (`api-key`). `files` are the playbook's files as
+    written: their values under secret names count too, those a later layer (`-e`, a
+    `vars_files` file, the extending playbook) overrode included. A var listed under `secrets:`
+    is in every cell's `secrets` even when its name looks harmless.
+    """
+    values: set[str] = set()
+    listed: set[str] = set()
+    for cell in cells:
+        listed.update(cell.secrets)
+        for name, value in cell.env.items():
+            if is_secret_name(name, cell.secrets):
+                values.add(value)
+    for cell in cells:
+        for section in (cell.server, cell.bench):
+            if section is not None:
+                values.update(secret_values_in(section.args, listed))
+    for source in var_sources:
+        values.update(secret_values_in(source, listed))
+    for path in files:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # the by-value sweep and the copy's own redaction still apply
+        values.update(redact_yaml_text(text, listed)[1])
+    # Short values would shred unrelated text; they are still never written in JSON fields.
+    return sorted(v for v in values if len(v) >= 4)
+
+
+def extra_vars_in_argv(argv: Sequence[str]) -> list[dict[str, Any]]:
+    """The mappings each `-e`/`--extra-vars` of a command line gives, overridden ones included.
+
+    `-e hf_token=A -e hf_token=B` uses B, but argv (recorded in run.json) holds A too. An
+    argument that does not parse gives nothing (the command line was checked before the run).
+    """
+    found: list[dict[str, Any]] = []
+    items = list(argv)
+    for i, arg in enumerate(items):
+        if arg in ("-e", "--extra-vars"):
+            value = items[i + 1] if i + 1 < len(items) else None
+        elif arg.startswith("--extra-vars="):
+            value = arg.partition("=")[2]
+        elif arg.startswith("-e") and not arg.startswith("--") and len(arg) > 2:
+            value = arg[2:]
+        else:
+            continue
+        if value is None:
+            continue
+        try:
+            found.append(parse_extra_vars([value]))
+        except OrchError:
+            continue
+    return found
+
+
+def resume_hint(command: str) -> str:
+    """A resume command line to print: each secret `-e` value as `<secret>`, to give again.
+
+    `command` is shell-quoted, with `--resume RUN`; when RUN is a run directory, the names its
+    cells list as secret (`secrets:`) count besides the name patterns. Cell ids do not depend on
+    secret values, so any value given again plans the same cells.
+    """
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return command
+    names: set[str] = set()
+    if "--resume" in argv[:-1]:
+        try:
+            cells = recorded_plan_cells(Path(argv[argv.index("--resume") + 1])) or []
+        except BundleError:
+            cells = []
+        for cell in cells:
+            if isinstance(cell, dict):
+                names.update(str(n) for n in cell.get("secrets") or ())
+    return shlex.join(hide_secret_extra_vars(argv, names))
+
+
+def scrub(data: Any, secrets: Sequence[str]) -> Any:
+    """Replace secret values anywhere inside JSON-ready data."""
+    if isinstance(data, str):
+        return redact_text(data, secrets)
+    if isinstance(data, list):
+        return [scrub(v, secrets) for v in data]
+    if isinstance(data, dict):
+        return {k: scrub(v, secrets) for k, v in data.items()}
+    return data
