@@ -1,0 +1,81 @@
+"""The `orch` command line: arguments in, calls, output out.
+
+This is the only place that turns an OrchError into a message and an exit code. The commands
+live in `cli/running.py` (what runs things) and `cli/reading.py` (what reads bundles); what they
+share is in `cli/common.py`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from orchestrator.cli import reading, running  # noqa: F401  (importing registers the commands)
+from orchestrator.cli.common import _interrupted, main
+from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED
+
+
+def _attach_sim() -> None:
+    from orchestrator.sim.cli import sim
+
+    main.add_command(sim)
+
+
+_attach_sim()
+
+
+# click >= 8.2 raises this (a UsageError) for a group called without a command; 8.1 prints the
+# help itself. Catching the empty tuple matches nothing.
+_NO_ARGS_IS_HELP: tuple[type[click.ClickException], ...] = tuple(
+    t for t in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if t is not None
+)
+
+
+def run() -> None:
+    """Entry point: Ctrl-C anywhere exits 130 without a traceback (click's own says 1).
+
+    A bug of orch's own is one line plus the file holding its traceback (ORCH_DEBUG=1 shows it
+    raw): a person running experiments should not have to read a stack to know what happened.
+    """
+    import os
+
+    try:
+        code = main.main(standalone_mode=False, prog_name="orch")
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        _interrupted(None)
+    except _NO_ARGS_IS_HELP as exc:  # `orch` alone: the help, as before
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        # One line, like every other orch error; click's own is 3-4 (usage, try, blank, error).
+        where = exc.ctx.command_path if exc.ctx is not None else "orch"
+        click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except Exception as exc:
+        if os.environ.get("ORCH_DEBUG"):
+            raise
+        _internal_error(exc)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _internal_error(exc: Exception) -> None:
+    import tempfile
+    import traceback
+
+    with tempfile.NamedTemporaryFile(
+        "w", prefix="orch-traceback-", suffix=".txt", delete=False
+    ) as fh:
+        traceback.print_exception(exc, file=fh)
+    click.echo(
+        f"error: internal error: {type(exc).__name__}: {exc} (a bug in orch; the traceback is in "
+        f"{fh.name}; ORCH_DEBUG=1 shows it here)",
+        err=True,
+    )
+    sys.exit(EXIT_FAILED)
+
+
+__all__ = ["EXIT_BAD_INPUT", "main", "run"]

@@ -1,0 +1,186 @@
+"""What every `orch` command shares: the group, the common options, error reporting, `Planned`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from functools import wraps
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+from tabulate import tabulate
+
+from orchestrator import __version__
+from orchestrator.errors import InputError, OrchError
+
+if TYPE_CHECKING:  # imported where used: `orch --help` stays quick
+    pass
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(message: str, code: int) -> None:
+    # a message may quote a bundle's (anyone's) text: no terminal escapes reach the screen
+    from orchestrator.results.terminal import printable
+
+    click.echo(printable(f"error: {message}"), err=True)
+    sys.exit(code)
+
+
+def _echo_from_bundle(text: str, err: bool = False) -> None:
+    """Print text read from a bundle, which anyone may have written: escapes stripped."""
+    from orchestrator.results.terminal import printable
+
+    click.echo(printable(text), err=err)
+
+
+def reports_errors(fn: F) -> F:
+    """Turn OrchError into `error: file:line:col: key: message` and its exit code."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except OrchError as exc:
+            _fail(exc.render(), exc.exit_code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+inventory_option = click.option(
+    "-i",
+    "--inventory",
+    "inventory",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="Inventory file or directory (Ansible YAML, INI or `ansible-inventory --list` JSON), "
+    "or a host list `host1,host2,`; repeat to combine several. Default: $ANSIBLE_INVENTORY, "
+    "else localhost.",
+)
+extra_vars_option = click.option(
+    "-e",
+    "--extra-vars",
+    "extra_vars",
+    multiple=True,
+    help="k=v pairs, @file.yml, or a JSON/YAML mapping; highest precedence.",
+)
+
+
+LIMIT_FILE_BYTES = 1024 * 1024  # a retry file names hosts: far less than this
+
+
+def _limit_value(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """`--limit @file`, as Ansible's retry files: one host or pattern per line."""
+    if not value or not value.startswith("@"):
+        return value
+    from orchestrator.config.yamlpos import read_text
+
+    path = Path(value[1:]).expanduser()
+    try:
+        lines = read_text(path, what="limit file", limit=LIMIT_FILE_BYTES).splitlines()
+    except InputError as exc:  # "limit file not found: PATH" -> "cannot read PATH: limit file ..."
+        reason = exc.message.removesuffix(f": {path}").removeprefix("cannot read limit file: ")
+        raise click.BadParameter(f"cannot read {path}: {reason}") from None
+    names = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    if not names:
+        raise click.BadParameter(f"{path} names no host")
+    return ",".join(names)
+
+
+limit_option = click.option(
+    "-l",
+    "--limit",
+    default=None,
+    callback=_limit_value,
+    help="Further limit hosts (a pattern, or @FILE with one per line).",
+)
+
+
+def count_option(flag: str, default: int, text: str, minimum: int = 1) -> Callable[[F], F]:
+    """An integer option with a floor: 0 hosts or 0 repeats is refused before anything runs."""
+    return click.option(
+        flag, type=click.IntRange(min=minimum), default=default, show_default=True, help=text
+    )
+
+
+class Planned:
+    """A loaded playbook, its inventory and the cells they give."""
+
+    def __init__(
+        self,
+        playbook: Path,
+        inventory: Sequence[Path],
+        extra_vars: Sequence[str],
+        limit: str | None,
+    ) -> None:
+        from orchestrator.config.inventory import load_inventory
+        from orchestrator.config.playbook import load_playbook, parse_extra_vars
+        from orchestrator.plan.build import build_cells
+
+        self.inventory = load_inventory(inventory, playbook_dir=playbook.parent)
+        self.extra = parse_extra_vars(list(extra_vars))
+        self.playbook = load_playbook(playbook, self.extra)
+        self.cells = build_cells(self.playbook, self.inventory, limit=limit)
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        """The playbook's vars with -e applied: where secret-named values are looked for."""
+        return {**dict(self.playbook.data.get("vars") or {}), **self.extra}
+
+    def warn(self) -> None:
+        """Print what the plan is warned about (plan/lint.py) on stderr; nothing is refused."""
+        from orchestrator.plan.lint import plan_warnings
+
+        used = {c.host for c in self.cells}
+        hosts = [h.vars for name, h in self.inventory.hosts.items() if name in used]
+        for line in plan_warnings(self.playbook, self.cells, self.variables, *hosts):
+            click.echo(line, err=True)
+
+    def secret_values(self) -> list[str]:
+        """Every secret value the cells could print, as `orch apply` redacts them."""
+        from orchestrator.execute.secret_values import secret_values
+
+        used = {c.host for c in self.cells}
+        hosts = [h.vars for name, h in self.inventory.hosts.items() if name in used]
+        return secret_values(self.cells, self.variables, *hosts)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="orch")
+def main() -> None:
+    """orch: declared, repeatable, checked GPU serving benchmarks.
+
+    Exit codes: 0 all good; 1 a cell failed or an expectation was missed; 2 bad input (nothing
+    ran).
+    """
+
+
+def _print_summary(cells: dict[str, Any]) -> None:
+    rows = []
+    for cid, o in sorted(cells.items(), key=lambda item: item[1].host):  # stable: run order
+        reason = (o.reason or "").splitlines()[0] if o.reason else ""
+        if o.earlier:  # a resume lists the whole run, saying which cells it did not run
+            reason = f"(earlier) {reason}".strip()
+        seconds = o.seconds if o.seconds is not None else ""
+        rows.append([o.host, cid, o.status, o.failed_step or "", seconds, reason])
+    headers = ["host", "cell", "status", "failed at", "seconds", "reason"]
+    click.echo(tabulate(rows, headers=headers))
+
+
+results_option = click.option(
+    "--results",
+    "results_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("results"),
+    show_default=True,
+    help="Where run bundles live (run ids are looked up here).",
+)
+
+
+def _interrupted(resume: str | None) -> None:
+    """Ctrl-C: servers were stopped by their runners; say how to go on (`resume`, from
+    `resume_command`), exit 130."""
+    tail = f"; continue with: {resume}" if resume else ""
+    click.echo(f"interrupted: servers stopped{tail}", err=True)
+    sys.exit(130)

@@ -1,0 +1,255 @@
+"""The commands that read bundles: runs, show, report, diff, pack, audit."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+from tabulate import tabulate
+
+from orchestrator.cli.common import (
+    _echo_from_bundle,
+    inventory_option,
+    main,
+    reports_errors,
+    results_option,
+)
+from orchestrator.errors import EXIT_FAILED, EXIT_OK, InputError
+
+
+@main.command()
+@click.argument("results_dir", type=click.Path(path_type=Path), default=Path("results"))
+@reports_errors
+def runs(results_dir: Path) -> None:
+    """List runs with time, playbook, hosts and cells passed/failed."""
+    from orchestrator.results.runs import list_runs
+
+    given = click.get_current_context().get_parameter_source("results_dir")
+    default = given == click.core.ParameterSource.DEFAULT or results_dir == Path("results")
+    if not results_dir.exists() and default:
+        click.echo(f"no runs under {results_dir}")  # nothing has run here yet
+        return
+    if not results_dir.is_dir():
+        what = "is not a directory" if results_dir.exists() else "does not exist"
+        raise InputError(
+            f"{results_dir} {what}",
+            hint="give the folder that holds the run bundles, where `orch apply --results` wrote",
+        )
+    found = list_runs(results_dir)
+    for r in found:
+        if r.error:  # one damaged run must not hide the others
+            _echo_from_bundle(f"skipped {r.path}: {r.error}", err=True)
+    rows = [
+        [
+            r.run_id,
+            r.started or "",
+            r.playbook or "",
+            r.status or "",
+            ",".join(r.hosts),
+            f"{r.passed}/{r.cells}",
+            r.failed or "",
+            r.not_run or "",
+        ]
+        for r in found
+        if not r.error
+    ]
+    if not rows:
+        click.echo(f"no runs under {results_dir}")
+        return
+    _echo_from_bundle(
+        tabulate(
+            rows,
+            headers=[
+                "run",
+                "started",
+                "playbook",
+                "status",
+                "hosts",
+                "passed",
+                "failed",
+                "not run",
+            ],
+        )
+    )
+
+
+@main.command()
+@click.argument("ref")
+@results_option
+@reports_errors
+def show(ref: str, results_dir: Path) -> None:
+    """What ran, where, its status and failure reason, metrics, and paths to the full logs.
+
+    REF is a run (directory, .tar.gz or id) or a cell (its directory or RUN/CELL-ID-PREFIX).
+    """
+    from orchestrator.results.read import RunBundle, open_run_or_cell
+    from orchestrator.results.show import describe_cell, describe_run
+
+    opened = open_run_or_cell(ref, results_dir)
+    if isinstance(opened, RunBundle):
+        _echo_from_bundle(describe_run(opened))
+    else:
+        _echo_from_bundle(describe_cell(opened))
+
+
+@main.command()
+@click.argument("ref")
+@results_option
+@click.option("--by", "by", default=None, help="Pivot: this axis's values become columns.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "md", "csv", "json"]),
+    default="table",
+    show_default=True,
+)
+@click.option("--plot", "plot", type=click.Path(path_type=Path), default=None, help="PNG file.")
+@click.option(
+    "-m",
+    "--metric",
+    "metrics",
+    multiple=True,
+    help="Metrics to show (repeatable). Default: the headline ones; `all` for every metric.",
+)
+@reports_errors
+def report(
+    ref: str,
+    results_dir: Path,
+    by: str | None,
+    fmt: str,
+    plot: Path | None,
+    metrics: tuple[str, ...],
+) -> None:
+    """Cells x metrics (median and spread over repeats), optionally pivoted by an axis.
+
+    CSV and JSON are tidy: one row per cell x repeat x metric.
+    """
+    from orchestrator.analyze.evidence import load_cells
+    from orchestrator.analyze.report import build_report, chosen_metrics, plot_report, render_report
+    from orchestrator.results.read import local_path
+
+    bundle = local_path(ref, results_dir)
+    rep = build_report(load_cells(bundle), by=by)
+    if metrics or fmt in ("table", "md"):  # CSV and JSON keep every metric unless asked
+        rep.metrics = chosen_metrics(rep, metrics)
+    _echo_from_bundle(render_report(rep, fmt))  # type: ignore[arg-type]
+    if plot is not None:
+        axis = by or next(iter(rep.axes), None)
+        if not axis:
+            raise InputError("--plot needs an axis to draw against", hint="add --by AXIS")
+        click.echo(f"plot: {plot_report(rep, axis, plot)}", err=True)
+
+
+@main.command()
+@click.argument("a")
+@click.argument("b")
+@results_option
+@click.option("--json", "as_json", is_flag=True, help="The complete diff as JSON.")
+@click.option(
+    "--repo",
+    "repo",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A clone of the serving repo, for the commits between A and B.",
+)
+@click.option(
+    "--out",
+    "spill_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where long sections are written whole (default: a folder named after A and B).",
+)
+@reports_errors
+def diff(
+    a: str, b: str, results_dir: Path, as_json: bool, repo: Path | None, spill_dir: Path | None
+) -> None:
+    """What changed between A and B (two runs, or two cells), most likely causes first."""
+    from orchestrator.analyze.diff import diff_paths
+    from orchestrator.analyze.diff_render import render_diff
+    from orchestrator.results.read import local_path
+
+    pa, pb = local_path(a, results_dir), local_path(b, results_dir)
+    result = diff_paths(pa, pb, repo_path=repo)
+    if as_json:
+        _echo_from_bundle(render_diff(result, "json"))
+        return
+    spill = spill_dir or _spill_dir(f"orch-diff-{pa.name}-vs-{pb.name}")
+    _echo_from_bundle(render_diff(result, "text", spill_dir=spill))
+
+
+def _spill_dir(name: str) -> Path:
+    """Where long diff sections go whole; created only when a section needs it."""
+    import os
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"{name[:80]}-{os.getpid()}"
+
+
+@main.command()
+@click.argument("ref")
+@results_option
+@click.option("-o", "--out", type=click.Path(path_type=Path), default=None)
+@reports_errors
+def pack(ref: str, results_dir: Path, out: Path | None) -> None:
+    """Write RUN as one .tar.gz to share; every reader accepts it."""
+    from orchestrator.results.archive import pack as pack_run
+    from orchestrator.results.read import resolve_run
+
+    click.echo(str(pack_run(resolve_run(ref, results_dir), out)))
+
+
+def _tolerance(text: str) -> float:
+    """`5%` or `0.05` -> 0.05 (the playbook's one tolerance parser), below 100%."""
+    from orchestrator.config.fields import FieldProblem, parse_tolerance
+
+    try:
+        value = parse_tolerance(text, numeric_text=True)
+    except FieldProblem:
+        raise InputError(f"bad tolerance {text!r}", hint="write 5% or 0.05") from None
+    if not 0 <= value < 1:
+        hint = f"did you mean {text}%?" if value >= 1 and not text.endswith("%") else None
+        raise InputError(f"tolerance {text!r} must be between 0% and 100%", hint=hint)
+    return value
+
+
+@main.command()
+@click.argument("ref")
+@results_option
+@inventory_option
+@click.option("--no-drift", is_flag=True, help="Skip re-snapshotting the hosts.")
+@click.option("--rerun", is_flag=True, help="Run the cells again and check they reproduce.")
+@click.option("--cells", "selector", default=None, help="Which cells to rerun (axis=v,... or id).")
+@click.option("--tolerance", default="5%", show_default=True, help="Allowed relative change.")
+@reports_errors
+def audit(
+    ref: str,
+    results_dir: Path,
+    inventory: Sequence[Path],
+    no_drift: bool,
+    rerun: bool,
+    selector: str | None,
+    tolerance: str,
+) -> None:
+    """Is RUN intact (manifest), are its hosts as recorded (drift), does it reproduce (--rerun)?
+
+    Exit 0 only when every check asked for passes.
+    """
+    from orchestrator.execute.auditing import AuditRequest
+    from orchestrator.execute.auditing import audit as run_audit
+
+    request = AuditRequest(
+        ref=ref,
+        results_dir=results_dir,
+        inventory=inventory,
+        drift=not no_drift,
+        rerun=rerun,
+        selector=selector,
+        tolerance=_tolerance(tolerance),
+        argv=["orch", *sys.argv[1:]],
+    )
+    ok = run_audit(
+        request, out=_echo_from_bundle, err=lambda line: _echo_from_bundle(line, err=True)
+    )
+    sys.exit(EXIT_OK if ok else EXIT_FAILED)

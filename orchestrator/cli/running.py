@@ -1,0 +1,387 @@
+"""The commands that run things: validate, plan, schema, apply, facts, replay, bisect."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from tabulate import tabulate
+
+from orchestrator.cli.common import (
+    Planned,
+    _echo_from_bundle,
+    _interrupted,
+    _print_summary,
+    count_option,
+    extra_vars_option,
+    inventory_option,
+    limit_option,
+    main,
+    reports_errors,
+    results_option,
+)
+from orchestrator.errors import EXIT_FAILED, EXIT_OK, InputError, OrchError
+
+if TYPE_CHECKING:
+    from orchestrator.execute.bisection import MetricNotReported
+
+
+@main.command()
+@click.argument("playbook", type=click.Path(path_type=Path))
+@inventory_option
+@extra_vars_option
+@limit_option
+@reports_errors
+def validate(
+    playbook: Path, inventory: Sequence[Path], extra_vars: tuple[str, ...], limit: str | None
+) -> None:
+    """Load, check and render PLAYBOOK without running anything."""
+    planned = Planned(playbook, inventory, extra_vars, limit)
+    planned.warn()
+    hosts = sorted({c.host for c in planned.cells})
+    click.echo(f"ok: {playbook}: {len(planned.cells)} cells on {len(hosts)} host(s)")
+
+
+@main.command()
+@click.argument("playbook", type=click.Path(path_type=Path))
+@inventory_option
+@extra_vars_option
+@limit_option
+@click.option("--json", "as_json", is_flag=True, help="Every rendered cell as JSON.")
+@click.option("-v", "--verbose", is_flag=True, help="Show each cell's rendered commands and env.")
+@reports_errors
+def plan(
+    playbook: Path,
+    inventory: Sequence[Path],
+    extra_vars: tuple[str, ...],
+    limit: str | None,
+    as_json: bool,
+    verbose: bool,
+) -> None:
+    """Show the cells PLAYBOOK expands to: cells x axes x host. Secret values are hidden."""
+    from orchestrator.plan.lint import unchecked_ready_note
+    from orchestrator.results.redact import redact_text
+
+    planned = Planned(playbook, inventory, extra_vars, limit)
+    planned.warn()
+    cells = planned.cells
+    secrets = planned.secret_values()
+
+    def echo(text: str) -> None:
+        # Plan output ends up in CI logs and chat: secrets are hidden as in a bundle.
+        click.echo(redact_text(text, secrets))
+
+    if as_json:
+        echo(json.dumps([c.model_dump(mode="json") for c in cells], indent=2))
+        return
+    axes: list[str] = []
+    for c in cells:
+        axes.extend(a for a in c.axes if a not in axes)
+    rows = [
+        [c.id, c.host, *(_short(c.axes.get(a, "")) for a in axes), c.repo.version if c.repo else ""]
+        for c in cells
+    ]
+    echo(tabulate(rows, headers=["cell", "host", *axes, "repo version"]))
+    hosts = sorted({c.host for c in cells})
+    echo(f"\n{len(cells)} cells on {len(hosts)} host(s): {', '.join(hosts)}")
+    note = unchecked_ready_note(planned.playbook, cells)
+    if note is not None:
+        echo(note)
+    if verbose:
+        for c in cells:
+            echo(f"\n== {c.id} on {c.host}")
+            # Redacted before quoting: a quote inside a secret would split it for the sweep.
+            for k, v in c.env.items():
+                shown = "***REDACTED***" if k in c.secrets else redact_text(v, secrets)
+                echo(f"  env {k}={shlex.quote(shown)}")
+            if c.server is not None:
+                echo(f"  server: {shlex.join(redact_text(a, secrets) for a in c.server.argv)}")
+            echo(f"  bench:  {shlex.join(redact_text(a, secrets) for a in c.bench.argv)}")
+            echo(f"  repeats: {c.bench.warmup} warmup + {c.bench.repeats}")
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+@main.command()
+def schema() -> None:
+    """Print the playbook's JSON Schema (for editors)."""
+    from orchestrator.config.playbook import playbook_json_schema
+
+    click.echo(json.dumps(playbook_json_schema(), indent=2))
+
+
+@main.command()
+@click.argument("playbook", type=click.Path(path_type=Path))
+@inventory_option
+@extra_vars_option
+@limit_option
+@click.option(
+    "--results",
+    "results_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("results"),
+    show_default=True,
+    help="Where run bundles are written.",
+)
+@click.option("--resume", "resume", default=None, help="Continue RUN (an id or a run directory).")
+@count_option("--max-parallel", 16, "Hosts at once.")
+@reports_errors
+def apply(
+    playbook: Path,
+    inventory: Sequence[Path],
+    extra_vars: tuple[str, ...],
+    limit: str | None,
+    results_dir: Path,
+    resume: str | None,
+    max_parallel: int,
+) -> None:
+    """Run every cell of PLAYBOOK and write a result bundle."""
+    from orchestrator.execute.controller import Run
+    from orchestrator.execute.outcomes import ApplyOptions
+    from orchestrator.execute.resume import check_resume_plan, resume_command, resume_target
+
+    planned = Planned(playbook, inventory, extra_vars, limit)
+    planned.warn()
+    run_id = None
+    if resume is not None:
+        results_dir, run_id = resume_target(resume, results_dir)
+        check_resume_plan(results_dir / run_id, [c.id for c in planned.cells])
+    argv = ["orch", *sys.argv[1:]]
+    options = ApplyOptions(
+        results_dir=results_dir,
+        run_id=run_id,
+        resume=resume is not None,
+        max_parallel=max_parallel,
+        argv=argv,
+    )
+
+    secret_vars = planned.variables
+    run = Run(
+        playbook_name=planned.playbook.name,
+        playbook_files=planned.playbook.files,
+        playbook_dir=planned.playbook.path.parent,
+        inventory=planned.inventory,
+        cells=planned.cells,
+        options=options,
+        secret_vars=secret_vars,
+    )
+    click.echo(f"run {run.run_id}: {len(planned.cells)} cells -> {run.writer.path}", err=True)
+    try:
+        outcome = run.execute()
+    except KeyboardInterrupt:
+        _interrupted(resume_command(argv, run.writer.path))
+    _print_summary(outcome.cells)
+    click.echo(f"\nbundle: {outcome.path}")
+    sys.exit(EXIT_OK if outcome.ok else EXIT_FAILED)
+
+
+@main.command()
+@inventory_option
+@limit_option
+@click.option("--json", "as_json", is_flag=True, help="The full snapshots as JSON.")
+@reports_errors
+def facts(inventory: Sequence[Path], limit: str | None, as_json: bool) -> None:
+    """Snapshot hosts now (the same probe as a run), without running anything."""
+    from orchestrator.config.inventory import load_inventory
+    from orchestrator.config.patterns import select_hosts_checked
+    from orchestrator.execute.facts import SUMMARY_HEADERS, probe_hosts, summary_row
+
+    inv = load_inventory(inventory)
+    names = select_hosts_checked(inv, limit or "all", key_path="--limit")
+    found = probe_hosts([inv.hosts[n] for n in names])
+    if as_json:
+        click.echo(json.dumps(found, indent=2, sort_keys=True))
+    else:
+        rows = [summary_row(n, f) for n, f in found.items()]
+        click.echo(tabulate(rows, headers=SUMMARY_HEADERS))
+    if any("absent" in f and len(f) <= 2 for f in found.values()):
+        sys.exit(EXIT_FAILED)
+
+
+@main.command()
+@click.argument("ref")
+@results_option
+@inventory_option
+@limit_option
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Run a bundle made on another machine without asking (its commands are still shown).",
+)
+@reports_errors
+def replay(
+    ref: str, results_dir: Path, inventory: Sequence[Path], limit: str | None, yes: bool
+) -> None:
+    """Run RUN/CELL again from its bundle alone, on its host or on the hosts --limit picks.
+
+    A bundle runs the commands it recorded. One made on another machine (or one that does not
+    say where it was made) is shown first, host and commands, and runs only after a yes: typed
+    at the prompt on a terminal, or --yes. Without a terminal and without --yes it exits 2.
+    """
+    from orchestrator.config.inventory import load_inventory
+    from orchestrator.execute.replay import (
+        inventory_from_bundle,
+        made_here,
+        retarget,
+        run_recorded,
+        what_runs,
+    )
+    from orchestrator.results.read import open_cell
+
+    record = open_cell(ref, results_dir)
+    if record.run is None:
+        raise InputError(f"{ref}: not inside a run bundle", hint="pass RUN/CELL")
+    inv = load_inventory(inventory) if inventory else inventory_from_bundle(record.run)
+    cells = retarget([record.cell], inv, limit)
+    if not made_here(record.run):
+        plan = "\n".join(what_runs(cells, inv))
+        if yes:
+            _echo_from_bundle(f"replaying a bundle made on another machine:\n{plan}")
+        elif sys.stdin.isatty() and sys.stdout.isatty():
+            _echo_from_bundle(
+                f"this bundle was made on another machine; replaying it runs:\n{plan}"
+            )
+            if not click.confirm("Run these commands?", default=False):
+                raise InputError(f"{ref}: replay declined", hint="nothing ran")
+        else:
+            raise InputError(
+                f"{ref} was made on another machine (or does not say where); read what it "
+                f"would run, then pass --yes to run it:\n{plan}"
+            )
+    outcome = run_recorded(
+        record.run,
+        cells,
+        inv,
+        results_dir=results_dir,
+        argv=["orch", *sys.argv[1:]],
+        provenance={"replay_of": f"{record.run.run_id}/{record.id}"},
+    )
+    _print_summary(outcome.cells)
+    click.echo(f"\nbundle: {outcome.path}  (replay of {record.run.run_id}/{record.id})")
+    sys.exit(EXIT_OK if outcome.ok else EXIT_FAILED)
+
+
+@main.command()
+@click.argument("playbook", type=click.Path(path_type=Path), required=False)
+@inventory_option
+@extra_vars_option
+@limit_option
+@results_option
+@click.option("--cell", "selector", default=None, help="The cell to bisect (axis=v,... or id).")
+@click.option("--good", default=None, help="A good revision.")
+@click.option("--bad", default=None, help="A bad revision (a descendant of --good).")
+@click.option(
+    "--metric", default=None, help="Default: the first expected metric, else output_throughput."
+)
+@count_option("--repeats", 3, "Repeats per run at inner commits.")
+# two at least: the ends' spread is the noise every inner point is judged against
+@count_option("--end-repeats", 5, "Repeats at good and bad.", minimum=2)
+@count_option("--max-runs", 4, "Cap on runs per commit.")
+@click.option("--all-parents", is_flag=True, help="Walk every commit, not first-parent only.")
+@click.option("--show", "show_run", default=None, help="Re-print a finished bisect from RUN.")
+@click.option("--resume", "resume_run", default=None, help="Continue the bisect in RUN.")
+@reports_errors
+def bisect(
+    playbook: Path | None,
+    inventory: Sequence[Path],
+    extra_vars: tuple[str, ...],
+    limit: str | None,
+    results_dir: Path,
+    selector: str | None,
+    good: str | None,
+    bad: str | None,
+    metric: str | None,
+    repeats: int,
+    end_repeats: int,
+    max_runs: int,
+    all_parents: bool,
+    show_run: str | None,
+    resume_run: str | None,
+) -> None:
+    """Find the first bad commit for one cell of PLAYBOOK, noise-aware."""
+    from orchestrator.analyze.bisect import BisectError, BisectPolicy
+    from orchestrator.execute.bisection import (
+        Bisection,
+        BisectSetup,
+        MetricNotReported,
+        pick_bisect_cell,
+        render_bisect,
+        show_bisect,
+    )
+    from orchestrator.execute.resume import resume_command
+    from orchestrator.results.read import open_run
+
+    if show_run:
+        click.echo(show_bisect(show_run, results_dir))
+        return
+    if playbook is None or not selector or not good or not bad:
+        raise InputError("bisect needs PLAYBOOK, --cell, --good and --bad")
+    planned = Planned(playbook, inventory, extra_vars, limit)
+    base, commit_axes = pick_bisect_cell(planned.cells, selector)
+    if metric is None:
+        metric = next(iter(base.expect), "output_throughput")
+    run_id = None
+    if resume_run:
+        run_id = open_run(resume_run, results_dir).path.name
+    setup = BisectSetup(
+        base=base,
+        host=planned.inventory.hosts[base.host],
+        inventory=planned.inventory,
+        good=good,
+        bad=bad,
+        metric=metric,
+        results_dir=results_dir,
+        playbook_name=planned.playbook.name,
+        playbook_files=planned.playbook.files,
+        playbook_dir=planned.playbook.path.parent,
+        argv=["orch", *sys.argv[1:]],
+        first_parent=not all_parents,
+        commit_axes=commit_axes,
+        secret_vars=planned.variables,
+        policy=BisectPolicy(end_repeats=end_repeats, repeats=repeats, max_runs_per_point=max_runs),
+    )
+    job = Bisection(setup, run_id=run_id)
+    job.log = lambda msg: click.echo(f"bisect: {msg}", err=True)
+    try:
+        job.execute()
+    except BisectError as exc:
+        raise OrchError(f"bisect cannot decide: {exc}") from None
+    except MetricNotReported as exc:
+        _metric_not_reported(exc, results_dir / str(job.run_id) if job.run_id else None)
+    except KeyboardInterrupt:
+        again = None
+        if job.run_id:  # the whole command, with the run's path: runnable as printed
+            run_path = str(results_dir / str(job.run_id))
+            again = resume_command(["orch", *sys.argv[1:]], run_path)
+        _interrupted(again)
+    click.echo(render_bisect(job.doc))
+    click.echo(f"\nbundle: {results_dir / str(job.run_id)}")
+
+
+def _metric_not_reported(exc: MetricNotReported, run_dir: Path | None) -> None:
+    """The error, then the whole command that resumes with a reported metric (its own line,
+    so it copies clean); what was measured is read back, not measured again."""
+    from orchestrator.execute.resume import resume_command, without_option
+
+    pick = exc.suggestion
+    if pick:
+        exc.hint = f"did you mean {pick!r}?"
+    click.echo(f"error: {exc.render()}", err=True)
+    if run_dir is not None:
+        fixed = [
+            *without_option(["orch", *sys.argv[1:]], "--metric"),
+            "--metric",
+            pick or "METRIC",
+        ]
+        name = "" if pick else " (METRIC: one of those)"
+        again = resume_command(fixed, run_dir)
+        click.echo(f"what was measured is kept; continue with: {again}{name}", err=True)
+    sys.exit(exc.exit_code)
