@@ -86,7 +86,7 @@ def collect_stale_namespaces() -> list[str]:
     removed = []
     for line in listing.splitlines():
         name = line.split()[0] if line.split() else ""
-        match = re.fullmatch(rf"{NETNS_PREFIX}-(\d+)-\w+", name)
+        match = re.fullmatch(rf"{NETNS_PREFIX}-(\d+)-[\w-]+", name)
         if match and not _pid_alive(int(match.group(1))):
             _kill_namespace_processes(name)
             _run(["ip", "netns", "del", name], check=False)
