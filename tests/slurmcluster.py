@@ -21,8 +21,6 @@ import atexit
 import contextlib
 import os
 import pwd
-import random
-import re
 import secrets
 import shutil
 import signal
@@ -30,10 +28,13 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+
+from netns import collect_stale_namespaces, kill_namespace, pick_subnet
+from netns import run as _run
 
 NETNS_PREFIX = "orchs"  # namespaces are `orchs-<creator pid>-<random>-<index>`
 SUBNET_PREFIX = "10.232"  # one free 10.232.S.0/24 per run; sshhosts takes 10.231
@@ -46,14 +47,6 @@ def _which(name: str) -> str | None:
     return shutil.which(name) or next(
         (f"{d}/{name}" for d in ("/usr/sbin", "/sbin") if os.access(f"{d}/{name}", os.X_OK)),
         None,
-    )
-
-
-def _run(
-    argv: Sequence[str], *, check: bool = True, env: Mapping[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        list(argv), capture_output=True, text=True, check=check, timeout=30, env=env
     )
 
 
@@ -75,37 +68,6 @@ def missing_reason() -> str | None:
     finally:
         _run(["ip", "netns", "del", probe], check=False)
     return None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _kill_namespace(namespace: str) -> None:
-    """SIGKILL every process in the namespace (slurmd, slurmstepd, jobs), then delete it."""
-    for pid in _run(["ip", "netns", "pids", namespace], check=False).stdout.split():
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(pid), signal.SIGKILL)
-    _run(["ip", "netns", "del", namespace], check=False)
-
-
-def collect_stale_namespaces() -> list[str]:
-    """Delete node namespaces whose creating process is gone (a crashed earlier run)."""
-    listing = _run(["ip", "netns", "list"], check=False).stdout
-    removed = []
-    for line in listing.splitlines():
-        name = line.split()[0] if line.split() else ""
-        match = re.fullmatch(rf"{NETNS_PREFIX}-(\d+)-[0-9a-f]+-\d+", name)
-        if match and not _pid_alive(int(match.group(1))):
-            _kill_namespace(name)
-            removed.append(name)
-    return removed
 
 
 def _free_port() -> int:
@@ -236,7 +198,7 @@ class SlurmTestCluster:
         self._stopped = False
         atexit.register(self.stop)
         try:
-            collect_stale_namespaces()
+            collect_stale_namespaces(NETNS_PREFIX)
             self._make_nodes()
             self._start_munged()
             self._write_config()
@@ -257,7 +219,7 @@ class SlurmTestCluster:
         if self.nodes and self._procs:
             self._cancel_all_jobs()
         for namespace in self._namespaces:  # slurmd, slurmstepd and the jobs' processes
-            _kill_namespace(namespace)
+            kill_namespace(namespace)
         for proc in reversed(self._procs):  # TERM first: slurmctld then reaps slurmscriptd
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 with contextlib.suppress(ProcessLookupError):
@@ -287,19 +249,9 @@ class SlurmTestCluster:
 
     # -- pieces -------------------------------------------------------------------------------
 
-    def _pick_subnet(self) -> str:
-        in_use = _run(["ip", "-4", "-o", "addr", "show"], check=False).stdout
-        choices = list(range(256))
-        random.shuffle(choices)
-        for third in choices:
-            prefix = f"{SUBNET_PREFIX}.{third}."
-            if prefix not in in_use:
-                return prefix
-        raise RuntimeError(f"no free {SUBNET_PREFIX}.X.0/24 subnet for a test Slurm")
-
     def _make_nodes(self) -> None:
         """One namespace per node: a veth pair, a /30, and a default route to the root side."""
-        subnet = self._pick_subnet()
+        subnet = pick_subnet(SUBNET_PREFIX, "a test Slurm")
         for index in range(self.node_count):
             name = f"node{index + 1}"
             namespace = f"{NETNS_PREFIX}-{self.run_tag}-{index}"

@@ -20,8 +20,6 @@ import contextlib
 import getpass
 import os
 import pwd
-import random
-import re
 import secrets
 import shlex
 import shutil
@@ -37,6 +35,9 @@ from types import TracebackType
 from typing import Any
 
 import yaml
+from netns import collect_stale_namespaces as _collect_stale
+from netns import kill_namespace_processes, pick_subnet
+from netns import run as _run
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
@@ -49,10 +50,6 @@ MARKER_VAR = "ORCH_TESTHOST_RUN"  # set in every SSH session: finds leftovers at
 def sshd_available() -> bool:
     """True when an OpenSSH server binary and ssh-keygen are installed."""
     return os.access(SSHD, os.X_OK) and os.access(SSH_KEYGEN, os.X_OK)
-
-
-def _run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=check, timeout=30)
 
 
 def _netns_usable() -> bool:
@@ -68,37 +65,9 @@ def _netns_usable() -> bool:
         _run(["ip", "netns", "del", probe], check=False)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def collect_stale_namespaces() -> list[str]:
-    """Delete test namespaces whose creating process is gone (a crashed earlier run)."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        return []
-    listing = _run(["ip", "netns", "list"], check=False).stdout
-    removed = []
-    for line in listing.splitlines():
-        name = line.split()[0] if line.split() else ""
-        match = re.fullmatch(rf"{NETNS_PREFIX}-(\d+)-[\w-]+", name)
-        if match and not _pid_alive(int(match.group(1))):
-            _kill_namespace_processes(name)
-            _run(["ip", "netns", "del", name], check=False)
-            removed.append(name)
-    return removed
-
-
-def _kill_namespace_processes(namespace: str) -> None:
-    pids = _run(["ip", "netns", "pids", namespace], check=False).stdout.split()
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(pid), signal.SIGKILL)
+    """Delete test-host namespaces whose creating process is gone (a crashed earlier run)."""
+    return _collect_stale(NETNS_PREFIX)
 
 
 def _kill_marked_processes(marker: str) -> None:
@@ -281,19 +250,9 @@ class SSHTestHosts:
         self.user_key.chmod(0o600)
         (self._base / "authorized_keys").write_text(self.user_key.with_suffix(".pub").read_text())
 
-    def _pick_subnet(self) -> str:
-        in_use = _run(["ip", "-4", "-o", "addr", "show"], check=False).stdout
-        choices = list(range(256))
-        random.shuffle(choices)
-        for third in choices:
-            prefix = f"{SUBNET_PREFIX}.{third}."
-            if prefix not in in_use:
-                return prefix
-        raise RuntimeError(f"no free {SUBNET_PREFIX}.X.0/24 subnet for test hosts")
-
     def _start_hosts(self) -> None:
         if self.isolated:
-            self._subnet = self._pick_subnet()
+            self._subnet = pick_subnet(SUBNET_PREFIX, "test hosts")
         for index in range(self.count):
             name = f"host{index + 1}"
             state_dir = self._base / name
@@ -460,7 +419,7 @@ class SSHTestHosts:
             return
         self._stopped = True
         for namespace in self._namespaces:
-            _kill_namespace_processes(namespace)
+            kill_namespace_processes(namespace)
         for proc in self._procs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
