@@ -65,6 +65,7 @@ def plan(
 ) -> None:
     """Show the cells PLAYBOOK expands to: cells x axes x host. Secret values are hidden."""
     from orchestrator.plan.lint import unchecked_ready_note
+    from orchestrator.plan.sessions import session_labels
     from orchestrator.results.redact import redact_text
 
     planned = Planned(playbook, inventory, extra_vars, limit)
@@ -82,13 +83,27 @@ def plan(
     axes: list[str] = []
     for c in cells:
         axes.extend(a for a in c.axes if a not in axes)
+    servers = session_labels(cells)
     rows = [
-        [c.id, c.host, *(_short(c.axes.get(a, "")) for a in axes), c.repo.version if c.repo else ""]
+        [
+            c.id,
+            c.host,
+            *(_short(c.axes.get(a, "")) for a in axes),
+            c.repo.version if c.repo else "",
+            servers[c.id],
+        ]
         for c in cells
     ]
-    echo(tabulate(rows, headers=["cell", "host", *axes, "repo version"]))
+    echo(tabulate(rows, headers=["cell", "host", *axes, "repo version", "server"]))
     hosts = sorted({c.host for c in cells})
     echo(f"\n{len(cells)} cells on {len(hosts)} host(s): {', '.join(hosts)}")
+    with_server = [c for c in cells if c.server is not None]
+    if with_server:
+        starts = len({servers[c.id] for c in with_server})
+        echo(
+            f"{starts} server start(s) for {len(with_server)} cells: cells with the same "
+            "`server` label share one start (server.restart: per_cell starts one per cell)"
+        )
     note = unchecked_ready_note(planned.playbook, cells)
     if note is not None:
         echo(note)
