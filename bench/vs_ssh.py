@@ -272,7 +272,12 @@ def run_orch(job: Job, hosts: SSHTestHosts, chosen: Sequence[SSHTestHost], repea
     wall = time.monotonic() - started
     if done.returncode != 0:
         raise RuntimeError(f"orch apply failed ({done.returncode}):\n{done.stdout}{done.stderr}")
-    for out in (where / "results").glob("*/cells/*/bench/*/stdout"):
+    outputs = sorted((where / "results").glob("*/cells/*/bench/*/stdout"))
+    if len(outputs) != job.cells * len(chosen):  # every cell's output came back, in its bundle
+        raise RuntimeError(
+            f"orch: {len(outputs)} bench outputs in the bundle, not {job.cells * len(chosen)}"
+        )
+    for out in outputs:
         check_output(out.read_text(), f"orch {out}")
     return wall
 
