@@ -203,8 +203,7 @@ class SlurmConnection(Connection):
             self._refresh(job)
             raise self._timed_out(argv, job.name, timeout, result)
         if result.rc == 0:
-            if job.job_id is None:
-                self._refresh(job)
+            self._refresh(job)  # its id when it ran too briefly for the watcher, and its end
             return result
         self._wait_ended(job.name)
         self._refresh(job)
