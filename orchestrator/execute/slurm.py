@@ -192,16 +192,17 @@ class SlurmConnection(Connection):
         except CommandTimeout as exc:
             self.cancel(job.name)
             self._wait_ended(job.name)
-            raise self._timed_out(argv, job.name, timeout, exc.result) from exc
+            raise self._timed_out(argv, job, timeout, exc.result) from exc
         finally:
             finished.set()
             if timer is not None:
                 timer.cancel()
         watcher.join(timeout=_POLL_SECONDS * 4)
         if cancelled.is_set():
+            error = self._timed_out(argv, replace(job), timeout, result)  # as seen before it
             self._wait_ended(job.name)
             self._refresh(job)
-            raise self._timed_out(argv, job.name, timeout, result)
+            raise error
         if result.rc == 0:
             self._refresh(job)  # its id when it ran too briefly for the watcher, and its end
             return result
@@ -272,11 +273,13 @@ class SlurmConnection(Connection):
                 self.on_job(copy)
 
     def _timed_out(
-        self, argv: Sequence[str], job_name: str, timeout: float | None, result: RunResult
+        self, argv: Sequence[str], job: SlurmJob, timeout: float | None, result: RunResult
     ) -> CommandTimeout:
+        # a job that never left the queue says so: the time went to waiting, not to the program
+        waiting = f", never started: PENDING ({job.reason})" if job.state in _WAITING else ""
         return CommandTimeout(
-            f"{shlex.join(argv)} on {self.host.name} (Slurm job {job_name}) timed out after "
-            f"{timeout:g} s (job cancelled)",
+            f"{shlex.join(argv)} on {self.host.name} (Slurm job {job.job_id or '?'}, "
+            f"{job.name}) timed out after {timeout:g} s (job cancelled{waiting})",
             result=result,
         )
 

@@ -13,6 +13,7 @@ from slurmcluster import SlurmTestCluster
 from orchestrator.config.host import Host
 from orchestrator.execute.local import LocalConnection
 from orchestrator.execute.slurm import SlurmConnection, SlurmJob, SlurmJobEnded, SlurmOptions
+from orchestrator.execute.transport import CommandTimeout
 
 pytestmark = [pytest.mark.slow]
 
@@ -53,6 +54,19 @@ def test_more_nodes_than_the_partition_has_fail_after_the_pending_timeout(
     assert caught.value.job == job
     assert job.job_id is not None and f"Slurm job {job.job_id} ({job.name})" in message
     assert slurm_cluster.job(job.job_id)["JobState"] == "CANCELLED"  # nothing left queued
+
+
+def test_without_a_pending_timeout_the_commands_timeout_says_it_never_started(
+    slurm_cluster: SlurmTestCluster, login: Host
+) -> None:
+    connection = SlurmConnection(
+        LocalConnection(login), SlurmOptions(nodes=3, pending_timeout=None)
+    )
+    with pytest.raises(CommandTimeout, match=r"never started: PENDING \(Partition\w+\)"):
+        connection.run(["true"], timeout=4)
+    (job,) = connection.jobs
+    assert job.job_id is not None
+    assert slurm_cluster.job(job.job_id)["JobState"] == "CANCELLED"
 
 
 def test_no_free_gpu_fails_after_the_pending_timeout_with_slurms_reason(
