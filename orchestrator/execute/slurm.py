@@ -36,7 +36,14 @@ from orchestrator.config.host import Host, SlurmOptions
 from orchestrator.errors import ExecutionError, OrchError
 from orchestrator.execute.transport import CommandTimeout, Connection, RunResult
 
-__all__ = ["SlurmConnection", "SlurmJob", "SlurmJobEnded", "SlurmOptions", "srun_options"]
+__all__ = [
+    "SlurmConnection",
+    "SlurmJob",
+    "SlurmJobEnded",
+    "SlurmOptions",
+    "slurm_jobs",
+    "srun_options",
+]
 
 # srun's own first words when Slurm will not run the job at all (it never started)
 _REFUSED = ("srun: error: Unable to allocate resources", "srun: error: Invalid ")
@@ -314,3 +321,11 @@ class SlurmConnection(Connection):
     def close(self) -> None:
         """Close the login connection: each running srun's task sees EOF on stdin."""
         self.login.close()
+
+
+def slurm_jobs(connection: Connection, since: int = 0) -> list[dict[str, str | None]]:
+    """The Slurm jobs a connection's commands ran as (from the `since`-th on), ready for the
+    bundle; [] for a connection that is not through Slurm."""
+    if not isinstance(connection, SlurmConnection):
+        return []
+    return [job.as_json() for job in connection.jobs[since:]]

@@ -12,7 +12,13 @@ from slurmcluster import SlurmTestCluster
 
 from orchestrator.config.host import Host
 from orchestrator.execute.local import LocalConnection
-from orchestrator.execute.slurm import SlurmConnection, SlurmJob, SlurmJobEnded, SlurmOptions
+from orchestrator.execute.slurm import (
+    SlurmConnection,
+    SlurmJob,
+    SlurmJobEnded,
+    SlurmOptions,
+    slurm_jobs,
+)
 from orchestrator.execute.transport import CommandTimeout
 
 pytestmark = [pytest.mark.slow]
@@ -134,7 +140,8 @@ def test_every_commands_job_is_recorded(slurm_cluster: SlurmTestCluster, login: 
     assert [job.job_id for job in jobs] == ids
     assert [job.name for job in jobs] == connection.job_names
     assert jobs[0].nodes == "node[1-2]"
-    assert jobs[0].as_json()["job_id"] == ids[0]
+    assert [job["job_id"] for job in slurm_jobs(connection, since=1)] == ids[1:]
+    assert slurm_jobs(connection.login) == []  # not through Slurm: nothing to record
 
 
 def test_a_program_failing_by_itself_keeps_its_exit_code(

@@ -118,8 +118,10 @@ from orchestrator.execute.slurm import SlurmConnection, SlurmOptions
 
 host = Host(name="login", vars={}, groups=(), connection="local", python=sys.executable)
 connection = SlurmConnection(LocalConnection(host), SlurmOptions())
+# after EOF it still prints (to a reader that is gone) while it cleans up, as the runner does
 program = (
-    "import sys, pathlib; print('waiting', flush=True); sys.stdin.buffer.read(); "
+    "import sys, time, pathlib; print('waiting', flush=True); sys.stdin.buffer.read(); "
+    "[print('stopping', i, flush=True) or time.sleep(0.1) for i in range(10)]; "
     "pathlib.Path(sys.argv[1]).write_text('eof')"
 )
 connection.run(
@@ -153,7 +155,8 @@ def test_a_killed_controller_is_eof_for_the_program_in_the_job(
         deadline = time.monotonic() + 10
         while not marker.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert marker.read_text() == "eof"  # the program read EOF and ended by itself
+        # the program read EOF and finished its cleanup: srun outlived its closed stdout
+        assert marker.read_text() == "eof"
         assert state == "COMPLETED"
     finally:
         if controller.poll() is None:
