@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from orchestrator.config.host import (
@@ -145,6 +145,15 @@ def host_from_vars(
         slurm=_slurm_options(pick, text, bad) if executor == "slurm" else None,
         location=location,
     )
+
+
+def executor_from_vars(
+    name: str, values: Mapping[str, Any], location: SourceLocation
+) -> tuple[ExecutorKind, SlurmOptions | None]:
+    """`orch_executor` and the `slurm_*` options of recorded host vars (a bundle's
+    inventory.json), read as an inventory reads them: a replayed Slurm host stays on Slurm."""
+    host = host_from_vars(name, location, VarLayer(values=dict(values)), ())
+    return host.executor, host.slurm
 
 
 def _slurm_options(

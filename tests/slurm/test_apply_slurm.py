@@ -14,6 +14,10 @@ import pytest
 import yaml
 from slurmcluster import SlurmTestCluster
 
+from orchestrator.config.host import SlurmOptions
+from orchestrator.execute.replay import inventory_from_bundle
+from orchestrator.results.read import open_run
+
 pytestmark = [pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,6 +131,10 @@ def test_apply_runs_each_cell_as_a_slurm_job(
     assert all(job["name"].startswith("orch-") for job in jobs)
     cell_jobs = [server_job_id(records, cell_id) for cell_id in cells]
     assert sorted(cell_jobs) == sorted(job["id"] for job in jobs[2:])
+    # replay, audit --rerun and bisect reach the host as recorded: through Slurm again
+    replayed = inventory_from_bundle(open_run(run)).hosts["login"]
+    assert replayed.executor == "slurm"
+    assert replayed.slurm == SlurmOptions(partition="debug", gres="gpu:1")
 
 
 def server_job_id(records: Path, cell_id: str) -> str:
