@@ -7,6 +7,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def write_playbook(tmp: Path, records: Path) -> Path:
+def write_playbook(tmp: Path, records: Path, bench_sleep: float = 0) -> Path:
     """The generic server measured by the generic bench: nothing in it knows of Slurm."""
     data = {
         "name": "slurm-e2e",
@@ -47,7 +48,7 @@ def write_playbook(tmp: Path, records: Path) -> Path:
         },
         "bench": {
             "command": "{{ orch_python }} {{ bench_py }} --url http://127.0.0.1:{{ srv_port }} "
-            "--record-dir {{ rec }}",
+            f"--record-dir {{{{ rec }}}} --sleep {bench_sleep}",
             "repeats": 1,
             "timeout": 30,
             "result_file": "result.json",
@@ -123,14 +124,13 @@ def test_apply_runs_each_cell_as_a_slurm_job(
         server = json.loads((records / f"{cell_id}.server.json").read_text())
         assert server["env"]["SLURM_JOB_PARTITION"] == "debug"
         assert server["env"]["SLURMD_NODENAME"] in ("node1", "node2")
-    # nothing ran outside Slurm: the runner check (exit 3 the first time: not there yet, so
-    # FAILED), the probe and each cell were jobs, and none is left running
+    # nothing ran outside Slurm, each command was a job, none is left running: the runner check
+    # (exit 3 the first time: not there yet, so FAILED), the runner sent through stdin, then
+    # one job for the host's whole queue (facts and both cells)
     jobs = jobs_since(slurm_cluster, first)
-    assert len(jobs) == 4, jobs
-    assert [job["state"] for job in jobs] == ["FAILED", "COMPLETED", "COMPLETED", "COMPLETED"]
+    assert [job["state"] for job in jobs] == ["FAILED", "COMPLETED", "COMPLETED"], jobs
     assert all(job["name"].startswith("orch-") for job in jobs)
-    cell_jobs = [server_job_id(records, cell_id) for cell_id in cells]
-    assert sorted(cell_jobs) == sorted(job["id"] for job in jobs[2:])
+    assert {server_job_id(records, cell_id) for cell_id in cells} == {jobs[2]["id"]}
     # replay, audit --rerun and bisect reach the host as recorded: through Slurm again
     replayed = inventory_from_bundle(open_run(run)).hosts["login"]
     assert replayed.executor == "slurm"
@@ -160,3 +160,41 @@ def test_a_job_that_cannot_start_fails_its_cells_with_slurms_reason(
         assert "stayed PENDING (Partition" in entry["reason"]
         assert "past slurm_pending_timeout (2 s)" in entry["reason"]
     assert not list(records.iterdir())  # no server ever started
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="execute/queue.py does not yet give SlurmJobEnded's reason to the cell in flight and "
+    "the cells never reached (the runner's archive says only `bench failed (rc -15)`)",
+)
+def test_a_job_cancelled_mid_cell_fails_that_cell_with_its_state(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path
+) -> None:
+    """scancel from outside (an admin, a preemption script): the cell says CANCELLED."""
+    records = tmp_path / "records"
+    records.mkdir()
+    playbook = write_playbook(tmp_path, records, bench_sleep=60)
+    inventory = write_inventory(tmp_path)
+    argv = [sys.executable, "-m", "orchestrator", "apply", str(playbook), "-i", str(inventory),
+            "--results", str(tmp_path / "results")]  # fmt: skip
+    with subprocess.Popen(
+        argv, cwd=tmp_path, env=slurm_cluster.env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    ) as apply_run:  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not list(records.glob("*.bench.json")) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the first cell's bench is running (and sleeping)
+        (bench,) = records.glob("*.bench.json")
+        cell_id = bench.name.removesuffix(".bench.json")
+        job_id = server_job_id(records, cell_id)
+        slurm_cluster.run("scancel", job_id)
+        _, stderr = apply_run.communicate(timeout=120)
+    assert apply_run.returncode != 0
+    assert "Traceback" not in stderr
+    cells = json.loads((run_dir(tmp_path) / "run.json").read_text())["cells"]
+    assert len(cells) == 2
+    for entry in cells.values():  # the cell cut short, and the one the job never reached
+        assert entry["status"] == "failed"
+        assert f"Slurm job {job_id} (orch-" in entry["reason"]
+        assert "ended CANCELLED" in entry["reason"]
+    assert slurm_cluster.job(job_id)["JobState"] == "CANCELLED"
