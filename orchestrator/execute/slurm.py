@@ -6,8 +6,10 @@ and, later, stdin's EOF to the task, and streams the task's stdout back through 
 connection line by line; when it exits the job ends. So the runner needs nothing new: it reads
 and writes exactly what it does over SSH, and EOF still means "controller gone".
 
-Files move through the login host (`put`/`get` are the login connection's), which assumes the
-compute nodes see the login host's $HOME, as on most clusters; commands run in $HOME there.
+Commands run in $HOME on the node. `put`/`get` are the login connection's, so they assume the
+nodes see the login host's $HOME; the controller needs neither (it ships the runner through a
+command's stdin and reads results from its stdout), but its runner cache assumes the nodes
+share $HOME (or `orch_workdir`), as on most clusters.
 
 Timeouts: at the deadline the job is cancelled (`scancel --name`: Slurm sends TERM, then KILL
 after its KillWait, to every process of the job), srun then exits, and the job ends CANCELLED.
