@@ -41,6 +41,7 @@ from orchestrator.execute.queue import HostQueue
 from orchestrator.execute.runlock import acquire_run_lock
 from orchestrator.execute.secret_values import extra_vars_in_argv, scrub, secret_values
 from orchestrator.execute.ship import ensure_runner
+from orchestrator.execute.slurm import SlurmConnection, SlurmJob
 from orchestrator.execute.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
 from orchestrator.plan.sessions import session_key
 from orchestrator.results.archive import extract_archive
@@ -127,6 +128,7 @@ class Run:
         self.progress = progress or Progress(by_host)
         self._previous: dict[str, Any] = {}
         self._conns: set[Connection] = set()
+        self._slurm_jobs: dict[str, dict[str, dict[str, Any]]] = {}  # host -> job name -> job
 
     # --- bundle bookkeeping -------------------------------------------------------------
 
@@ -210,9 +212,27 @@ class Run:
                     },
                 },
                 "cells": cells,
+                **self._slurm_json(),
                 **self.options.extra_run_fields,
             }
             self.writer.write_json(RUN_JSON, doc)
+
+    def _slurm_json(self) -> dict[str, Any]:
+        """run.json's `slurm_jobs` (the Slurm executor only): every job per host, a resume's
+        earlier ones kept."""
+        jobs = {h: list(j.values()) for h, j in self._slurm_jobs.items()}
+        earlier = self._previous.get("slurm_jobs")
+        if isinstance(earlier, dict):
+            jobs = {h: [*earlier.get(h, []), *jobs.get(h, [])] for h in {*earlier, *jobs}}
+        return {"slurm_jobs": jobs} if jobs else {}
+
+    def _slurm_job(self, host_name: str, job: SlurmJob) -> None:
+        """A host's Slurm job changed (queued, running): show why it waits; record it at once."""
+        if job.state == "PENDING":
+            self.progress.host_step(host_name, f"Slurm job {job.job_id} PENDING ({job.reason})")
+        with self._lock:
+            self._slurm_jobs.setdefault(host_name, {})[job.name] = job.as_json()
+        self._write_run_json("running")
 
     def _record(self, outcome: CellOutcome) -> None:
         if outcome.reason:  # git/ssh errors can quote a URL or argv holding a secret
@@ -341,6 +361,8 @@ class Run:
     def _connect(self, host: Host) -> Connection:
         self.spacing.wait()
         conn = connect(host, attempts=self.options.connect_attempts)
+        if isinstance(conn, SlurmConnection):
+            conn.on_job = lambda job, name=host.name: self._slurm_job(name, job)
         with self._lock:
             self._conns.add(conn)
         return conn

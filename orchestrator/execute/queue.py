@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from orchestrator.errors import ConnectionFailure, OrchError
 from orchestrator.execute.connection import Connection
 from orchestrator.execute.outcomes import STOPPED, CellOutcome, stopped_outcome
 from orchestrator.execute.secret_values import scrub
+from orchestrator.execute.slurm import SlurmJobEnded, slurm_jobs
 from orchestrator.execute.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
 from orchestrator.plan.sessions import session_key
 from orchestrator.runner.protocol import SCHEMA_VERSION
@@ -78,6 +80,9 @@ class HostQueue:
         if outcome.cell_id in self.run_.outcomes:
             return
         self.progressed = True
+        jobs = slurm_jobs(self.conn)
+        if jobs:  # the queue's own job: the last one the connection started
+            outcome.slurm_job = jobs[-1]["job_id"]
         self.run_.record(outcome)
 
     def _seconds(self, cid: str) -> float:
@@ -161,6 +166,12 @@ class HostQueue:
     def _broken(self, exc: OrchError) -> bool:
         """The invocation ended without its last word: fail the cell in flight."""
         host = self.conn.host.name
+        self.broken = exc
+        last = self.run_.outcomes.get(self.current or "")
+        if isinstance(exc, SlurmJobEnded) and last is not None and last.status == "failed":
+            # Slurm ended the job (scancel, time limit, node failure, preemption) while this
+            # cell ran: that is its reason, even when the runner still sent its archive.
+            self.run_.record(replace(last, reason=f"{exc}; the cell: {last.reason}"))
         cid = self.current if self.current not in self.run_.outcomes else None
         if self.run_.stop.is_set():
             # A second Ctrl-C closes the connections on purpose: the runner still stops its
@@ -179,6 +190,7 @@ class HostQueue:
 
     rc: int | None = None
     stderr = ""
+    broken: OrchError | None = None  # why the invocation ended early, if it did
 
     def fail_rest(self, pending: list[Cell]) -> None:
         """Cells the invocation never answered for: not run after Ctrl-C, else failed."""
@@ -189,6 +201,9 @@ class HostQueue:
                 continue
             if self.run_.stop.is_set():
                 self.run_.record(CellOutcome(cell.id, host, "not-run", "interrupted"))
+            elif isinstance(self.broken, SlurmJobEnded):
+                reason = f"not run: {self.broken}"
+                self.run_.record(CellOutcome(cell.id, host, "failed", reason, "runner"))
             elif cell.id in self.done:
                 reason = "the runner said the cell was done but its archive never arrived"
                 self.run_.record(CellOutcome(cell.id, host, "failed", reason, "collect"))

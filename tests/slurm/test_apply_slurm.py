@@ -131,6 +131,10 @@ def test_apply_runs_each_cell_as_a_slurm_job(
     assert [job["state"] for job in jobs] == ["FAILED", "COMPLETED", "COMPLETED"], jobs
     assert all(job["name"].startswith("orch-") for job in jobs)
     assert {server_job_id(records, cell_id) for cell_id in cells} == {jobs[2]["id"]}
+    # the bundle says which job each cell ran in, and every job of the host
+    assert {entry["slurm_job"] for entry in cells.values()} == {jobs[2]["id"]}
+    recorded = json.loads((run / "run.json").read_text())["slurm_jobs"]["login"]
+    assert [j["job_id"] for j in recorded] == [job["id"] for job in jobs]
     # replay, audit --rerun and bisect reach the host as recorded: through Slurm again
     replayed = inventory_from_bundle(open_run(run)).hosts["login"]
     assert replayed.executor == "slurm"
@@ -162,11 +166,6 @@ def test_a_job_that_cannot_start_fails_its_cells_with_slurms_reason(
     assert not list(records.iterdir())  # no server ever started
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="execute/queue.py does not yet give SlurmJobEnded's reason to the cell in flight and "
-    "the cells never reached (the runner's archive says only `bench failed (rc -15)`)",
-)
 def test_a_job_cancelled_mid_cell_fails_that_cell_with_its_state(
     slurm_cluster: SlurmTestCluster, tmp_path: Path
 ) -> None:
