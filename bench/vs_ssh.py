@@ -11,7 +11,9 @@ Python client doing 5 GETs), stops the server and brings its output back. It is 
   ControlMaster (ControlPersist=60); hosts in parallel, the cells of a host in sequence;
 - orch: `orch apply` as a subprocess (the `.venv/bin/orch` next to this checkout) of a playbook
   with the repo pin, a generic server (`ready.url`), a generic bench and
-  `snapshot: {pip_freeze: false, topo: false}`, N matrix points on every host.
+  `snapshot: {pip_freeze: false, topo: false}`, N matrix points on every host; run twice: with
+  `server.restart: per_cell` (a server start per cell, as plain ssh does: the overhead figure)
+  and with the default `per_config` (the N cells share one server start).
 
 Each repeat clones into a fresh directory on every host (both sides pay one clone per host).
 Hosts come from tests/sshhosts.py (network namespaces when root, loopback ports otherwise); the
@@ -101,7 +103,8 @@ class Figures:
 
     workload: list[float] = field(default_factory=list)
     ssh: dict[int, list[float]] = field(default_factory=dict)
-    orch: dict[int, list[float]] = field(default_factory=dict)
+    orch: dict[int, list[float]] = field(default_factory=dict)  # server.restart: per_cell
+    sessions: dict[int, list[float]] = field(default_factory=dict)  # per_config: one start
 
 
 def make_repo(tmp: Path) -> tuple[Path, str]:
@@ -223,8 +226,9 @@ def run_ssh(job: Job, hosts: SSHTestHosts, chosen: Sequence[SSHTestHost], repeat
     return wall
 
 
-def orch_playbook(job: Job, repeat: int, nhosts: int) -> dict[str, Any]:
-    """The same job as an orch playbook."""
+def orch_playbook(job: Job, repeat: int, nhosts: int, restart: str) -> dict[str, Any]:
+    """The same job as an orch playbook (`restart: per_cell` starts a server per cell, as the
+    plain-ssh side does; `per_config` lets the cells share one start)."""
     ready: dict[str, Any] = {"url": "http://127.0.0.1:{{ srv_port }}/", "timeout": 10}
     if job.ready_interval is not None:
         ready["interval"] = job.ready_interval
@@ -234,13 +238,14 @@ def orch_playbook(job: Job, repeat: int, nhosts: int) -> dict[str, Any]:
         "matrix": {"i": list(range(job.cells))},
         "repo": {
             "url": str(job.repo),
-            "dest": f"vsssh/orch-r{repeat}-h{nhosts}",
+            "dest": f"vsssh/orch-r{repeat}-h{nhosts}-{restart}",
             "version": job.sha,
         },
         "server": {
             "command": "{{ orch_python }} server.py {{ srv_port }}",
             "ready": ready,
             "stop_grace": 3,
+            "restart": restart,
         },
         "bench": {
             "command": f"{{{{ orch_python }}}} {job.client} {{{{ srv_port }}}}",
@@ -252,9 +257,11 @@ def orch_playbook(job: Job, repeat: int, nhosts: int) -> dict[str, Any]:
     }
 
 
-def run_orch(job: Job, hosts: SSHTestHosts, chosen: Sequence[SSHTestHost], repeat: int) -> float:
+def run_orch(
+    job: Job, hosts: SSHTestHosts, chosen: Sequence[SSHTestHost], repeat: int, restart: str
+) -> float:
     """`orch apply` as a subprocess on the chosen hosts; its wall time (start-up included)."""
-    where = job.tmp / f"orch-r{repeat}-h{len(chosen)}"
+    where = job.tmp / f"orch-r{repeat}-h{len(chosen)}-{restart}"
     where.mkdir()
     inventory = {
         "all": {
@@ -264,7 +271,7 @@ def run_orch(job: Job, hosts: SSHTestHosts, chosen: Sequence[SSHTestHost], repea
         }
     }
     (where / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
-    playbook = orch_playbook(job, repeat, len(chosen))
+    playbook = orch_playbook(job, repeat, len(chosen), restart)
     (where / "job.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
     argv = [str(ORCH), "apply", "job.yml", "-i", "hosts.yml", "--results", "results"]
     started = time.monotonic()
@@ -328,7 +335,12 @@ def main() -> int:
                 for n in counts:
                     chosen = hosts.hosts[:n]
                     figures.ssh.setdefault(n, []).append(run_ssh(job, hosts, chosen, repeat))
-                    figures.orch.setdefault(n, []).append(run_orch(job, hosts, chosen, repeat))
+                    figures.orch.setdefault(n, []).append(
+                        run_orch(job, hosts, chosen, repeat, "per_cell")
+                    )
+                    figures.sessions.setdefault(n, []).append(
+                        run_orch(job, hosts, chosen, repeat, "per_config")
+                    )
                 print(f"repeat {repeat + 1}/{args.repeats} done", flush=True)
         finally:
             hosts.stop()
@@ -348,19 +360,25 @@ def print_table(
     header = f"{'':<22}" + "".join(f"{f'{n} host(s): wall s':>20}{'overhead/cell s':>17}"
                                    for n in counts)  # fmt: skip
     print(header)
-    for label, side in (("plain ssh (2 per cell)", figures.ssh), ("orch apply", figures.orch)):
+    sides = (
+        ("plain ssh (2 per cell)", figures.ssh),
+        ("orch, start per cell", figures.orch),
+        ("orch, one start", figures.sessions),
+    )
+    for label, side in sides:
         cols = []
         for n in counts:
             wall = statistics.median(side[n])
             cols.append(f"{wall:>20.2f}{(wall - workload) / cells:>17.3f}")
         print(f"{label:<22}" + "".join(cols))
-    ratio = []
-    for n in counts:
-        ssh, orch = statistics.median(figures.ssh[n]), statistics.median(figures.orch[n])
-        over_ssh, over_orch = ssh - workload, orch - workload
-        over = f"{over_orch / over_ssh:.2f}x" if over_ssh > 0 else "n/a"
-        ratio.append(f"{orch / ssh:>19.2f}x{over:>17}")
-    print(f"{'orch / ssh':<22}" + "".join(ratio))
+    for label, side in (("per cell / ssh", figures.orch), ("one start / ssh", figures.sessions)):
+        ratio = []
+        for n in counts:
+            ssh, orch = statistics.median(figures.ssh[n]), statistics.median(side[n])
+            over_ssh, over_orch = ssh - workload, orch - workload
+            over = f"{over_orch / over_ssh:.2f}x" if over_ssh > 0 else "n/a"
+            ratio.append(f"{orch / ssh:>19.2f}x{over:>17}")
+        print(f"{label:<22}" + "".join(ratio))
 
 
 if __name__ == "__main__":

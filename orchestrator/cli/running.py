@@ -148,6 +148,14 @@ def schema() -> None:
 )
 @click.option("--resume", "resume", default=None, help="Continue RUN (an id or a run directory).")
 @count_option("--max-parallel", 16, "Hosts at once.")
+@click.option(
+    "--silent-host-timeout",
+    type=click.FloatRange(min=1.0),
+    default=60.0,
+    show_default=True,
+    help="Seconds without a word from a host's runner (it sends a heartbeat) before the host "
+    "counts as lost: its cell in flight and the rest fail, the other hosts go on.",
+)
 @reports_errors
 def apply(
     playbook: Path,
@@ -157,6 +165,7 @@ def apply(
     results_dir: Path,
     resume: str | None,
     max_parallel: int,
+    silent_host_timeout: float,
 ) -> None:
     """Run every cell of PLAYBOOK and write a result bundle."""
     from orchestrator.execute.controller import Run
@@ -176,6 +185,7 @@ def apply(
         resume=resume is not None,
         max_parallel=max_parallel,
         argv=argv,
+        silent_host_timeout=silent_host_timeout,
     )
 
     secret_vars = planned.variables

@@ -99,6 +99,8 @@ class LocalConnection(Connection):
                     pass
                 if stop is not None and stop.is_set():
                     _close_pipe(proc.stdin, stdin_lock)
+                if self._closed:
+                    break  # closed under it: the program got EOF on stdin and ends its own way
                 if deadline is not None and time.monotonic() > deadline:
                     timed_out = True
                     _kill_group(proc)
@@ -106,8 +108,9 @@ class LocalConnection(Connection):
         finally:
             with self._lock:
                 self._running.discard(proc)
-        for thread in readers:
-            thread.join(timeout=EOF_GRACE_SECONDS)  # a backgrounded child may hold the pipes
+        if proc.returncode is not None or not self._closed:
+            for thread in readers:
+                thread.join(timeout=EOF_GRACE_SECONDS)  # a backgrounded child may hold the pipes
         _close_pipe(proc.stdin, stdin_lock)
         result = RunResult(
             rc=proc.returncode if proc.returncode is not None else -1,

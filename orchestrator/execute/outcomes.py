@@ -49,6 +49,9 @@ class ApplyOptions:
     extra_run_fields: dict[str, Any] = field(default_factory=dict)  # e.g. replay_of
     connect_attempts: int = 4
     connect_spacing: float = 0.05  # seconds between connection starts (pool.StartSpacing)
+    # A host whose runner sends nothing (not even its heartbeat) this long is lost: a cut link
+    # or a frozen host must not hold the run for the kernel's TCP retries (minutes).
+    silent_host_timeout: float = 60.0
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -48,6 +49,13 @@ class HostQueue:
         self.done: dict[str, dict[str, Any]] = {}
         self.started: dict[str, float] = {}
         self.noise: list[str] = []
+        self.silence_limit = max(1.0, float(run.options.silent_host_timeout))
+        # Heartbeats well inside the limit: one lost or late line never counts as silence.
+        self.heartbeat = max(0.5, min(10.0, self.silence_limit / 4))
+        self.last_seen = time.monotonic()
+        self.busy = False  # reading a line (importing an archive can take a while)
+        self.silent = False
+        self.ended = threading.Event()  # run() has returned: later lines are ignored
 
     def payload(self) -> dict[str, Any]:
         """The runner's stdin line: every cell with its session key and the reset between."""
@@ -69,6 +77,7 @@ class HostQueue:
             "workdir": self.conn.host.workdir,
             "queue": queue,
             "stream": True,
+            "heartbeat": self.heartbeat,
             # Values secret by name or listing, not only env: the runner scrubs them on the host.
             "secret_values": self.run_.secrets,
         }
@@ -90,12 +99,24 @@ class HostQueue:
 
     def on_line(self, line: str, stream: ArchiveStream) -> None:
         """One stdout line of the runner: an event, a piece of an archive, or noise."""
+        if self.ended.is_set():
+            return  # a line after the invocation was given up (a thawed runner) changes nothing
+        self.busy = True
+        try:
+            self._on_line(line, stream)
+        finally:
+            self.last_seen = time.monotonic()
+            self.busy = False
+
+    def _on_line(self, line: str, stream: ArchiveStream) -> None:
         event = json_line(line)
         if event is None:
             self.noise.append(line)
             return
         kind = event.get("event")
         host = self.conn.host.name
+        if kind == "heartbeat":
+            return
         if kind == "facts":
             data = event.get("data")
             self.facts = data if isinstance(data, dict) else {"absent": "facts not an object"}
@@ -145,6 +166,8 @@ class HostQueue:
         """Send the queue and read it back; True when the connection was lost midway."""
         host = self.conn.host
         timeout = sum(c.cell_timeout for c in self.cells.values()) + 600
+        ended = self.ended
+        threading.Thread(target=self._watch, args=(ended,), daemon=True).start()
         with tempfile.TemporaryDirectory(prefix="orch-stream-") as tmp:
             stream = ArchiveStream(Path(tmp))
             try:
@@ -159,13 +182,36 @@ class HostQueue:
             except OrchError as exc:
                 stream.close()
                 return self._broken(exc)
+            finally:
+                ended.set()
             stream.close()
         self.rc, self.stderr = res.rc, res.stderr
         return False
 
+    def _watch(self, ended: threading.Event) -> None:
+        """Close the connection when the runner has been silent past the limit."""
+        while not ended.wait(min(1.0, self.heartbeat)):
+            if not self.busy and time.monotonic() - self.last_seen > self.silence_limit:
+                self.silent = True
+                self.conn.close()  # the blocked run() raises ConnectionFailure at once
+                return
+
+    def silence(self) -> str:
+        """Why a silent host was given up."""
+        return (
+            f"the host went silent: nothing from its runner for {self.silence_limit:g} s "
+            f"(it sends a heartbeat every {self.heartbeat:g} s); the link or the host is down "
+            "(--silent-host-timeout sets the limit)"
+        )
+
     def _broken(self, exc: OrchError) -> bool:
         """The invocation ended without its last word: fail the cell in flight."""
         host = self.conn.host.name
+        if self.silent and not self.run_.stop.is_set():
+            cid = self.current if self.current not in self.run_.outcomes else None
+            if cid is not None:
+                self._outcome(CellOutcome(cid, host, "failed", self.silence(), "connection"))
+            return False  # no reconnect: a silent host would only hold the run longer
         self.broken = exc
         last = self.run_.outcomes.get(self.current or "")
         if isinstance(exc, SlurmJobEnded) and last is not None and last.status == "failed":
@@ -201,6 +247,9 @@ class HostQueue:
                 continue
             if self.run_.stop.is_set():
                 self.run_.record(CellOutcome(cell.id, host, "not-run", "interrupted"))
+            elif self.silent:
+                reason = f"not run: {self.silence()}; `orch apply --resume` runs it"
+                self.run_.record(CellOutcome(cell.id, host, "failed", reason, "connection"))
             elif isinstance(self.broken, SlurmJobEnded):
                 reason = f"not run: {self.broken}"
                 self.run_.record(CellOutcome(cell.id, host, "failed", reason, "runner"))

@@ -67,6 +67,17 @@ class Control:
             silence_stdout()
             self.interrupt("controller gone (stdout closed)")
 
+    def start_heartbeat(self, interval: float) -> None:
+        """A `heartbeat` line every `interval` seconds until the runner is finished: the
+        controller tells a silent host (a cut link, a frozen machine) from a busy one."""
+
+        def beat() -> None:
+            while not self.finished.wait(interval):
+                with self.lock:
+                    self.write_line(json.dumps({"event": "heartbeat", "t": round(now(), 3)}))
+
+        threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+
     def interrupt(self, reason: str) -> None:
         """Ask the runner to stop (first reason wins)."""
         if not self.stop_event.is_set():

@@ -96,6 +96,9 @@ def run_queue(payload: Dict[str, Any], out: IO[bytes]) -> int:
     """Run every cell of the payload in order; the exit status of the worst cell."""
     control = Control(out)
     control.start_watchers()
+    heartbeat = payload.get("heartbeat")
+    if isinstance(heartbeat, (int, float)) and heartbeat > 0:
+        control.start_heartbeat(float(heartbeat))
     items = queue_items(payload)
     stream = bool(payload.get("stream"))
     facts = _facts(control, payload) if payload.get("facts") is not None else None

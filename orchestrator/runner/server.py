@@ -255,8 +255,16 @@ class ServerSteps(CellContext):
 
     # step 5: server_start
     def server_cwd(self) -> str:
+        """Where the server runs: server.cwd, else the repo's clone, else the cell folder, or,
+        for a server its session's next cells will share, a folder of the session's own (a cell
+        folder is renamed and archived when its cell ends)."""
         assert self.server is not None
+        if self.server_doc.get("cwd"):
+            return str(self.server_doc["cwd"])  # a server this cell took over: its own cwd
         default = self.repo_dest or self.dir
+        if not self.repo_dest and self.next_session_key == self.session_key:
+            default = os.path.join(self.run_dir, "." + self.cell_id + ".server")
+            os.makedirs(default, exist_ok=True)
         cwd = self.server.get("cwd")
         return resolve_path(str(cwd), default) if cwd else default
 
