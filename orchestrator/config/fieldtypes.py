@@ -181,8 +181,10 @@ TTolerance = Annotated[
 _STRATEGIES = ("each", "spread")
 _DIRTY = ("refuse", "reset", "record")
 _VERIFY_ENV = ("strict", "warn", "off")
+_FETCH = ("always", "never")
 TStrategy = Annotated[Any, PlainValidator(one_of(*_STRATEGIES)), _or_template(_enum(*_STRATEGIES))]
 TDirty = Annotated[Any, PlainValidator(one_of(*_DIRTY)), _or_template(_enum(*_DIRTY))]
+TFetch = Annotated[Any, PlainValidator(one_of(*_FETCH)), _or_template(_enum(*_FETCH))]
 TVerifyEnv = Annotated[Any, PlainValidator(one_of(*_VERIFY_ENV)), _or_template(_enum(*_VERIFY_ENV))]
 TServerAdapter = Annotated[
     Any,
