@@ -54,6 +54,9 @@ def list_remote_refs(
     for ref in refs:
         for name in remote_ref_names(ref):
             patterns += [name, name + "^{}"]
+    if url.startswith("-"):
+        # A relative path (git clone takes it after `--`; ls-remote refuses a name so spelled).
+        url = "./" + url
     env = dict(os.environ)
     env["GIT_TERMINAL_PROMPT"] = "0"
     try:
