@@ -182,7 +182,7 @@ def apply(
         earlier = recorded_resolutions(results_dir / run_id)  # one run never mixes commits
     cells, resolutions = _pinned(planned, earlier)
     for res in resolutions:
-        if res.sha is not None:
+        if res.sha is not None or res.note.startswith("not pinned"):
             click.echo(f"repo.version {res.describe()}", err=True)
     argv = ["orch", *sys.argv[1:]]
     options = ApplyOptions(

@@ -33,6 +33,7 @@ HostAnswer = tuple[dict[str, tuple[str, str] | None] | None, str]  # ({ref: (sha
 # git's revision syntax beyond a plain ref name (HEAD~2, v1^, main@{1}, a..b): not a ref the
 # origin lists, so the hosts' clones resolve it after a fetch.
 _REVISION_SYNTAX = re.compile(r"[~^:?*\[\\\s]|@\{|\.\.")
+HOSTS_ASKED = 3  # hosts asked in turn when the controller cannot reach an origin
 _CREDENTIALS = re.compile(r"(://)[^/@\s]+@")
 
 
@@ -90,7 +91,8 @@ def pin_refs(
 
     `earlier` (a resumed run's first pins) wins over asking again. Without `ask_hosts` (`orch
     plan`) only the controller asks; what it cannot reach is left unpinned, with a note. A ref
-    the origin does not have, or an origin nobody reaches, is an InputError naming the key.
+    the origin does not have is an InputError naming the key; one nobody reaches stays unpinned
+    (see `resolve_refs`).
     """
     order: dict[RefKey, list[str]] = {}  # (url, ref) -> hosts using it, in run order
     found: dict[RefKey, Resolution] = {}
@@ -158,7 +160,8 @@ def resolve_refs(
     key_path: str = "repo.version",
     conn_factory: Callable[[Host], Connection] = connect,
 ) -> dict[RefKey, Resolution]:
-    """What each of `refs` names at `url` now: asked on the controller, else of `hosts[0]`.
+    """What each of `refs` names at `url` now: asked on the controller, else of the hosts in
+    turn (the first `HOSTS_ASKED`).
 
     The controller does not ask for a local path unless every host is this machine (a path
     names a repository on the host). InputError when a ref is not the origin's (exit 2,
@@ -175,24 +178,22 @@ def resolve_refs(
             reasons.append(f"the controller: {_masked(why, url)}")
     else:
         reasons.append("the controller: a local path names a repository on the hosts")
-    if answer is None and hosts and ask_hosts:
-        by = f"host {hosts[0].name}"
-        answer, why = _ask_host(hosts[0], url, refs, conn_factory)
+    for host in hosts[:HOSTS_ASKED] if ask_hosts else ():
+        if answer is not None:
+            break
+        by = f"host {host.name}"
+        answer, why = _ask_host(host, url, refs, conn_factory)
         if answer is None:
             reasons.append(f"{by}: {_masked(why, url)}")
     if answer is None:
-        if not ask_hosts:
-            first = f" by host {hosts[0].name}" if hosts else ""
-            note = f"resolved{first} when the run starts ({'; '.join(reasons)})"
-            return {(url, ref): Resolution(url, ref, None, note=note) for ref in refs}
-        raise InputError(
-            f"cannot resolve {', '.join(repr(r) for r in refs)}: nobody reaches "
-            f"{masked_url(url)} ({'; '.join(reasons)})",
-            location=location,
-            key_path="repo.url",
-            hint="check the URL and the network, or set repo.fetch: never to use each host's "
-            "clone as it is",
-        )
+        # Not an input error: the hosts' repo steps try again and fail with git's reason,
+        # recorded in the bundle for each cell (a host may reach what the controller cannot).
+        why = "; ".join(reasons)
+        if ask_hosts:
+            note = f"not pinned: nobody reached the origin ({why}); each host's repo step tries"
+        else:
+            note = f"not resolved here ({why}); `orch apply` asks the hosts"
+        return {(url, ref): Resolution(url, ref, None, note=note) for ref in refs}
     at = time.time()
     out: dict[RefKey, Resolution] = {}
     for ref in refs:
