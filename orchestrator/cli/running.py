@@ -368,8 +368,7 @@ def bisect(
     for key, ref in (("--good", good), ("--bad", bad)):
         if ref not in refs:
             res = pin_revision(base, planned.inventory, ref, key_path=key)
-            if res is not None:
-                click.echo(f"bisect: {key} {res.describe()}", err=True)
+            if res is not None and res.sha is not None:
                 refs[ref] = res.to_json()
     setup = BisectSetup(
         base=base,

@@ -288,6 +288,8 @@ class Bisection:
             )
         finally:
             conn.close()
+        for ref, pin in self.setup.refs.items():  # the origin's answer, not the clone's tags
+            self.log(f"{ref!r} is {pin.get('sha')} at the origin ({pin.get('resolved_by')})")
         self.log(f"{len(commits)} commits from {commits[0][:12]} to {commits[-1][:12]}")
         result = bisect(commits, self.measure, self.setup.policy)
         story = ""

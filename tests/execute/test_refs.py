@@ -19,7 +19,9 @@ import yaml
 from orchestrator.cell import Cell, RepoPin, cell_id
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import InputError
-from orchestrator.execute.refs import pin_refs
+from orchestrator.execute.bisection import commit_range
+from orchestrator.execute.connection import connect
+from orchestrator.execute.refs import pin_refs, pin_revision
 from orchestrator.plan.build import cell_spec
 
 GIT_ENV = {
@@ -272,3 +274,45 @@ def test_the_pin_never_changes_a_cell_id(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="'gone' is no branch or tag") as caught:
         pin_refs([missing], inventory)
     assert caught.value.key_path == "repo.version" and caught.value.exit_code == 2
+
+
+def test_bisect_ends_are_the_origins_not_the_clones_stale_tags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    origin = tmp_path / "origin"
+    shas = new_origin(origin, ["a", "b", "c"])
+    git(origin, "tag", "good", shas[0])
+    git(origin, "tag", "bad", shas[-1])
+    git(tmp_path, "clone", "-q", str(origin), str(home / DEST))  # holds good and bad as they were
+    shutil.rmtree(origin)  # rebuilt: the old commits no longer exist upstream
+    rebuilt = new_origin(origin, ["d", "e", "f", "g"])
+    git(origin, "tag", "good", rebuilt[0])
+    git(origin, "tag", "bad", rebuilt[-1])
+
+    host = Host(name="localhost", vars={}, groups=(), connection="local")
+    inventory = Inventory(hosts={"localhost": host}, groups={})
+    pin = RepoPin(url=str(origin), dest=DEST, version="main")
+    cell = Cell.model_validate(
+        {"id": "1-x", "playbook": "p", "host": "localhost", "axes": {"x": 1}, "repo": pin,
+         "bench": {"argv": ["true"]}}
+    )  # fmt: skip
+    pinned = {}
+    for key, ref in (("--good", "good"), ("--bad", "bad")):
+        res = pin_revision(cell, inventory, ref, key_path=key)
+        assert res is not None and res.sha is not None
+        pinned[ref] = res.sha
+    assert pinned == {"good": rebuilt[0], "bad": rebuilt[-1]}
+    conn = connect(host)
+    try:
+        assert commit_range(conn, cell, "good", "bad", True, pinned) == rebuilt
+    finally:
+        conn.close()
+    assert git(home / DEST, "rev-parse", "bad") == rebuilt[-1]  # tags fetched with force
+
+    with pytest.raises(InputError, match="'nope' is no branch or tag") as caught:
+        pin_revision(cell, inventory, "nope", key_path="--bad")
+    assert caught.value.key_path == "--bad"
+    assert pin_revision(cell, inventory, "bad~1", key_path="--bad") is None  # the host's to say
