@@ -96,20 +96,23 @@ def pin_refs(
     """
     order: dict[RefKey, list[str]] = {}  # (url, ref) -> hosts using it, in run order
     found: dict[RefKey, Resolution] = {}
+    shown: dict[RefKey, Resolution] = {}  # what is said of each (url, ref), in order
     for cell in cells:
         repo = cell.repo
         if repo is None or repo.requested is not None:
             continue
         key = (repo.url, repo.version)
+        if repo.fetch == "never":  # per host when templated: other hosts may still fetch
+            note = "not resolved: repo.fetch is never, each host uses its clone's ref as it is"
+            shown.setdefault(key, Resolution(repo.url, repo.version, None, note=note))
+            continue
+        shown.setdefault(key, Resolution(repo.url, repo.version, None))  # replaced below
         hosts = order.setdefault(key, [])
         if cell.host not in hosts:
             hosts.append(cell.host)
         if key in found:
             continue
-        if repo.fetch == "never":
-            note = "not resolved: repo.fetch is never, each host uses its clone's ref as it is"
-            found[key] = Resolution(repo.url, repo.version, None, note=note)
-        elif is_commit_name(repo.version):
+        if is_commit_name(repo.version):
             note = "a full SHA" if len(repo.version) == 40 else "a short SHA: each host expands it"
             found[key] = Resolution(repo.url, repo.version, None, note=note)
         elif not is_plain_ref(repo.version):
@@ -137,7 +140,7 @@ def pin_refs(
     for cell in cells:
         repo = cell.repo
         res = found.get((repo.url, repo.version)) if repo is not None else None
-        if repo is None or res is None or res.sha is None or repo.requested is not None:
+        if repo is None or res is None or res.sha is None or repo.fetch == "never":
             pinned.append(cell)
             continue
         pin = {
@@ -147,7 +150,7 @@ def pin_refs(
             "resolved_by": res.by,
         }
         pinned.append(cell.model_copy(update={"repo": repo.model_copy(update=pin)}))
-    return pinned, [found[k] for k in order if k in found]
+    return pinned, [found.get(k, res) for k, res in shown.items()]
 
 
 def resolve_refs(

@@ -316,3 +316,32 @@ def test_bisect_ends_are_the_origins_not_the_clones_stale_tags(
         pin_revision(cell, inventory, "nope", key_path="--bad")
     assert caught.value.key_path == "--bad"
     assert pin_revision(cell, inventory, "bad~1", key_path="--bad") is None  # the host's to say
+
+
+@pytest.mark.slow
+@pytest.mark.ssh
+def test_hosts_over_ssh_run_the_one_commit_their_first_host_resolved(
+    tmp_path: Path, ssh_hosts: Any, ssh_inventory: Path
+) -> None:
+    origin = tmp_path / "origin"
+    old = new_origin(origin, ["a"])[-1]
+    git(origin, "tag", "nightly")
+    clones = tmp_path / "clones"
+    for host in ssh_hosts.hosts:  # every host's clone holds the tag as it was
+        git(tmp_path, "clone", "-q", str(origin), str(clones / host.name))
+    moved = commit(origin, "b")
+    git(origin, "tag", "-f", "nightly")
+    # A local path names a repository on the hosts: the controller leaves it to the first host.
+    write_playbook(tmp_path, str(origin), "nightly")
+    playbook = yaml.safe_load((tmp_path / "playbook.yml").read_text())
+    playbook["matrix"] = {"x": [1]}
+    playbook["repo"]["dest"] = str(clones) + "/{{ inventory_hostname }}"
+    (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook))
+    first = ssh_hosts.hosts[0].name
+
+    run, proc = apply(tmp_path, "-i", str(ssh_inventory))
+    assert f"(resolved by host {first} at" in proc.stderr, proc.stderr
+    records = repo_records(run)
+    assert len(records) == len(ssh_hosts.hosts)
+    for info in records.values():
+        assert info["sha"] == moved != old and info["resolved_by"] == f"host {first}"
