@@ -171,6 +171,7 @@ def apply(
     from orchestrator.execute.outcomes import ApplyOptions
     from orchestrator.execute.refs import recorded_resolutions
     from orchestrator.execute.resume import check_resume_plan, resume_command, resume_target
+    from orchestrator.results.redact import redact_text
 
     planned = Planned(playbook, inventory, extra_vars, limit)
     planned.warn()
@@ -181,9 +182,10 @@ def apply(
         check_resume_plan(results_dir / run_id, [c.id for c in planned.cells])
         earlier = recorded_resolutions(results_dir / run_id)  # one run never mixes commits
     cells, resolutions = _pinned(planned, earlier)
+    secrets = planned.secret_values()
     for res in resolutions:
         if res.sha is not None or res.note.startswith("not pinned"):
-            click.echo(f"repo.version {res.describe()}", err=True)
+            click.echo(redact_text(f"repo.version {res.describe()}", secrets), err=True)
     argv = ["orch", *sys.argv[1:]]
     options = ApplyOptions(
         results_dir=results_dir,

@@ -557,9 +557,7 @@ def runner_resolve(home: Path, *args: str) -> tuple[int, dict[str, object]]:
     return proc.returncode, json.loads(proc.stdout)
 
 
-def test_runner_resolve_names_branches_and_peels_annotated_tags(
-    home: Path, origin: Path
-) -> None:
+def test_runner_resolve_names_branches_and_peels_annotated_tags(home: Path, origin: Path) -> None:
     head = git(origin, "rev-parse", "HEAD")
     first = git(origin, "rev-list", "--max-parents=0", "HEAD")
     git(origin, "tag", "-a", "-m", "release", "v2", first)
