@@ -13,7 +13,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 CELL_SCHEMA_VERSION = 1
 DEFAULT_CELL_TIMEOUT = 4 * 3600.0  # seconds, when the playbook gives no timeouts.cell
@@ -82,6 +88,22 @@ class ServerSpec(_Frozen):
     stop_grace: float = 15.0
     verify_env: Literal["strict", "warn", "off"] = "strict"
     args: dict[str, Any] = Field(default_factory=dict)  # the flag mapping the argv came from
+    # Server sessions: `per_config` shares one start among cells of equal server identity on a
+    # host; `per_cell` starts and stops the server for every cell. `between` runs between cells.
+    restart: Literal["per_config", "per_cell"] = "per_config"
+    between: tuple[str, ...] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_session_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Left out at their defaults: the JSON (and so every cell id) of a playbook that does
+        # not use them is what it was before they existed.
+        data = handler(self)
+        if isinstance(data, dict):
+            if data.get("restart") == "per_config":
+                data.pop("restart")
+            if data.get("between") is None:
+                data.pop("between", None)
+        return data
 
 
 class BenchSpec(_Frozen):

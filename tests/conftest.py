@@ -12,7 +12,8 @@ from sshhosts import SSHTestHosts, sshd_available
 
 @pytest.fixture(scope="session")
 def ssh_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHTestHosts]:
-    """Three running sshd hosts (network namespaces as root, loopback ports otherwise).
+    """Three running sshd hosts (network namespaces as root, loopback ports otherwise); host3
+    has no SFTP subsystem.
 
     Skipped only where sshd is not installed; under CI (CI=true) a missing sshd is a failure,
     because CI installs openssh-server and these tests must run there.
@@ -21,7 +22,8 @@ def ssh_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHTestHosts
         if os.environ.get("CI"):
             pytest.fail("sshd is not installed but CI must run the ssh tests")
         pytest.skip("sshd is not installed (apt-get install openssh-server)")
-    with SSHTestHosts(3, tmp_path_factory.mktemp("sshhosts")) as hosts:
+    # host3 has no SFTP subsystem (hardened hosts often disable it): orch must not need one.
+    with SSHTestHosts(3, tmp_path_factory.mktemp("sshhosts"), without_sftp=("host3",)) as hosts:
         yield hosts
 
 

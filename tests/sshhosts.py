@@ -150,6 +150,7 @@ class SSHTestHosts:
         *,
         isolate: bool | None = None,
         start_timeout: float = 15.0,
+        without_sftp: tuple[str, ...] = (),
     ) -> None:
         if not 1 <= count <= 60:
             raise ValueError("count must be between 1 and 60")
@@ -157,6 +158,8 @@ class SSHTestHosts:
         self.base_dir = Path(base_dir) if base_dir is not None else None
         self._isolate_request = isolate
         self.start_timeout = start_timeout
+        # Hosts whose sshd has no SFTP subsystem, as hardened hosts often run: orch needs none.
+        self.without_sftp = set(without_sftp)
         self.isolated = False
         self.hosts: list[SSHTestHost] = []
         self.user = getpass.getuser()
@@ -295,7 +298,7 @@ class SSHTestHosts:
             "PrintMotd no",
             "UseDNS no",
             "LogLevel VERBOSE",
-            "Subsystem sftp internal-sftp",
+            *([] if state_dir.name in self.without_sftp else ["Subsystem sftp internal-sftp"]),
             f"SetEnv {setenv}",
         ]
         config = state_dir / "sshd" / "sshd_config"

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from orchestrator.cell import BenchSpec, Capture, Cell, ReadyCheck, ServerSpec
 from orchestrator.errors import InputError
@@ -50,6 +51,10 @@ class ServerAdapter(ABC):
     def analyze(self, cell_dir: Path, cell: Cell) -> dict[str, Any]:
         """Read a finished cell directory: {"metrics": {}, "facts": {}, "checks": []}."""
         return {"metrics": {}, "facts": {}, "checks": []}
+
+    def reset_url(self, spec: ServerSpec) -> str | None:
+        """What to POST between two cells sharing one server (a cache flush), if anything."""
+        return None
 
 
 class BenchAdapter(ABC):
@@ -172,6 +177,19 @@ def probe_host(host: str | None) -> str:
 def base_url(host: str | None, port: int) -> str:
     """`http://host:port` for a client of a server bound to `host`."""
     return f"http://{probe_host(host)}:{port}"
+
+
+def server_url(server: ServerSpec | None) -> str | None:
+    """`http://host:port` of a server spec: from its ready URL's host, else its args' host."""
+    if server is None or server.port is None:
+        return None
+    host: str | None = None
+    if server.ready.url:
+        host = urlsplit(server.ready.url).hostname
+    if host is None:
+        raw = server.args.get("host")
+        host = str(raw) if raw is not None else None
+    return base_url(host, server.port)
 
 
 def _join_url(base: str, path: str) -> str:
@@ -304,6 +322,16 @@ def common_server_fields(section: Mapping[str, Any]) -> dict[str, Any]:
         if verify not in ("strict", "warn", "off"):
             raise InputError(f"expected strict, warn or off, got {verify!r}", key_path="verify_env")
         out["verify_env"] = verify
+    restart = section.get("restart")
+    if restart is not None:
+        if restart not in ("per_config", "per_cell"):
+            raise InputError(
+                f"expected per_config or per_cell, got {restart!r}", key_path="restart"
+            )
+        out["restart"] = restart
+    between = section.get("between")
+    if between is not None:
+        out["between"] = tuple(split_command(between, "between"))
     return out
 
 

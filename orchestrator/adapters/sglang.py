@@ -29,6 +29,7 @@ from orchestrator.adapters.base import (
     normalize_args,
     read_json,
     read_text,
+    server_url,
     split_command,
 )
 from orchestrator.adapters.nccl import analyze_nccl
@@ -113,6 +114,11 @@ class SglangServer(ServerAdapter):
             args=args,
             **common_server_fields(section),
         )
+
+    def reset_url(self, spec: ServerSpec) -> str | None:
+        """SGLang's cache flush (docs/FACTS.md), POSTed between cells sharing one server."""
+        url = server_url(spec)
+        return None if url is None else url + "/flush_cache"
 
     def analyze(self, cell_dir: Path, cell: Cell) -> dict[str, Any]:
         """Decode-batch and NCCL facts from server.log, the server's view from /server_info."""

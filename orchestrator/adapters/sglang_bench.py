@@ -10,14 +10,12 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from orchestrator.adapters.base import (
     BenchAdapter,
     RepeatResult,
     apply_regex_metrics,
     as_mapping,
-    base_url,
     common_bench_fields,
     finite_float,
     flags_to_argv,
@@ -25,6 +23,7 @@ from orchestrator.adapters.base import (
     read_json_lines,
     read_last_json_line,
     read_text,
+    server_url,
 )
 from orchestrator.adapters.sglang import (
     internal_states,
@@ -52,15 +51,7 @@ _SERVING_SCALARS = (
 
 def server_base_url(server: ServerSpec | None) -> str | None:
     """`http://host:port` of a server spec: from its ready URL's host, else its args' host."""
-    if server is None or server.port is None:
-        return None
-    host: str | None = None
-    if server.ready.url:
-        host = urlsplit(server.ready.url).hostname
-    if host is None:
-        raw = server.args.get("host")
-        host = str(raw) if raw is not None else None
-    return base_url(host, server.port)
+    return server_url(server)
 
 
 def _base_url_for(args: dict[str, Any], server: ServerSpec | None, adapter: str) -> str | None:

@@ -30,6 +30,7 @@ from orchestrator.adapters.base import (
     normalize_args,
     read_json,
     read_text,
+    server_url,
     split_command,
 )
 from orchestrator.adapters.nccl import analyze_nccl
@@ -99,6 +100,14 @@ class VllmServer(ServerAdapter):
             args={"model": model, **args},
             **common_server_fields(section),
         )
+
+    def reset_url(self, spec: ServerSpec) -> str | None:
+        """vLLM's prefix-cache reset, POSTed between cells sharing one server.
+
+        vLLM serves it only with VLLM_SERVER_DEV_MODE=1; elsewhere its 404 is noted, not fatal.
+        """
+        url = server_url(spec)
+        return None if url is None else url + "/reset_prefix_cache"
 
     def analyze(self, cell_dir: Path, cell: Cell) -> dict[str, Any]:
         """SpecDecoding and throughput log lines, and the NCCL facts and checks."""

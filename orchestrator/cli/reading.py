@@ -84,12 +84,15 @@ def show(ref: str, results_dir: Path) -> None:
 
     REF is a run (directory, .tar.gz or id) or a cell (its directory or RUN/CELL-ID-PREFIX).
     """
+    from orchestrator.analyze.starts import run_starts
     from orchestrator.results.read import RunBundle, open_run_or_cell
     from orchestrator.results.show import describe_cell, describe_run
 
     opened = open_run_or_cell(ref, results_dir)
     if isinstance(opened, RunBundle):
-        _echo_from_bundle(describe_run(opened))
+        starts = run_starts(opened)
+        text = starts.text() if starts.cells else None
+        _echo_from_bundle(describe_run(opened, starts=text, host_starts=starts.host_texts()))
     else:
         _echo_from_bundle(describe_cell(opened))
 

@@ -186,6 +186,8 @@ TStrategy = Annotated[Any, PlainValidator(one_of(*_STRATEGIES)), _or_template(_e
 TDirty = Annotated[Any, PlainValidator(one_of(*_DIRTY)), _or_template(_enum(*_DIRTY))]
 TFetch = Annotated[Any, PlainValidator(one_of(*_FETCH)), _or_template(_enum(*_FETCH))]
 TVerifyEnv = Annotated[Any, PlainValidator(one_of(*_VERIFY_ENV)), _or_template(_enum(*_VERIFY_ENV))]
+_RESTART = ("per_config", "per_cell")
+TRestart = Annotated[Any, PlainValidator(one_of(*_RESTART)), _or_template(_enum(*_RESTART))]
 TServerAdapter = Annotated[
     Any,
     PlainValidator(one_of(*SERVER_ADAPTER_NAMES)),

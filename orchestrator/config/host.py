@@ -9,6 +9,25 @@ from typing import Any, Literal
 from orchestrator.errors import SourceLocation
 
 ConnectionKind = Literal["local", "ssh"]
+# how commands run once connected: as they are ("direct"), or each as a Slurm job via srun
+ExecutorKind = Literal["direct", "slurm"]
+DEFAULT_PENDING_TIMEOUT = 600.0  # seconds a Slurm job may wait for resources before it fails
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """Where and how big each Slurm job is: srun's allocation options, from `slurm_*` vars."""
+
+    partition: str | None = None  # slurm_partition
+    account: str | None = None  # slurm_account
+    qos: str | None = None  # slurm_qos
+    gres: str | None = None  # slurm_gres, e.g. "gpu:8", per node
+    time: str | None = None  # slurm_time, Slurm's format ("30", "1:00:00"); None: from timeout
+    nodes: int = 1  # slurm_nodes
+    extra: tuple[str, ...] = ()  # slurm_extra: more srun options, passed as written
+    # slurm_pending_timeout: seconds a job may stay PENDING before it is given up (srun
+    # --immediate); None waits as long as the command's own timeout allows
+    pending_timeout: float | None = DEFAULT_PENDING_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -27,6 +46,8 @@ class Host:
     host_key_checking: bool = True  # only an explicit inventory opt-out turns it off
     known_hosts: str | None = None  # orch_known_hosts: an extra known_hosts file to trust
     workdir: str = ".orch"  # orch_workdir: runner, caches and cell dirs, relative to $HOME
+    executor: ExecutorKind = "direct"  # orch_executor: slurm runs each command as a Slurm job
+    slurm: SlurmOptions | None = None  # the slurm_* vars, set when executor is slurm
     location: SourceLocation | None = None  # where the host was declared
 
     @property

@@ -2,13 +2,24 @@
 
 Ansible's names (`ansible_host`, `ansible_port`, `ansible_user`, ...) and orch's plain ones
 (`host`, `port`, `user`, ...) are read alike; a bad value is an InputError where it was set.
+`orch_executor: slurm` (with `slurm_*` options) makes the host a Slurm login host: each command
+then runs as a Slurm job there.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shlex
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from orchestrator.config.host import ConnectionKind, Host
+from orchestrator.config.host import (
+    DEFAULT_PENDING_TIMEOUT,
+    ConnectionKind,
+    ExecutorKind,
+    Host,
+    SlurmOptions,
+)
 from orchestrator.config.inventory_graph import VarLayer
 from orchestrator.config.values import describe, is_template, suggest
 from orchestrator.errors import InputError, SourceLocation
@@ -20,6 +31,7 @@ _CONNECTIONS: dict[str, ConnectionKind] = {
     "paramiko": "ssh",
     "paramiko_ssh": "ssh",
 }
+_EXECUTORS: dict[str, ExecutorKind] = {"direct": "direct", "slurm": "slurm"}
 _TRUE = {"true", "yes", "on", "1", "y"}
 _FALSE = {"false", "no", "off", "0", "n"}
 
@@ -99,6 +111,19 @@ def host_from_vars(
             raise bad(var, f"expected true or false, got {describe(value)}")
         checking = value
 
+    executor: ExecutorKind = "direct"
+    found = pick("orch_executor")
+    if found is not None:
+        var, value = found
+        known = _EXECUTORS.get(value) if isinstance(value, str) else None
+        if known is None:
+            raise bad(
+                var,
+                f"unknown executor {value!r} (orch runs commands direct or through slurm)",
+                suggest(str(value), _EXECUTORS),
+            )
+        executor = known
+
     python = text("ansible_python_interpreter", "python") or "python3"
     if python.startswith("auto"):  # Ansible's interpreter discovery: the host's python3
         python = "python3"
@@ -116,5 +141,63 @@ def host_from_vars(
         host_key_checking=checking,
         known_hosts=text("orch_known_hosts"),
         workdir=text("orch_workdir") or ".orch",
+        executor=executor,
+        slurm=_slurm_options(pick, text, bad) if executor == "slurm" else None,
         location=location,
+    )
+
+
+def executor_from_vars(
+    name: str, values: Mapping[str, Any], location: SourceLocation
+) -> tuple[ExecutorKind, SlurmOptions | None]:
+    """`orch_executor` and the `slurm_*` options of recorded host vars (a bundle's
+    inventory.json), read as an inventory reads them: a replayed Slurm host stays on Slurm."""
+    host = host_from_vars(name, location, VarLayer(values=dict(values)), ())
+    return host.executor, host.slurm
+
+
+def _slurm_options(
+    pick: Callable[[str], tuple[str, Any] | None],
+    text: Callable[[str], str | None],
+    bad: Callable[[str, str], InputError],
+) -> SlurmOptions:
+    """The `slurm_*` vars of a Slurm host, each checked where it was set."""
+
+    def number(name: str, default: float | None, *, whole: bool) -> float | None:
+        found = pick(name)
+        if found is None:
+            return default
+        var, value = found
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):  # not a number: refused below
+                value = int(value.strip()) if whole else float(value.strip())
+        kinds = (int,) if whole else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds) or value < (1 if whole else 0):
+            wanted = "a whole number of nodes (1 or more)" if whole else "seconds (0 or more)"
+            raise bad(var, f"expected {wanted}, got {describe(value)}")
+        return float(value)
+
+    extra: tuple[str, ...] = ()
+    found = pick("slurm_extra")
+    if found is not None:
+        var, value = found
+        if isinstance(value, str):
+            try:
+                extra = tuple(shlex.split(value))
+            except ValueError as exc:
+                raise bad(var, f"cannot split slurm_extra like a shell: {exc}") from exc
+        elif isinstance(value, list) and all(isinstance(v, str | int) for v in value):
+            extra = tuple(str(v) for v in value)
+        else:
+            raise bad(var, f"expected srun options as a string or a list, got {describe(value)}")
+    pending = number("slurm_pending_timeout", DEFAULT_PENDING_TIMEOUT, whole=False)
+    return SlurmOptions(
+        partition=text("slurm_partition"),
+        account=text("slurm_account"),
+        qos=text("slurm_qos"),
+        gres=text("slurm_gres"),
+        time=text("slurm_time"),
+        nodes=int(number("slurm_nodes", 1, whole=True) or 1),
+        extra=extra,
+        pending_timeout=pending or None,  # 0: wait for resources as long as the command may
     )

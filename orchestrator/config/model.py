@@ -33,6 +33,7 @@ from orchestrator.config.fieldtypes import (
     TPositiveCount,
     TRef,
     TRegex,
+    TRestart,
     TServerAdapter,
     TStr,
     TStrategy,
@@ -134,6 +135,8 @@ class ServerSection(_Section):
     captures: list[CaptureSection] | None = None
     stop_grace: TNonNegative | None = None
     verify_env: TVerifyEnv = "strict"
+    restart: TRestart = "per_config"
+    between: TCommand | None = None
 
     @model_validator(mode="after")
     def _command_fits_adapter(self) -> ServerSection:

@@ -2,7 +2,8 @@
 
 The public face of orch's transports; importers need nothing else from them:
 `Connection` and `RunResult` (the interface, `transport.py`), `CommandTimeout`, and `connect`.
-Transports: `local.py` (subprocess), `ssh.py` (Fabric + paramiko; host keys in `hostkeys.py`).
+Transports: `local.py` (subprocess), `ssh.py` (Fabric + paramiko; host keys in `hostkeys.py`),
+`slurm.py` (each command a Slurm job, through srun on a local or SSH login connection).
 A new one is one module implementing `Connection` plus one branch in `connect`.
 
 Retry policy: network trouble while opening is retried with exponential backoff and jitter;
@@ -26,10 +27,11 @@ from tenacity import (
     wait_random,
 )
 
-from orchestrator.config.host import Host
+from orchestrator.config.host import Host, SlurmOptions
 from orchestrator.errors import ConnectionFailure, OrchError
 from orchestrator.execute import hostkeys
 from orchestrator.execute.local import LocalConnection
+from orchestrator.execute.slurm import SlurmConnection
 from orchestrator.execute.ssh import SSHConnection, open_ssh
 from orchestrator.execute.transport import CommandTimeout, Connection, RunResult
 
@@ -39,6 +41,7 @@ __all__ = [
     "LocalConnection",
     "RunResult",
     "SSHConnection",
+    "SlurmConnection",
     "connect",
 ]
 
@@ -55,7 +58,8 @@ def connect(
     retry_max_wait: float = 8.0,
     ssh_config_path: Path | None = None,
 ) -> Connection:
-    """Open a connection to `host`: local for `connection: local`, otherwise SSH.
+    """Open a connection to `host`: local for `connection: local`, otherwise SSH; wrapped in
+    a `SlurmConnection` (that connection is then the login host) for `orch_executor: slurm`.
 
     SSH honours ssh config (default ~/.ssh/config and /etc/ssh/ssh_config, or
     `ssh_config_path`): Host aliases, HostName, Port, User, IdentityFile, ProxyJump,
@@ -63,6 +67,24 @@ def connect(
     Connection errors are retried `attempts` times with exponential backoff and jitter; host
     key and authentication failures are not. Raises `HostKeyError` or `ConnectionFailure`.
     """
+    if host.executor == "slurm":
+        login = _open(host, connect_timeout, keepalive, attempts, retry_initial_wait,
+                      retry_max_wait, ssh_config_path)  # fmt: skip
+        return SlurmConnection(login, host.slurm or SlurmOptions(), host=host)
+    return _open(host, connect_timeout, keepalive, attempts, retry_initial_wait, retry_max_wait,
+                 ssh_config_path)  # fmt: skip
+
+
+def _open(
+    host: Host,
+    connect_timeout: float,
+    keepalive: int,
+    attempts: int,
+    retry_initial_wait: float,
+    retry_max_wait: float,
+    ssh_config_path: Path | None,
+) -> Connection:
+    """The plain connection to `host` (local or SSH, with retries): see `connect`."""
     if host.connection == "local":
         return LocalConnection(host)
 

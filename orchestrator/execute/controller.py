@@ -1,13 +1,15 @@
 """`orch apply`: every cell on its host, hosts in parallel, cells of one host in sequence.
 
 The controller never drives a host command by command: it ships the runner once per host and
-starts it once per cell (DESIGN.md principle 4). A cell's or a host's failure is recorded and the
-others go on; Ctrl-C closes every runner's stdin, which makes each stop its server and archive.
+starts it once per host with the host's whole queue of cells (execute/queue.py); each finished
+cell comes back in the same stream and is written at once. Cells of one commit run together, and
+within it the cells of one server session (plan/sessions.py), so each server starts once. A
+cell's or a host's failure is recorded and the others go on; Ctrl-C closes every runner's stdin,
+which makes each stop its server and send the cell in flight.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import threading
@@ -28,7 +30,6 @@ from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.interrupts import raise_on_sigterm, restore_sigterm, signals_deferred
 from orchestrator.execute.machine import machine_id
 from orchestrator.execute.outcomes import (
-    STOPPED,
     ApplyOptions,
     CellOutcome,
     RunOutcome,
@@ -36,9 +37,13 @@ from orchestrator.execute.outcomes import (
 )
 from orchestrator.execute.pool import StartSpacing
 from orchestrator.execute.progress import Progress
+from orchestrator.execute.queue import HostQueue
 from orchestrator.execute.runlock import acquire_run_lock
 from orchestrator.execute.secret_values import extra_vars_in_argv, scrub, secret_values
 from orchestrator.execute.ship import ensure_runner
+from orchestrator.execute.slurm import SlurmConnection, SlurmJob
+from orchestrator.execute.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
+from orchestrator.plan.sessions import session_key
 from orchestrator.results.archive import extract_archive
 from orchestrator.results.bundle import BundleWriter
 from orchestrator.results.documents import read_json
@@ -123,6 +128,7 @@ class Run:
         self.progress = progress or Progress(by_host)
         self._previous: dict[str, Any] = {}
         self._conns: set[Connection] = set()
+        self._slurm_jobs: dict[str, dict[str, dict[str, Any]]] = {}  # host -> job name -> job
 
     # --- bundle bookkeeping -------------------------------------------------------------
 
@@ -206,9 +212,27 @@ class Run:
                     },
                 },
                 "cells": cells,
+                **self._slurm_json(),
                 **self.options.extra_run_fields,
             }
             self.writer.write_json(RUN_JSON, doc)
+
+    def _slurm_json(self) -> dict[str, Any]:
+        """run.json's `slurm_jobs` (the Slurm executor only): every job per host, a resume's
+        earlier ones kept."""
+        jobs = {h: list(j.values()) for h, j in self._slurm_jobs.items()}
+        earlier = self._previous.get("slurm_jobs")
+        if isinstance(earlier, dict):
+            jobs = {h: [*earlier.get(h, []), *jobs.get(h, [])] for h in {*earlier, *jobs}}
+        return {"slurm_jobs": jobs} if jobs else {}
+
+    def _slurm_job(self, host_name: str, job: SlurmJob) -> None:
+        """A host's Slurm job changed (queued, running): show why it waits; record it at once."""
+        if job.state == "PENDING":
+            self.progress.host_step(host_name, f"Slurm job {job.job_id} PENDING ({job.reason})")
+        with self._lock:
+            self._slurm_jobs.setdefault(host_name, {})[job.name] = job.as_json()
+        self._write_run_json("running")
 
     def _record(self, outcome: CellOutcome) -> None:
         if outcome.reason:  # git/ssh errors can quote a URL or argv holding a secret
@@ -237,11 +261,15 @@ class Run:
                 continue
             todo.setdefault(cell.host, []).append(cell)
         for cells in todo.values():
-            # One commit's cells together, commits in order of first appearance (matrix order).
+            # One commit's cells together, commits in order of first appearance (matrix order),
+            # and in a commit the cells of one server session together: one start each.
             first: dict[tuple[str, str, str], int] = {}
             for c in cells:
                 first.setdefault(_checkout_key(c), len(first))
-            cells.sort(key=lambda c: first[_checkout_key(c)])
+            sessions: dict[str, int] = {}
+            for c in cells:
+                sessions.setdefault(session_key(c), len(sessions))
+            cells.sort(key=lambda c: (first[_checkout_key(c)], sessions[session_key(c)]))
         status = "failed"
         interrupted = False
         previous_term = raise_on_sigterm()
@@ -333,6 +361,8 @@ class Run:
     def _connect(self, host: Host) -> Connection:
         self.spacing.wait()
         conn = connect(host, attempts=self.options.connect_attempts)
+        if isinstance(conn, SlurmConnection):
+            conn.on_job = lambda job, name=host.name: self._slurm_job(name, job)
         with self._lock:
             self._conns.add(conn)
         return conn
@@ -352,24 +382,31 @@ class Run:
         try:
             self.progress.host_step(host.name, "shipping runner")
             runner = ensure_runner(conn)
-            self._facts(conn, runner)
+            facts_rel = f"{HOSTS_DIR}/{host.name}/{FACTS_JSON}"
+            want_facts = not (self.options.resume and self.writer.exists(facts_rel))
             if self.options.resume:
                 self._collect(conn, runner, cells, done)
-            lost = False
-            for cell in cells:
-                if cell.id in done:
-                    continue
+            pending = [c for c in cells if c.id not in done]
+            while pending:
                 if self.stop.is_set():
-                    self._record(CellOutcome(cell.id, host.name, "not-run", "interrupted"))
-                    continue
-                if lost:
-                    # lost mid-run (network, sshd restart): one fresh connection, same runner
-                    conn.close()
-                    self.progress.host_step(host.name, "reconnecting")
-                    conn = self._connect(host)
-                outcome = self._run_cell(conn, runner, cell)
-                lost = outcome.failed_step == "connection"
-                self._record(outcome)
+                    for cell in pending:
+                        self._record(CellOutcome(cell.id, host.name, "not-run", "interrupted"))
+                    break
+                queue = HostQueue(self, conn, runner, pending, facts=want_facts)
+                lost = queue.run()
+                if queue.facts is not None:
+                    self.write_facts(host.name, queue.facts, conn)
+                    want_facts = False
+                pending = [c for c in pending if c.id not in self.outcomes]
+                if not lost or not pending or not queue.progressed:
+                    queue.fail_rest(pending)
+                    break
+                # lost mid-queue (network, sshd restart): one fresh connection, the same runner
+                conn.close()
+                self.progress.host_step(host.name, "reconnecting")
+                conn = self._connect(host)
+            if want_facts:
+                self.write_facts(host.name, {"absent": "the runner sent no facts"}, conn)
         except OrchError as exc:
             lost = isinstance(exc, ConnectionFailure)
             step = "connect" if lost else "host"
@@ -382,121 +419,51 @@ class Run:
         finally:
             conn.close()
 
-    def _facts(self, conn: Connection, runner: str) -> None:
-        host = conn.host
-        rel = f"{HOSTS_DIR}/{host.name}/{FACTS_JSON}"
-        if self.options.resume and self.writer.exists(rel):
-            return
-        self.progress.host_step(host.name, "facts")
-        res = conn.run([host.python, runner, "probe"], timeout=180)
-        try:
-            facts = json.loads(res.stdout)
-        except ValueError:
-            facts = {"absent": f"probe failed (rc {res.rc}): {res.stderr.strip()[-500:]}"}
+    def write_facts(self, host_name: str, facts: dict[str, Any], conn: Connection) -> None:
+        """hosts/<host>/facts.json: the host snapshot the runner took beside the first cell."""
         facts["host_key_verified"] = conn.host_key_verified
+        rel = f"{HOSTS_DIR}/{host_name}/{FACTS_JSON}"
         self.writer.write_json(rel, scrub(facts, self.secrets))
 
+    def record(self, outcome: CellOutcome) -> None:
+        """Record one cell's outcome (HostQueue reports through this)."""
+        self._record(outcome)
+
     def _collect(self, conn: Connection, runner: str, cells: list[Cell], done: set[str]) -> None:
-        """Fetch cells a runner finished after the previous controller died."""
+        """Import cells a runner finished after the previous controller died (streamed)."""
         self.progress.host_step(conn.host.name, "collecting finished cells")
         argv = [conn.host.python, runner, "collect", self.run_id, "--workdir", conn.host.workdir]
-        res = conn.run(argv, timeout=120)
         wanted = {c.id: c for c in cells}
-        for line in res.stdout.splitlines():
-            try:
-                item = json.loads(line)
-            except ValueError:
-                continue
-            cid = item.get("cell_id")
-            if cid not in wanted or cid in done or item.get("status") == "interrupted":
-                continue
-            outcome = self._import_archive(conn, wanted[cid], str(item["archive"]), 0.0)
-            self._record(outcome)
-            done.add(cid)
+        items: dict[str, dict[str, Any]] = {}
+        with tempfile.TemporaryDirectory(prefix="orch-collect-") as tmp:
+            stream = ArchiveStream(Path(tmp))
 
-    def _run_cell(self, conn: Connection, runner: str, cell: Cell) -> CellOutcome:
-        host = conn.host
-        payload = {
-            "schema_version": PROTOCOL_VERSION,
-            "run_id": self.run_id,
-            "workdir": host.workdir,
-            "cell": cell.model_dump(mode="json"),
-            # Values secret by name or listing, not only env: the runner scrubs them on the host.
-            "secret_values": self.secrets,
-        }
-        final: dict[str, Any] = {}
-        noise: list[str] = []
+            def on_line(line: str) -> None:
+                event = json_line(line)
+                if event is None:
+                    return
+                if event.get("event") not in ARCHIVE_EVENTS:
+                    if "cell_id" in event:
+                        items[str(event["cell_id"])] = event
+                    return
+                got = stream.feed(event)
+                if got is None:
+                    return
+                cid, archive = got
+                status = items.get(cid, {}).get("status")
+                wanted_now = cid in wanted and cid not in done and status != "interrupted"
+                if wanted_now and isinstance(archive, Path):
+                    self._record(self.import_archive(conn.host.name, wanted[cid], archive, 0))
+                    done.add(cid)
 
-        def on_line(line: str) -> None:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                noise.append(line)
-                return
-            if not isinstance(event, dict):
-                return
-            if event.get("event") == "done":
-                final.update(event)
-            self.progress.cell_event(host.name, cell.id, scrub(event, self.secrets))
+            conn.run([*argv, "--stream"], timeout=600, on_stdout_line=on_line)
+            stream.close()
 
-        started = time.monotonic()
-        try:
-            res = conn.run(
-                [host.python, runner, "run"],
-                stdin=(json.dumps(payload) + "\n").encode(),
-                keep_stdin_open=True,
-                timeout=cell.cell_timeout + 600,
-                on_stdout_line=on_line,
-                stop=self.stop,
-            )
-        except OrchError as exc:
-            if self.stop.is_set():
-                # A second Ctrl-C closes the connections on purpose: the runner still stops its
-                # server on stdin EOF, and `--resume` reruns the cell. Not a failure.
-                return stopped_outcome(
-                    cell.id, host.name, "connection closed; its runner stops its server"
-                )
-            if isinstance(exc, ConnectionFailure):
-                reason = f"lost the connection while the cell ran: {exc}"
-                return CellOutcome(cell.id, host.name, "failed", reason, "connection")
-            return CellOutcome(cell.id, host.name, "failed", f"lost the runner: {exc}", "runner")
-        seconds = time.monotonic() - started
-        if not final.get("archive"):
-            if final.get("reason"):  # the runner said why (e.g. another runner holds the cell)
-                status = "interrupted" if final.get("status") == "interrupted" else "failed"
-                step = final.get("step") or "runner"
-                return CellOutcome(cell.id, host.name, status, final["reason"], step, seconds)
-            tail = (res.stderr.strip() or "\n".join(noise))[-1500:]
-            return CellOutcome(
-                cell.id,
-                host.name,
-                "failed",
-                f"runner ended without a result (rc {res.rc}): {tail}",
-                "runner",
-                seconds,
-            )
-        try:
-            outcome = self._import_archive(conn, cell, str(final["archive"]), seconds)
-        except ConnectionFailure as exc:
-            if self.stop.is_set():  # Ctrl-C: `--resume` collects the archive or reruns the cell
-                return stopped_outcome(
-                    cell.id, host.name, f"while fetching results: {exc}", seconds
-                )
-            reason = f"lost the connection fetching the cell's results: {exc}"
-            return CellOutcome(cell.id, host.name, "failed", reason, "connection", seconds)
-        except (OrchError, OSError, ValueError) as exc:
-            reason = f"cannot import the cell's results from {final['archive']}: {exc}"
-            return CellOutcome(cell.id, host.name, "failed", reason, "collect", seconds)
-        if outcome.status == "interrupted" and self.stop.is_set():
-            outcome.reason = f"{STOPPED}; the server was stopped"
-        return outcome
-
-    def _import_archive(
-        self, conn: Connection, cell: Cell, archive: str, seconds: float
+    def import_archive(
+        self, host_name: str, cell: Cell, local: Path, seconds: float
     ) -> CellOutcome:
+        """Score a cell's archive and install it in the bundle; the cell's outcome."""
         with tempfile.TemporaryDirectory(prefix="orch-cell-") as tmp:
-            local = Path(tmp) / "cell.tar.gz"
-            conn.get(archive, local)
             staged = Path(tmp) / "cell"
             extract_archive(local, staged)
             # The host redacted its captures (server_info): compare what it reported with the
@@ -508,7 +475,7 @@ class Run:
             shutil.rmtree(staged, ignore_errors=True)
         return CellOutcome(
             cell.id,
-            conn.host.name,
+            host_name,
             verdict.status,
             verdict.reason,
             verdict.failed_step

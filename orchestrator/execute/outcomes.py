@@ -21,16 +21,20 @@ class CellOutcome:
     failed_step: str | None = None
     seconds: float | None = None
     earlier: bool = False  # recorded by an earlier invocation of this run (before --resume)
+    slurm_job: str | None = None  # the Slurm job the cell ran in (the Slurm executor only)
 
     def to_json(self) -> dict[str, Any]:
         """The run.json entry."""
-        return {
+        entry: dict[str, Any] = {
             "host": self.host,
             "status": self.status,
             "reason": self.reason,
             "failed_step": self.failed_step,
             "seconds": self.seconds,
         }
+        if self.slurm_job is not None:
+            entry["slurm_job"] = self.slurm_job
+        return entry
 
 
 @dataclass

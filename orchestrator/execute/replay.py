@@ -16,8 +16,9 @@ from typing import Any
 
 from orchestrator.cell import Cell
 from orchestrator.config.host import Group, Host, Inventory
+from orchestrator.config.inventory_connection import executor_from_vars
 from orchestrator.config.patterns import select_hosts_checked
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, SourceLocation
 from orchestrator.execute.controller import Run
 from orchestrator.execute.machine import machine_id
 from orchestrator.execute.outcomes import ApplyOptions, RunOutcome
@@ -101,6 +102,11 @@ def inventory_from_bundle(run: RunBundle) -> Inventory:
             continue
         hvars = {k: v for k, v in (h.get("vars") or {}).items() if v != REDACTED}
         key_file = hvars.get("ansible_ssh_private_key_file") or hvars.get("key")
+        executor, slurm = (
+            executor_from_vars(name, hvars, SourceLocation(str(run.source)))
+            if "orch_executor" in hvars
+            else ("direct", None)
+        )
         hosts[name] = Host(
             name=name,
             vars=hvars,
@@ -114,6 +120,8 @@ def inventory_from_bundle(run: RunBundle) -> Inventory:
             host_key_checking=bool(h.get("host_key_checking", True)),
             known_hosts=hvars.get("orch_known_hosts"),
             workdir=str(hvars.get("orch_workdir") or ".orch"),
+            executor=executor,
+            slurm=slurm,
         )
     groups = {"all": Group("all", hosts=tuple(hosts))}
     return Inventory(hosts=hosts, groups=groups, source=f"{run.source} (inventory.json)")

@@ -6,14 +6,20 @@ and, later, stdin's EOF to the task, and streams the task's stdout back through 
 connection line by line; when it exits the job ends. So the runner needs nothing new: it reads
 and writes exactly what it does over SSH, and EOF still means "controller gone".
 
-Files move through the login host (`put`/`get` are the login connection's), which assumes the
-compute nodes see the login host's $HOME, as on most clusters; commands run in $HOME there.
+Commands run in $HOME on the node. `put`/`get` are the login connection's, so they assume the
+nodes see the login host's $HOME; the controller needs neither (it ships the runner through a
+command's stdin and reads results from its stdout), but its runner cache assumes the nodes
+share $HOME (or `orch_workdir`), as on most clusters.
 
 Timeouts: at the deadline the job is cancelled (`scancel --name`: Slurm sends TERM, then KILL
 after its KillWait, to every process of the job), srun then exits, and the job ends CANCELLED.
 Each command's job is named `<prefix>-<random>` (`job_names`), so a caller can find, record or
-cancel it. Slurm refusing the job (no such partition, more GPUs than exist) raises
-`ExecutionError` with Slurm's own words.
+cancel it; `jobs` holds each job's id, state, reason and nodes as a watcher saw them in squeue.
+Slurm refusing the job (no such partition, more GPUs than exist) raises `ExecutionError` with
+Slurm's own words. A job still PENDING after `slurm_pending_timeout` (srun --immediate), or
+ended by Slurm (CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY, ...) raises
+`SlurmJobEnded` naming the job, its state and Slurm's reason. States come from squeue, which
+works without accounting storage (sacct does not).
 """
 
 from __future__ import annotations
@@ -24,14 +30,22 @@ import secrets
 import shlex
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from orchestrator.config.host import Host
+from orchestrator.config.host import Host, SlurmOptions
 from orchestrator.errors import ExecutionError, OrchError
 from orchestrator.execute.transport import CommandTimeout, Connection, RunResult
+
+__all__ = [
+    "SlurmConnection",
+    "SlurmJob",
+    "SlurmJobEnded",
+    "SlurmOptions",
+    "slurm_jobs",
+    "srun_options",
+]
 
 # srun's own first words when Slurm will not run the job at all (it never started)
 _REFUSED = ("srun: error: Unable to allocate resources", "srun: error: Invalid ")
@@ -39,63 +53,81 @@ _REFUSED = ("srun: error: Unable to allocate resources", "srun: error: Invalid "
 # by default, lies between the TERM and the KILL)
 _CANCEL_GRACE_SECONDS = 60.0
 _ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING"}
-_POLL_SECONDS = 0.5  # squeue while a cancelled job completes
+_POLL_SECONDS = 0.5  # squeue while a cancelled job completes; the watcher's first pause
+_WATCH_MAX_SECONDS = 5.0  # the watcher's longest pause between two squeue while a job waits
+_WAITING = {"PENDING", "CONFIGURING"}
+# job states in which Slurm, not the program, ended the job: the reason a cell gets
+_ENDED_BY_SLURM = {
+    "CANCELLED": "cancelled (scancel, an admin, or Slurm itself)",
+    "TIMEOUT": "hit its Slurm time limit (slurm_time)",
+    "NODE_FAIL": "a node of the job failed",
+    "PREEMPTED": "preempted by a higher-priority job",
+    "OUT_OF_MEMORY": "ran out of memory",
+    "BOOT_FAIL": "a node failed to boot",
+    "DEADLINE": "missed its deadline",
+}
 
 
-@dataclass(frozen=True)
-class SlurmOptions:
-    """Where and how big each job is: srun's allocation options, from the inventory."""
+def srun_options(options: SlurmOptions, job_name: str, timeout: float | None) -> list[str]:
+    """srun's options for one command's job (its name, its allocation, one task a node)."""
+    srun = [f"--job-name={job_name}", f"--nodes={options.nodes}", "--ntasks-per-node=1"]
+    for flag, value in (
+        ("partition", options.partition),
+        ("account", options.account),
+        ("qos", options.qos),
+        ("gres", options.gres),
+    ):
+        if value:
+            srun.append(f"--{flag}={value}")
+    if options.time:
+        srun.append(f"--time={options.time}")
+    elif timeout is not None:  # Slurm's limit backs ours up, should orch die mid-command
+        srun.append(f"--time={math.ceil(timeout / 60) + 1}")
+    if options.pending_timeout:  # Slurm itself gives up a job still PENDING by then
+        srun.append(f"--immediate={max(1, math.ceil(options.pending_timeout))}")
+    if options.nodes > 1:
+        srun.append("--kill-on-bad-exit=1")  # one node failing ends the others
+    return [*srun, *options.extra]
 
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    gres: str | None = None  # e.g. "gpu:8", per node
-    time: str | None = None  # Slurm's time format ("30", "1:00:00"); None: derived from timeout
-    nodes: int = 1
-    extra: tuple[str, ...] = ()  # more srun options, passed as written
 
-    @classmethod
-    def from_vars(cls, variables: Mapping[str, Any]) -> SlurmOptions:
-        """Read `slurm_partition`, `slurm_account`, `slurm_qos`, `slurm_gres`, `slurm_time`,
-        `slurm_nodes` and `slurm_extra` (a string split like a shell, or a list)."""
+@dataclass
+class SlurmJob:
+    """One command's Slurm job as last seen: name (ours), id, state, reason, node list."""
 
-        def text(name: str) -> str | None:
-            value = variables.get(f"slurm_{name}")
-            return None if value is None else str(value)
+    name: str
+    job_id: str | None = None
+    state: str | None = None  # squeue's %T: PENDING, RUNNING, COMPLETED, CANCELLED, ...
+    reason: str | None = None  # squeue's %r: why it waits or ended (Resources, ...)
+    nodes: str | None = None  # squeue's %N, e.g. node[1-2]
 
-        extra = variables.get("slurm_extra") or ()
-        return cls(
-            partition=text("partition"),
-            account=text("account"),
-            qos=text("qos"),
-            gres=text("gres"),
-            time=text("time"),
-            nodes=int(variables.get("slurm_nodes", 1)),
-            extra=tuple(shlex.split(extra) if isinstance(extra, str) else map(str, extra)),
-        )
+    def as_json(self) -> dict[str, str | None]:
+        """For the bundle: run.json's host entry or a cell's outcome."""
+        return {
+            "job_id": self.job_id,
+            "job_name": self.name,
+            "state": self.state,
+            "reason": self.reason,
+            "nodes": self.nodes,
+        }
 
-    def srun_options(self, job_name: str, timeout: float | None) -> list[str]:
-        """srun's options for one command's job (its name, its allocation, one task a node)."""
-        options = [f"--job-name={job_name}", f"--nodes={self.nodes}", "--ntasks-per-node=1"]
-        for flag, value in (
-            ("partition", self.partition),
-            ("account", self.account),
-            ("qos", self.qos),
-            ("gres", self.gres),
-        ):
-            if value:
-                options.append(f"--{flag}={value}")
-        if self.time:
-            options.append(f"--time={self.time}")
-        elif timeout is not None:  # Slurm's limit backs ours up, should orch die mid-command
-            options.append(f"--time={math.ceil(timeout / 60) + 1}")
-        if self.nodes > 1:
-            options.append("--kill-on-bad-exit=1")  # one node failing ends the others
-        return [*options, *self.extra]
+
+class SlurmJobEnded(ExecutionError):
+    """Slurm ended the command's job (cancelled, time limit, node failure, preempted, out of
+    memory, or never started within `slurm_pending_timeout`); `result` holds its output."""
+
+    def __init__(self, message: str, *, job: SlurmJob, result: RunResult) -> None:
+        super().__init__(message)
+        self.job = job
+        self.result = result
 
 
 class SlurmConnection(Connection):
-    """Runs each command as a Slurm job through `srun` on a login connection it owns."""
+    """Runs each command as a Slurm job through `srun` on a login connection it owns.
+
+    `jobs` lists every command's job in start order; a watcher fills in its id, state, reason
+    and nodes while it waits and starts (`on_job` hears every change, e.g. for a progress view
+    or to record the job id before the command ends).
+    """
 
     def __init__(
         self,
@@ -104,14 +136,23 @@ class SlurmConnection(Connection):
         *,
         host: Host | None = None,
         job_prefix: str = "orch",
+        on_job: Callable[[SlurmJob], None] | None = None,
     ) -> None:
         self.login = login
         self.options = options
         self.host = host or login.host
         self.host_key_verified = login.host_key_verified
         self.job_prefix = job_prefix
+        self.on_job = on_job
         self.job_names: list[str] = []  # one per command, in start order
+        self._jobs: list[SlurmJob] = []
         self._lock = threading.Lock()
+
+    @property
+    def jobs(self) -> list[SlurmJob]:
+        """Copies of every command's job as last seen, in start order."""
+        with self._lock:
+            return [replace(job) for job in self._jobs]
 
     def run(
         self,
@@ -126,22 +167,27 @@ class SlurmConnection(Connection):
         """See `Connection.run`: the command runs as one Slurm job, started by `srun`.
 
         The time spent waiting for the allocation counts against `timeout`. Raises
-        `ExecutionError` when Slurm refuses the job.
+        `ExecutionError` when Slurm refuses the job, `SlurmJobEnded` when Slurm ended it (or
+        it stayed PENDING past `slurm_pending_timeout`).
         """
-        job_name = f"{self.job_prefix}-{secrets.token_hex(6)}"
+        job = SlurmJob(f"{self.job_prefix}-{secrets.token_hex(6)}")
         with self._lock:
-            self.job_names.append(job_name)
-        srun = ["srun", *self.options.srun_options(job_name, timeout), "--", *argv]
+            self.job_names.append(job.name)
+            self._jobs.append(job)
+        srun = ["srun", *srun_options(self.options, job.name, timeout), "--", *argv]
         cancelled = threading.Event()
+        finished = threading.Event()
 
         def cancel_at_deadline() -> None:
             cancelled.set()
-            self.cancel(job_name)
+            self.cancel(job.name)
 
         timer = None if timeout is None else threading.Timer(timeout, cancel_at_deadline)
         if timer is not None:
             timer.daemon = True
             timer.start()
+        watcher = threading.Thread(target=self._watch, args=(job, finished), daemon=True)
+        watcher.start()
         try:
             result = self.login.run(
                 srun,
@@ -153,30 +199,96 @@ class SlurmConnection(Connection):
                 stop=stop,
             )
         except CommandTimeout as exc:
-            self.cancel(job_name)
-            self._wait_ended(job_name)
-            raise self._timed_out(argv, job_name, timeout, exc.result) from exc
+            self.cancel(job.name)
+            self._wait_ended(job.name)
+            raise self._timed_out(argv, job, timeout, exc.result) from exc
         finally:
+            finished.set()
             if timer is not None:
                 timer.cancel()
+        watcher.join(timeout=_POLL_SECONDS * 4)
         if cancelled.is_set():
-            self._wait_ended(job_name)
-            raise self._timed_out(argv, job_name, timeout, result)
+            error = self._timed_out(argv, replace(job), timeout, result)  # as seen before it
+            self._wait_ended(job.name)
+            self._refresh(job)
+            raise error
+        if result.rc == 0:
+            self._refresh(job)  # its id when it ran too briefly for the watcher, and its end
+            return result
+        self._wait_ended(job.name)
+        self._refresh(job)
+        self._raise_if_slurm_ended(argv, job, result)
+        return result
+
+    def _raise_if_slurm_ended(self, argv: Sequence[str], job: SlurmJob, result: RunResult) -> None:
+        """The program did not fail by itself: Slurm refused, gave up or ended its job."""
         refused = [line for line in result.stderr.splitlines() if line.startswith(_REFUSED)]
-        if result.rc != 0 and refused:
+        queued = "queued and waiting for resources" in result.stderr
+        what = f"Slurm job {job.job_id or '?'} ({job.name})"
+        if refused and queued and self.options.pending_timeout and job.state != "RUNNING":
+            raise SlurmJobEnded(
+                f"{what} for {argv[0]} on {self.host.name} stayed PENDING "
+                f"({job.reason or 'no reason given'}) past slurm_pending_timeout "
+                f"({self.options.pending_timeout:g} s) and was cancelled: {refused[0]}",
+                job=job,
+                result=result,
+            )
+        if refused:
             raise ExecutionError(
                 f"Slurm refused to run {argv[0]} on {self.host.name}: {refused[0]}",
                 hint="check the slurm_* settings of this host against `sinfo` and `scontrol show "
                 "partition`",
             )
-        return result
+        if job.state in _ENDED_BY_SLURM:
+            where = f" on {job.nodes}" if job.nodes else ""
+            because = f", reason {job.reason}" if job.reason not in (None, "None") else ""
+            raise SlurmJobEnded(
+                f"{what} running {argv[0]}{where} ended {job.state}{because} "
+                f"(rc {result.rc}): {_ENDED_BY_SLURM[job.state]}",
+                job=job,
+                result=result,
+            )
+
+    def _watch(self, job: SlurmJob, finished: threading.Event) -> None:
+        """Follow the job through squeue until it runs (or the command ends): its id, its
+        PENDING reason, its nodes. Polls less often as it waits."""
+        pause = _POLL_SECONDS
+        while not finished.wait(pause):
+            self._refresh(job)
+            if job.state is not None and job.state not in _WAITING:
+                return
+            pause = min(pause * 2, _WATCH_MAX_SECONDS)
+
+    def _refresh(self, job: SlurmJob) -> None:
+        """Read the job's id, state, reason and nodes from squeue (best effort)."""
+        try:
+            shown = self.login.run(
+                ["squeue", "-h", "--states=all", f"--name={job.name}", "-o", "%i|%T|%r|%N"],
+                timeout=30,
+            )
+        except OrchError:
+            return
+        rows = [line.split("|") for line in shown.stdout.splitlines() if line.count("|") == 3]
+        if not rows:
+            return
+        job_id, state, reason, nodes = rows[-1]
+        seen = (job_id, state, reason or None, nodes or None)
+        with self._lock:
+            changed = seen != (job.job_id, job.state, job.reason, job.nodes)
+            job.job_id, job.state, job.reason, job.nodes = seen
+            copy = replace(job)
+        if changed and self.on_job is not None:
+            with contextlib.suppress(Exception):  # a listener's bug must not end the command
+                self.on_job(copy)
 
     def _timed_out(
-        self, argv: Sequence[str], job_name: str, timeout: float | None, result: RunResult
+        self, argv: Sequence[str], job: SlurmJob, timeout: float | None, result: RunResult
     ) -> CommandTimeout:
+        # a job that never left the queue says so: the time went to waiting, not to the program
+        waiting = f", never started: PENDING ({job.reason})" if job.state in _WAITING else ""
         return CommandTimeout(
-            f"{shlex.join(argv)} on {self.host.name} (Slurm job {job_name}) timed out after "
-            f"{timeout:g} s (job cancelled)",
+            f"{shlex.join(argv)} on {self.host.name} (Slurm job {job.job_id or '?'}, "
+            f"{job.name}) timed out after {timeout:g} s (job cancelled{waiting})",
             result=result,
         )
 
@@ -211,3 +323,11 @@ class SlurmConnection(Connection):
     def close(self) -> None:
         """Close the login connection: each running srun's task sees EOF on stdin."""
         self.login.close()
+
+
+def slurm_jobs(connection: Connection, since: int = 0) -> list[dict[str, str | None]]:
+    """The Slurm jobs a connection's commands ran as (from the `since`-th on), ready for the
+    bundle; [] for a connection that is not through Slurm."""
+    if not isinstance(connection, SlurmConnection):
+        return []
+    return [job.as_json() for job in connection.jobs[since:]]

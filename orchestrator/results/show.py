@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,14 @@ def _first_line(text: Any) -> str:
     return str(text).strip().splitlines()[0] if text else ""
 
 
-def describe_run(run: RunBundle) -> str:
-    """Header facts of the run and one line per cell (status and the reason's first line)."""
+def describe_run(
+    run: RunBundle, *, starts: str | None = None, host_starts: Mapping[str, str] | None = None
+) -> str:
+    """Header facts of the run and one line per cell (status and the reason's first line).
+
+    `starts` is the run's server starts in words, `host_starts` the same per host (shown when
+    there are several); the caller counts them (`analyze/starts.py`).
+    """
     doc = run.run or {}
     lines = [
         f"run       {run.run_id}",
@@ -33,6 +40,11 @@ def describe_run(run: RunBundle) -> str:
     for key in ("replay_of", "resumed"):
         if doc.get(key):
             lines.append(f"{key:<9} {doc[key]}")
+    if starts:
+        lines.append(f"{'starts':<9} {starts}")
+        if host_starts and len(host_starts) > 1:
+            width = max(len(h) for h in host_starts)
+            lines += [f"{'':<9}   {h:<{width}}  {text}" for h, text in host_starts.items()]
     rows = []
     for cid, entry in (doc.get("cells") or {}).items():
         record = run.cells.get(cid)

@@ -9,10 +9,10 @@ import os
 import signal
 import sys
 import tarfile
-import traceback
 from typing import Any, Dict, List, Optional
 
-from orchestrator.runner.cell import CellRunner, archived_cell_json, make_archive
+from orchestrator.runner.cell import archived_cell_json, make_archive
+from orchestrator.runner.context import Control
 from orchestrator.runner.procs import (
     kill_pid,
     live_server_records,
@@ -30,31 +30,24 @@ from orchestrator.runner.protocol import (
     read_json,
     resolve_path,
 )
+from orchestrator.runner.queue import run_queue, send_archive
 from orchestrator.runner.remote_refs import list_remote_refs, pick_ref
 from orchestrator.runner.repo import RepoChecks
 from orchestrator.runner.snapshot import take_snapshot
 
 
 def cmd_run() -> int:
-    """`run`: one cell, described by the first stdin line."""
+    """`run`: the cells of the first stdin line, in order (queue.py)."""
     out = sys.stdout.buffer
     payload, why = parse_payload(read_first_line())
     if payload is None:
         return bad_input(out, why)
-    try:
-        runner = CellRunner(payload, out)
-    except (KeyError, TypeError, ValueError) as exc:
-        return bad_input(out, "bad input: %s: %s" % (type(exc).__name__, exc))
-    try:
-        return runner.execute()
-    except Exception as exc:
-        # Only reachable when the cell directory itself cannot be made or finished.
-        reason = "runner crashed: %s: %s\n%s" % (type(exc).__name__, exc, traceback.format_exc())
-        return bad_input(out, runner.redactor.text(reason))
+    return run_queue(payload, out)
 
 
-def cmd_collect(run_id: str, workdir: str) -> int:
-    """`collect RUN`: one JSON line per finished cell of the run."""
+def cmd_collect(run_id: str, workdir: str, stream: bool = False) -> int:
+    """`collect RUN`: one JSON line per finished cell of the run; with `stream`, each one's
+    archive follows its line (queue.send_archive)."""
     run_dir = os.path.join(resolve_path(workdir), "runs", run_id)
     try:
         names = sorted(os.listdir(run_dir))
@@ -68,6 +61,7 @@ def cmd_collect(run_id: str, workdir: str) -> int:
             cells.add(name[: -len(".tar.gz")])
         elif os.path.isdir(os.path.join(run_dir, name)):
             cells.add(name)
+    control = Control(sys.stdout.buffer)
     for cell_id in sorted(cells):
         cell_dir = os.path.join(run_dir, cell_id)
         archive = cell_dir + ".tar.gz"
@@ -91,7 +85,9 @@ def cmd_collect(run_id: str, workdir: str) -> int:
             "archive": display_path(archive),
         }
         sys.stdout.write(json.dumps(item) + "\n")
-    sys.stdout.flush()
+        sys.stdout.flush()
+        if stream:
+            send_archive(control, cell_id, archive)
     return 0
 
 
@@ -187,6 +183,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p_collect = sub.add_parser("collect", help="list finished cell archives of a run")
     p_collect.add_argument("run_id")
     p_collect.add_argument("--workdir", default=".orch")
+    p_collect.add_argument("--stream", action="store_true", help="send each archive inline")
     p_probe = sub.add_parser("probe", help="print one host snapshot")
     p_probe.add_argument("--repo", help="git repository whose state to record")
     p_probe.add_argument("--python", help="interpreter that runs the server (torch, pip freeze)")
@@ -206,7 +203,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "run":
         return cmd_run()
     if args.command == "collect":
-        return cmd_collect(args.run_id, args.workdir)
+        return cmd_collect(args.run_id, args.workdir, args.stream)
     if args.command == "probe":
         return cmd_probe(
             args.repo, args.python, args.server_log, not args.no_pip_freeze, not args.no_topo

@@ -32,11 +32,12 @@ from orchestrator.runner.protocol import (
     write_json,
 )
 from orchestrator.runner.repo import RepoSteps
+from orchestrator.runner.session import SessionSteps
 from orchestrator.runner.snapshot import SnapshotStep
 from orchestrator.runner.stop import StopStep
 
 
-class CellRunner(RepoSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep):
+class CellRunner(RepoSteps, SessionSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep):
     """Runs one cell: the steps of ARCHITECTURE.md, then the cell directory and its archive."""
 
     def execute(self) -> int:
@@ -64,18 +65,24 @@ class CellRunner(RepoSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep):
                 },
                 to_file=False,
             )
-            self.finished.set()
+            self.sent_archive = self.archive
             return exit_code(status)
+        if self.previous is not None:
+            self.adopt(self.previous)
         self.prepare_dir()
         server = self.server
         repo = self.repo
         try:
             self.step("repo", self.do_repo, bool(repo))
             self.step("setup", self.do_setup, bool(repo and repo.get("setup")))
-            self.step("preflight", self.do_preflight, True)
+            shared = self.adopted
+            self.step("preflight", self.do_preflight_shared if shared else self.do_preflight, True)
             self.step("snapshot_pre", lambda: self.do_snapshot("snapshot.pre.json", None), True)
-            self.step("server_start", self.do_server_start, bool(server))
-            self.step("ready", self.do_ready, bool(server))
+            if shared:
+                self.skipped_step("server_start", self.do_server_shared())
+            else:
+                self.step("server_start", self.do_server_start, bool(server))
+            self.step("ready", self.do_ready_shared if shared else self.do_ready, bool(server))
             self.step(
                 "capture_ready",
                 lambda: self.capture("ready"),
@@ -100,16 +107,18 @@ class CellRunner(RepoSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep):
             )
             self.failed_step = self.current_step or None
         self.cleaning = True
-        # Also without a server: a bench or setup may have left a daemon carrying the marker.
-        self.cleanup_step(
-            "stop", self.do_stop, self.proc is not None or bool(self.marked_members())
-        )
+        self.keep_server = self.hand_over()
+        if self.keep_server:
+            self.skipped_step("stop", {"kept_for": "next cell of the session"})
+        else:
+            # Also without a server: a bench or setup may have left a daemon with the marker.
+            self.cleanup_step(
+                "stop", self.do_stop, self.proc is not None or bool(self.marked_members())
+            )
+        log = self.server_log_path
         self.cleanup_step(
             "snapshot_post",
-            lambda: self.do_snapshot(
-                "snapshot.post.json",
-                self.path("server.log") if os.path.exists(self.path("server.log")) else None,
-            ),
+            lambda: self.do_snapshot("snapshot.post.json", log if os.path.exists(log) else None),
             True,
         )
         return self.finish()
@@ -129,9 +138,14 @@ class CellRunner(RepoSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep):
     def finish(self) -> int:
         """Write cell.json, redact, rename, archive, and emit `done`."""
         end = now()
-        if self.server_log_fh is not None:
+        if self.server_log_fh is not None and not self.keep_server:
             self.server_log_fh.close()
             self.server_log_fh = None
+        try:
+            self.write_server_log()
+        except OSError as exc:
+            self.emit({"event": "warning", "what": "server.log", "detail": str(exc)})
+        self.end_session_log()
         cell_out = dict(self.cell)
         cell_out["env"] = self.redacted_env()
         write_json(
@@ -150,6 +164,7 @@ class CellRunner(RepoSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep):
                 "ready": self.ready_info,
                 "stop": self.stop_info,
                 "captures": self.captures,
+                "session": self.session or None,
                 "runner": {
                     "python": sys.executable,
                     "python_version": sys.version.split()[0],
@@ -184,8 +199,16 @@ class CellRunner(RepoSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep):
             done["archive"] = None
             done["archive_error"] = "%s: %s" % (type(exc).__name__, exc)
         self.emit(done, to_file=False)
-        self.finished.set()
+        if done["archive"]:
+            self.sent_archive = self.archive
         return exit_code(self.status)
+
+    def release_cell_lock(self) -> None:
+        """Let go of the cell lock (a queue's next cell must not find this one's held)."""
+        if self.lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.lock_fd)
+            self.lock_fd = None
 
     def lock_holder(self) -> str:
         """The pid the cell lock's holder wrote into it ('unknown' before it has)."""
@@ -270,7 +293,6 @@ class CellRunner(RepoSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep):
             # Older controllers show stderr when a runner ends without an archive.
             sys.stderr.write(self.redactor.text(reason) + "\n")
             sys.stderr.flush()
-        self.finished.set()
         return exit_code(status)
 
     def prepare_dir(self) -> None:

@@ -42,16 +42,91 @@ from orchestrator.runner.redaction import (
 PROTOCOL_KEYS = ("archive",)
 
 
-class CellContext:
-    """One cell's state: the payload, where its files go, its deadline and its event stream."""
+class Control:
+    """What every cell of one runner process shares: stdout, its lock, the stop request and
+    the watchers that raise it (stdin EOF, parent exit, SIGTERM/SIGINT/SIGHUP)."""
 
-    def __init__(self, payload: Dict[str, Any], out: IO[bytes]) -> None:
+    def __init__(self, out: IO[bytes]) -> None:
         self.out = out
         self.out_broken = False
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self.stop_reason = ""
         self.finished = threading.Event()
+        self.watching = False
+
+    def write_line(self, line: str) -> None:
+        """One line to stdout (the caller holds `lock`); a closed stdout means 'controller gone'."""
+        if self.out_broken:
+            return
+        try:
+            self.out.write((line + "\n").encode("utf-8"))
+            self.out.flush()
+        except (OSError, ValueError):
+            self.out_broken = True
+            silence_stdout()
+            self.interrupt("controller gone (stdout closed)")
+
+    def interrupt(self, reason: str) -> None:
+        """Ask the runner to stop (first reason wins)."""
+        if not self.stop_event.is_set():
+            self.stop_reason = reason
+            self.stop_event.set()
+
+    def _watch_stdin(self) -> None:
+        try:
+            while os.read(0, 65536):
+                pass
+        except OSError:
+            pass
+        self.interrupt("controller gone (stdin closed)")
+
+    def _watch_parent(self, ppid: int) -> None:
+        while not self.finished.wait(0.5):
+            if os.getppid() != ppid:
+                self.interrupt("controller gone (parent process exited)")
+                return
+
+    def start_watchers(self) -> None:
+        """Watch stdin, the parent process and signals for 'controller gone' (once)."""
+        if self.watching:
+            return
+        self.watching = True
+        threading.Thread(target=self._watch_stdin, name="stdin", daemon=True).start()
+        threading.Thread(
+            target=self._watch_parent, args=(os.getppid(),), name="parent", daemon=True
+        ).start()
+
+        # The handler takes no lock: Event.set() in a handler deadlocks when the signal lands
+        # while this thread holds the event's lock (in stop_event.wait, or a first handler).
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            with contextlib.suppress(OSError):  # a full pipe: a signal is already on its way
+                os.write(wake_w, bytes([signum]))
+
+        def relay() -> None:
+            signum = os.read(wake_r, 1)[0]
+            self.interrupt("signal %s" % signal.Signals(signum).name)
+
+        threading.Thread(target=relay, name="signals", daemon=True).start()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, on_signal)
+
+
+class CellContext:
+    """One cell's state: the payload, where its files go, its deadline and its event stream."""
+
+    def __init__(
+        self, payload: Dict[str, Any], out: IO[bytes], control: Optional["Control"] = None
+    ) -> None:
+        # One Control per runner process: a queue's cells share its stdout, watchers and stop.
+        self.control = control if control is not None else Control(out)
+        self.out = self.control.out
+        self.lock = self.control.lock
+        self.stop_event = self.control.stop_event
+        self.finished = self.control.finished
         self.t0 = now()
 
         self.run_id = str(payload["run_id"])
@@ -118,8 +193,23 @@ class CellContext:
         self.server_record: Optional[str] = None
         self.server_log_fh: Optional[IO[bytes]] = None
         self.captures: List[Dict[str, Any]] = []
+        self.server_doc: Dict[str, Any] = {}
         self.stop_info: Dict[str, Any] = {}
         self.ready_info: Dict[str, Any] = {}
+
+        # Server sessions (session.py): cells of one queue with an equal key share one server.
+        self.session_key = str(payload.get("session") or self.cell_id)
+        self.next_session_key: Optional[str] = payload.get("next_session")
+        self.reset: Dict[str, Any] = payload.get("reset") or {}
+        # The server writes here, outside the cell folder, so the next cell of its session can
+        # go on appending; each cell's server.log is copied from it when the cell finishes.
+        self.server_log_path = os.path.join(self.run_dir, "." + self.cell_id + ".server.log")
+        self.session: Dict[str, Any] = {}  # cell.json's "session" block, once a server runs
+        self.log_start = 0  # where this cell's part of the server log begins
+        self.startup_end = 0  # the start-up part (up to readiness) every cell's server.log holds
+        self.keep_server = False  # the next cell of the queue takes the running server over
+        self.previous: Any = None  # the queue's cell whose running server this one takes over
+        self.sent_archive: Optional[str] = None  # the archive the `done` event announced
 
     # -- events and control ----------------------------------------------------------------
 
@@ -130,6 +220,7 @@ class CellContext:
     def emit(self, event: Dict[str, Any], to_file: bool = True, to_stdout: bool = True) -> None:
         """Send one event to stdout and events.jsonl (secrets redacted)."""
         event.setdefault("t", round(now(), 3))
+        event.setdefault("cell", self.cell_id)  # a queue's events are told apart by their cell
         raw = event
         event = self.redactor.data(event)
         # The copy on stdout carries the protocol's values (paths) as they are.
@@ -142,15 +233,8 @@ class CellContext:
                     self.events_fh.flush()
                 except (OSError, ValueError):
                     pass
-            if to_stdout and not self.out_broken:
-                line = json.dumps(sent, default=str) + "\n"
-                try:
-                    self.out.write(line.encode("utf-8"))
-                    self.out.flush()
-                except (OSError, ValueError):
-                    self.out_broken = True
-                    silence_stdout()
-                    self.interrupt("controller gone (stdout closed)")
+            if to_stdout:
+                self.control.write_line(json.dumps(sent, default=str))
 
     def is_secret(self, name: str) -> bool:
         """Whether an env name of this cell holds a secret (the rule, or the cell's list)."""
@@ -164,15 +248,18 @@ class CellContext:
         """'server exited <when> (rc N)' with the log tail."""
         return with_tail(
             "server exited %s (rc %s)" % (when, rc),
-            tail_lines(self.path("server.log")),
+            tail_lines(self.server_log_path),
             "server.log",
         )
 
+    @property
+    def stop_reason(self) -> str:
+        """Why the runner was asked to stop ('' while it was not)."""
+        return self.control.stop_reason
+
     def interrupt(self, reason: str) -> None:
-        """Ask the cell to stop (first reason wins)."""
-        if not self.stop_event.is_set():
-            self.stop_reason = reason
-            self.stop_event.set()
+        """Ask the cell (and the rest of a queue) to stop (first reason wins)."""
+        self.control.interrupt(reason)
 
     def check(self) -> None:
         """Raise when interrupted or past the cell timeout (not during cleanup)."""
@@ -190,43 +277,9 @@ class CellContext:
         """Seconds left before the cell timeout (at least 1)."""
         return max(1.0, self.deadline - now())
 
-    def _watch_stdin(self) -> None:
-        try:
-            while os.read(0, 65536):
-                pass
-        except OSError:
-            pass
-        self.interrupt("controller gone (stdin closed)")
-
-    def _watch_parent(self, ppid: int) -> None:
-        while not self.finished.wait(0.5):
-            if os.getppid() != ppid:
-                self.interrupt("controller gone (parent process exited)")
-                return
-
     def start_watchers(self) -> None:
-        """Watch stdin, the parent process and signals for 'controller gone'."""
-        threading.Thread(target=self._watch_stdin, name="stdin", daemon=True).start()
-        threading.Thread(
-            target=self._watch_parent, args=(os.getppid(),), name="parent", daemon=True
-        ).start()
-
-        # The handler takes no lock: Event.set() in a handler deadlocks when the signal lands
-        # while this thread holds the event's lock (in stop_event.wait, or a first handler).
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_w, False)
-
-        def on_signal(signum: int, _frame: Any) -> None:
-            with contextlib.suppress(OSError):  # a full pipe: a signal is already on its way
-                os.write(wake_w, bytes([signum]))
-
-        def relay() -> None:
-            signum = os.read(wake_r, 1)[0]
-            self.interrupt("signal %s" % signal.Signals(signum).name)
-
-        threading.Thread(target=relay, name="signals", daemon=True).start()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, on_signal)
+        """Watch stdin, the parent process and signals for 'controller gone' (once a process)."""
+        self.control.start_watchers()
 
     # -- subprocesses ------------------------------------------------------------------------
 
@@ -345,6 +398,11 @@ class CellContext:
         return rc == 0, out
 
     # -- steps -------------------------------------------------------------------------------
+
+    def skipped_step(self, name: str, detail: Dict[str, Any]) -> None:
+        """A step this cell did not need to run, with why (a server its session started)."""
+        self.steps[name].update(status="skipped", detail=detail)
+        self.emit({"event": "step", "step": name, "status": "skipped", "detail": detail})
 
     def step(self, name: str, fn: Callable[[], Optional[Dict[str, Any]]], applies: bool) -> None:
         """Run one step with its events and timings; failures propagate."""

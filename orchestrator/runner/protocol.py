@@ -186,17 +186,25 @@ def parse_payload(line: bytes) -> Tuple[Optional[Dict[str, Any]], str]:
         payload = json.loads(line.decode("utf-8"))
     except ValueError as exc:
         return None, "bad input: the first stdin line is not JSON (%s)" % exc
-    if not isinstance(payload, dict) or not isinstance(payload.get("cell"), dict):
-        return None, "bad input: expected {schema_version, run_id, workdir, cell}"
+    queue = payload.get("queue") if isinstance(payload, dict) else None
+    if isinstance(payload, dict) and isinstance(queue, list) and queue:
+        cells = [item.get("cell") if isinstance(item, dict) else None for item in queue]
+    elif isinstance(payload, dict) and isinstance(payload.get("cell"), dict):
+        cells = [payload["cell"]]
+    else:
+        return None, "bad input: expected {schema_version, run_id, workdir, cell | queue}"
+    if not all(isinstance(c, dict) for c in cells):
+        return None, "bad input: every queue item needs a cell"
     if int(payload.get("schema_version", SCHEMA_VERSION)) > SCHEMA_VERSION:
         return None, (
             "bad input: protocol schema_version %s is newer than this runner's %d"
             % (payload.get("schema_version"), SCHEMA_VERSION)
         )
     run_id = str(payload.get("run_id", ""))
-    cell_id = str(payload["cell"].get("id", ""))
-    if not _ID_RE.match(run_id) or not _ID_RE.match(cell_id):
-        return None, "bad input: run_id %r / cell id %r are not plain names" % (run_id, cell_id)
+    for cell in cells:
+        cell_id = str(cell.get("id", ""))  # type: ignore[union-attr]
+        if not _ID_RE.match(run_id) or not _ID_RE.match(cell_id):
+            return None, "bad input: run_id %r / cell id %r are not plain names" % (run_id, cell_id)
     return payload, ""
 
 

@@ -42,8 +42,19 @@ from orchestrator.runner.protocol import (
 # at once (a bad flag, a missing model) fails at `ready` instead of passing a quick bench.
 UNCHECKED_SETTLE_SECONDS = 1.0
 
+# The first readiness poll's wait; each next one waits 1.5x longer, up to ready.interval.
+FIRST_POLL = 0.02
+
 # Never send loopback readiness checks through a host's HTTP proxy.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def file_size(path: str) -> int:
+    """Bytes in `path` now (0 when it is not there)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def http_get(url: str, timeout: float) -> Tuple[Optional[int], bytes, str]:
@@ -256,9 +267,8 @@ class ServerSteps(CellContext):
         cwd = self.server_cwd()
         if not os.path.isdir(cwd):
             raise StepFailed("server cwd %s does not exist" % cwd)
-        log = self.path("server.log")
-        # Kept open for the server's whole life; closed in do_stop/finish.
-        self.server_log_fh = open(log, "ab")  # noqa: SIM115
+        # Kept open for the server's whole life (its session); closed in do_stop/finish.
+        self.server_log_fh = open(self.server_log_path, "wb")  # noqa: SIM115
         try:
             self.proc = self.spawn(
                 argv,
@@ -292,19 +302,24 @@ class ServerSteps(CellContext):
                 "started": now(),
             },
         )
-        write_json(
-            self.path("server.json"),
-            {
-                "argv": argv,
-                "cwd": cwd,
-                "pid": pid,
-                "pgid": self.server_pgid,
-                "port": server.get("port"),
-                "env_declared": self.redacted_env(),
-                "markers": {"ORCH_RUN_ID": self.run_id, "ORCH_CELL_ID": self.cell_id},
-                "started": now(),
-            },
-        )
+        self.server_doc = {
+            "argv": argv,
+            "cwd": cwd,
+            "pid": pid,
+            "pgid": self.server_pgid,
+            "port": server.get("port"),
+            "env_declared": self.redacted_env(),
+            "markers": {"ORCH_RUN_ID": self.run_id, "ORCH_CELL_ID": self.cell_id},
+            "started": now(),
+        }
+        write_json(self.path("server.json"), self.server_doc)
+        self.session = {
+            "key": self.session_key,
+            "index": 0,
+            "first_cell": self.cell_id,
+            "started_server": True,
+            "server_pid": pid,
+        }
         return {"pid": pid}
 
     # step 6: ready
@@ -315,11 +330,14 @@ class ServerSteps(CellContext):
         url = ready.get("url")
         want = int(ready.get("status", 200))
         timeout = float(ready.get("timeout", 600.0))
-        interval = max(0.05, float(ready.get("interval", 0.5)))
+        # Poll fast first and back off to the declared interval: a server ready in 100 ms is
+        # seen within tens of ms, one that takes minutes is asked every `interval`.
+        declared = max(0.01, float(ready.get("interval", 0.5)))
+        interval = min(FIRST_POLL, declared)
         scanner = None
         if ready.get("log"):
             try:
-                scanner = LogScanner(self.path("server.log"), str(ready["log"]))
+                scanner = LogScanner(self.server_log_path, str(ready["log"]))
             except re.error as exc:
                 raise StepFailed("server.ready.log is not a valid regex: %s" % exc) from exc
         start = now()
@@ -330,7 +348,7 @@ class ServerSteps(CellContext):
             min(start + UNCHECKED_SETTLE_SECONDS, deadline) if url_ok and log_ok else start
         )
         if url_ok and log_ok:
-            interval = 0.05  # nothing to ask: only watch the process through the settle time
+            interval = declared = 0.05  # nothing to ask: only watch the process settle
         last = "no HTTP request made yet"
         while True:
             self.check()
@@ -360,11 +378,13 @@ class ServerSteps(CellContext):
                     with_tail(
                         "server not ready after %gs (%s)"
                         % (round(now() - start, 1), "; ".join(parts)),
-                        tail_lines(self.path("server.log")),
+                        tail_lines(self.server_log_path),
                         "server.log",
                     )
                 )
             self.stop_event.wait(interval)
+            interval = min(declared, interval * 1.5)
+        self.startup_end = file_size(self.server_log_path)
         self.ready_info = {"seconds": round(now() - start, 3), "url": url, "log": ready.get("log")}
         if not url and scanner is None:
             # Recorded so a reader of cell.json knows "ready" only meant "still running".

@@ -132,41 +132,45 @@ def write_cell(
     repeats: list[dict[str, float]] | None = None,
     expectations: list[dict[str, Any]] | None = None,
     server_log: str | None = None,
+    steps: dict[str, Any] | None = None,
+    session: dict[str, Any] | None = None,
 ) -> Path:
     """Write one cell directory under `root/<cell id>` and return its path.
 
-    The post-run snapshot is the pre-run one unless `snapshot_post` is given.
+    The post-run snapshot is the pre-run one unless `snapshot_post` is given. `steps` replaces
+    cell.json's steps (default: a repo step only); `session` is cell.json's server session.
     """
     cell = copy.deepcopy(cell) if cell is not None else base_cell()
     path = root / cell["id"]
     path.mkdir(parents=True)
-    steps = {"repo": {"status": "ok", "start": 1.0, "end": 2.0}}
-    (path / "cell.json").write_text(
-        json.dumps(
-            {
-                "schema_version": 1,
-                "cell": cell,
-                "status": status,
-                "reason": reason,
-                "failed_step": None if status == "passed" else "ready",
-                "steps": steps,
-                "runner": {"python": "3.10.12"},
-            }
-        )
-    )
+    document: dict[str, Any] = {
+        "schema_version": 1,
+        "cell": cell,
+        "status": status,
+        "reason": reason,
+        "failed_step": None if status == "passed" else "ready",
+        "steps": steps
+        if steps is not None
+        else {"repo": {"status": "ok", "start": 1.0, "end": 2.0}},
+        "runner": {"python": "3.10.12"},
+    }
+    if session is not None:
+        document["session"] = session
+    (path / "cell.json").write_text(json.dumps(document))
     if repo is not None:
         (path / "repo.json").write_text(json.dumps(repo))
-    (path / "server.json").write_text(
-        json.dumps(
-            {
-                "argv": cell["server"]["argv"],
-                "cwd": cell["repo"]["dest"],
-                "pid": 1000,
-                "pgid": 1000,
-                "env_declared": cell["env"],
-            }
+    if cell["server"] is not None:
+        (path / "server.json").write_text(
+            json.dumps(
+                {
+                    "argv": cell["server"]["argv"],
+                    "cwd": cell["repo"]["dest"],
+                    "pid": 1000,
+                    "pgid": 1000,
+                    "env_declared": cell["env"],
+                }
+            )
         )
-    )
     (path / "snapshot.pre.json").write_text(json.dumps(snapshot_pre or snapshot()))
     post = snapshot_post or snapshot_pre or snapshot()
     (path / "snapshot.post.json").write_text(json.dumps(post))

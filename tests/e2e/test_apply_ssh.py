@@ -215,6 +215,7 @@ def test_three_hosts_small_matrix(e2e: E2E) -> None:
     assert {c["status"] for c in doc["cells"].values()} == {"passed"}
     assert sorted({c["host"] for c in doc["cells"].values()}) == ["host1", "host2", "host3"]
     assert (run / "MANIFEST.sha256").is_file()
+    starts = {"host1": 0, "host2": 0, "host3": 0}
     for cid in doc["cells"]:
         cell_dir = run / "cells" / cid
         assert cell_json(run, cid)["status"] == "passed"
@@ -223,9 +224,13 @@ def test_three_hosts_small_matrix(e2e: E2E) -> None:
         check = json.loads((cell_dir / "env_check.json").read_text())
         assert check["ok"] and check["mode"] == "strict"
         # the value with spaces and quotes arrived whole, in the server and as it saw it
-        assert e2e.server_record(cid)["env"]["MSG"] == MSG
+        # (the server its session started: size and kind are bench axes, one start per host)
+        session = cell_json(run, cid)["session"]
+        assert e2e.server_record(session["first_cell"])["env"]["MSG"] == MSG
+        starts[doc["cells"][cid]["host"]] += int(session["started_server"])
         assert check["processes"][0]["vars"]["MSG"]["observed"] == MSG
         assert e2e.count(cid) == 1
+    assert starts == {"host1": 1, "host2": 1, "host3": 1}  # one server start per host
     hostnames = {}
     for name in ("host1", "host2", "host3"):
         facts = json.loads((run / "hosts" / name / "facts.json").read_text())

@@ -24,7 +24,7 @@ import pytest
 from sshhosts import SSHTestHosts
 
 from orchestrator.config.host import Host
-from orchestrator.errors import ConnectionFailure, ExecutionError, HostKeyError
+from orchestrator.errors import ConnectionFailure, ExecutionError, HostKeyError, OrchError
 from orchestrator.execute.connection import (
     CommandTimeout,
     Connection,
@@ -33,6 +33,7 @@ from orchestrator.execute.connection import (
     connect,
 )
 from orchestrator.execute.pool import HostPool, StartSpacing
+from orchestrator.execute.ship import ensure_runner, runner_path
 
 PY = sys.executable
 
@@ -667,3 +668,27 @@ def measure_latency(count: int = 50) -> None:
 
 if __name__ == "__main__":
     measure_latency()
+
+
+@pytest.mark.ssh
+def test_host3_really_has_no_sftp_and_the_runner_still_ships(
+    ssh_hosts: SSHTestHosts, tmp_path: Path
+) -> None:
+    """The test harness's host3 runs sshd without the SFTP subsystem, so every e2e test that
+    runs cells there shows orch needs none: the runner ships through a command's stdin."""
+    top = f".orch-ship-{secrets.token_hex(4)}"
+    host = ssh_host(ssh_hosts, "host3", workdir=top)
+    conn = connect(host)
+    try:
+        source = tmp_path / "f"
+        source.write_text("payload")
+        with pytest.raises(OrchError):
+            conn.put(source, str(tmp_path / "there"))
+        path = ensure_runner(conn)
+        assert path == runner_path(host)
+        ran = conn.run([host.python, path, "probe", "--no-pip-freeze", "--no-topo"], timeout=60)
+        assert ran.rc == 0 and json.loads(ran.stdout)["hostname"]
+        assert ensure_runner(conn) == path  # cached: not sent twice
+    finally:
+        conn.run(["rm", "-rf", top])
+        conn.close()

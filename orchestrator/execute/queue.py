@@ -1,0 +1,212 @@
+"""One remote invocation per host: the host's queue of cells sent to one runner, its events and
+finished archives read back from the same stream, each cell written as it arrives.
+
+A lost link loses at most the cell in flight (failed, step `connection`); the caller reconnects
+and sends the cells still pending. Ctrl-C closes the runner's stdin: it stops the cell in flight,
+archives and sends it, and starts no other.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.adapters import server_adapter
+from orchestrator.cell import Cell
+from orchestrator.errors import ConnectionFailure, OrchError
+from orchestrator.execute.connection import Connection
+from orchestrator.execute.outcomes import STOPPED, CellOutcome, stopped_outcome
+from orchestrator.execute.secret_values import scrub
+from orchestrator.execute.slurm import SlurmJobEnded, slurm_jobs
+from orchestrator.execute.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
+from orchestrator.plan.sessions import session_key
+from orchestrator.runner.protocol import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from orchestrator.execute.controller import Run
+
+
+class HostQueue:
+    """The cells still to run on one host, sent to one runner invocation."""
+
+    def __init__(
+        self, run: Run, conn: Connection, runner: str, cells: list[Cell], *, facts: bool
+    ) -> None:
+        self.run_ = run
+        self.conn = conn
+        self.runner = runner
+        self.cells = {c.id: c for c in cells}
+        self.order = [c.id for c in cells]
+        self.want_facts = facts
+        self.facts: dict[str, Any] | None = None
+        self.progressed = False  # at least one cell got an outcome from this invocation
+        self.current: str | None = None  # the cell whose events came last
+        self.done: dict[str, dict[str, Any]] = {}
+        self.started: dict[str, float] = {}
+        self.noise: list[str] = []
+
+    def payload(self) -> dict[str, Any]:
+        """The runner's stdin line: every cell with its session key and the reset between."""
+        queue = []
+        for cid in self.order:
+            cell = self.cells[cid]
+            item: dict[str, Any] = {
+                "cell": cell.model_dump(mode="json"),
+                "session": session_key(cell),
+            }
+            if cell.server is not None:
+                url = server_adapter(cell.server.adapter).reset_url(cell.server)
+                if url:
+                    item["reset"] = {"url": url}
+            queue.append(item)
+        payload: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": self.run_.run_id,
+            "workdir": self.conn.host.workdir,
+            "queue": queue,
+            "stream": True,
+            # Values secret by name or listing, not only env: the runner scrubs them on the host.
+            "secret_values": self.run_.secrets,
+        }
+        if self.want_facts:
+            payload["facts"] = {}
+        return payload
+
+    def _outcome(self, outcome: CellOutcome) -> None:
+        if outcome.cell_id in self.run_.outcomes:
+            return
+        self.progressed = True
+        jobs = slurm_jobs(self.conn)
+        if jobs:  # the queue's own job: the last one the connection started
+            outcome.slurm_job = jobs[-1]["job_id"]
+        self.run_.record(outcome)
+
+    def _seconds(self, cid: str) -> float:
+        return round(time.monotonic() - self.started.get(cid, time.monotonic()), 3)
+
+    def on_line(self, line: str, stream: ArchiveStream) -> None:
+        """One stdout line of the runner: an event, a piece of an archive, or noise."""
+        event = json_line(line)
+        if event is None:
+            self.noise.append(line)
+            return
+        kind = event.get("event")
+        host = self.conn.host.name
+        if kind == "facts":
+            data = event.get("data")
+            self.facts = data if isinstance(data, dict) else {"absent": "facts not an object"}
+            return
+        cid = str(event.get("cell") or "")
+        if cid not in self.cells:
+            return
+        if kind in ARCHIVE_EVENTS:
+            got = stream.feed(event)
+            if got is not None:
+                self._archived(*got)
+            return
+        self.current = cid
+        self.started.setdefault(cid, time.monotonic())
+        if kind == "done":
+            self.done[cid] = event
+            if not event.get("archive"):
+                self._without_archive(cid, event)
+        self.run_.progress.cell_event(host, cid, scrub(event, self.run_.secrets))
+
+    def _archived(self, cid: str, archive: Path | str) -> None:
+        cell = self.cells[cid]
+        host = self.conn.host.name
+        if isinstance(archive, str):
+            self._outcome(CellOutcome(cid, host, "failed", archive, "collect", self._seconds(cid)))
+            return
+        try:
+            outcome = self.run_.import_archive(host, cell, archive, self._seconds(cid))
+        except (OrchError, OSError, ValueError) as exc:
+            reason = f"cannot import the cell's results: {exc}"
+            outcome = CellOutcome(cid, host, "failed", reason, "collect", self._seconds(cid))
+        finally:
+            archive.unlink(missing_ok=True)
+        if outcome.status == "interrupted" and self.run_.stop.is_set():
+            outcome.reason = f"{STOPPED}; the server was stopped"
+        self._outcome(outcome)
+
+    def _without_archive(self, cid: str, event: dict[str, Any]) -> None:
+        """A `done` that names no archive: the runner said why (another runner holds the cell)."""
+        host = self.conn.host.name
+        status = "interrupted" if event.get("status") == "interrupted" else "failed"
+        reason = str(event.get("reason") or "the runner finished the cell without an archive")
+        step = event.get("step") or "runner"
+        self._outcome(CellOutcome(cid, host, status, reason, step, self._seconds(cid)))
+
+    def run(self) -> bool:
+        """Send the queue and read it back; True when the connection was lost midway."""
+        host = self.conn.host
+        timeout = sum(c.cell_timeout for c in self.cells.values()) + 600
+        with tempfile.TemporaryDirectory(prefix="orch-stream-") as tmp:
+            stream = ArchiveStream(Path(tmp))
+            try:
+                res = self.conn.run(
+                    [host.python, self.runner, "run"],
+                    stdin=(json.dumps(self.payload()) + "\n").encode(),
+                    keep_stdin_open=True,
+                    timeout=timeout,
+                    on_stdout_line=lambda line: self.on_line(line, stream),
+                    stop=self.run_.stop,
+                )
+            except OrchError as exc:
+                stream.close()
+                return self._broken(exc)
+            stream.close()
+        self.rc, self.stderr = res.rc, res.stderr
+        return False
+
+    def _broken(self, exc: OrchError) -> bool:
+        """The invocation ended without its last word: fail the cell in flight."""
+        host = self.conn.host.name
+        self.broken = exc
+        last = self.run_.outcomes.get(self.current or "")
+        if isinstance(exc, SlurmJobEnded) and last is not None and last.status == "failed":
+            # Slurm ended the job (scancel, time limit, node failure, preemption) while this
+            # cell ran: that is its reason, even when the runner still sent its archive.
+            self.run_.record(replace(last, reason=f"{exc}; the cell: {last.reason}"))
+        cid = self.current if self.current not in self.run_.outcomes else None
+        if self.run_.stop.is_set():
+            # A second Ctrl-C closes the connections on purpose: the runner still stops its
+            # server on stdin EOF, and `--resume` reruns the cell. Not a failure.
+            if cid is not None:
+                why = "connection closed; its runner stops its server"
+                self._outcome(stopped_outcome(cid, host, why))
+            return False
+        if cid is not None:
+            if isinstance(exc, ConnectionFailure):
+                reason = f"lost the connection while the cell ran: {exc}"
+                self._outcome(CellOutcome(cid, host, "failed", reason, "connection"))
+            else:
+                self._outcome(CellOutcome(cid, host, "failed", f"lost the runner: {exc}", "runner"))
+        return isinstance(exc, ConnectionFailure)
+
+    rc: int | None = None
+    stderr = ""
+    broken: OrchError | None = None  # why the invocation ended early, if it did
+
+    def fail_rest(self, pending: list[Cell]) -> None:
+        """Cells the invocation never answered for: not run after Ctrl-C, else failed."""
+        host = self.conn.host.name
+        tail = (self.stderr.strip() or "\n".join(self.noise))[-1500:]
+        for cell in pending:
+            if cell.id in self.run_.outcomes:
+                continue
+            if self.run_.stop.is_set():
+                self.run_.record(CellOutcome(cell.id, host, "not-run", "interrupted"))
+            elif isinstance(self.broken, SlurmJobEnded):
+                reason = f"not run: {self.broken}"
+                self.run_.record(CellOutcome(cell.id, host, "failed", reason, "runner"))
+            elif cell.id in self.done:
+                reason = "the runner said the cell was done but its archive never arrived"
+                self.run_.record(CellOutcome(cell.id, host, "failed", reason, "collect"))
+            else:
+                reason = f"runner ended without a result (rc {self.rc}): {tail}"
+                self.run_.record(CellOutcome(cell.id, host, "failed", reason, "runner"))

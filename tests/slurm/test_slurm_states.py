@@ -1,0 +1,154 @@
+"""Slurm's own verdicts on a job reach the caller: PENDING too long, cancelled, job ids."""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+from slurmcluster import SlurmTestCluster
+
+from orchestrator.config.host import Host
+from orchestrator.execute.local import LocalConnection
+from orchestrator.execute.slurm import (
+    SlurmConnection,
+    SlurmJob,
+    SlurmJobEnded,
+    SlurmOptions,
+    slurm_jobs,
+)
+from orchestrator.execute.transport import CommandTimeout
+
+pytestmark = [pytest.mark.slow]
+
+PY = sys.executable
+
+
+@pytest.fixture
+def login(slurm_cluster: SlurmTestCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Host]:
+    """The login side is this machine: srun and friends find the test cluster via SLURM_CONF."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    yield Host(name="login", vars={}, groups=(), connection="local", python=PY)
+
+
+@pytest.fixture
+def all_gpus_taken(slurm_cluster: SlurmTestCluster) -> Iterator[str]:
+    """A job holding every GPU of both nodes, for as long as the test runs; its id."""
+    output = str(slurm_cluster.base / "holder-%j.out")
+    holder = slurm_cluster.run(
+        "sbatch", "--parsable", f"--output={output}", "-N2", "--gres=gpu:8",
+        "--wrap", "sleep 300",
+    ).stdout.strip()  # fmt: skip
+    slurm_cluster.wait_for_job(holder, ["RUNNING"])
+    yield holder
+    slurm_cluster.run("scancel", holder, check=False)
+    slurm_cluster.wait_for_job(holder, ["CANCELLED", "COMPLETED"])
+
+
+def test_more_nodes_than_the_partition_has_fail_after_the_pending_timeout(
+    slurm_cluster: SlurmTestCluster, login: Host
+) -> None:
+    connection = SlurmConnection(LocalConnection(login), SlurmOptions(nodes=3, pending_timeout=2))
+    with pytest.raises(SlurmJobEnded) as caught:
+        connection.run(["true"], timeout=60)
+    message = str(caught.value)
+    # Slurm's reason: PartitionNodeLimit or PartitionConfig, depending on when it looked
+    assert re.search(r"stayed PENDING \(Partition\w+\) past slurm_pending_timeout \(2 s\)", message)
+    (job,) = connection.jobs
+    assert caught.value.job == job
+    assert job.job_id is not None and f"Slurm job {job.job_id} ({job.name})" in message
+    assert slurm_cluster.job(job.job_id)["JobState"] == "CANCELLED"  # nothing left queued
+
+
+def test_without_a_pending_timeout_the_commands_timeout_says_it_never_started(
+    slurm_cluster: SlurmTestCluster, login: Host
+) -> None:
+    connection = SlurmConnection(
+        LocalConnection(login), SlurmOptions(nodes=3, pending_timeout=None)
+    )
+    with pytest.raises(CommandTimeout, match=r"never started: PENDING \(Partition\w+\)"):
+        connection.run(["true"], timeout=4)
+    (job,) = connection.jobs
+    assert job.job_id is not None
+    assert slurm_cluster.job(job.job_id)["JobState"] == "CANCELLED"
+
+
+def test_no_free_gpu_fails_after_the_pending_timeout_with_slurms_reason(
+    slurm_cluster: SlurmTestCluster, login: Host, all_gpus_taken: str
+) -> None:
+    connection = SlurmConnection(
+        LocalConnection(login), SlurmOptions(gres="gpu:1", pending_timeout=3)
+    )
+    with pytest.raises(SlurmJobEnded, match=r"stayed PENDING \(Resources\)"):
+        connection.run(["true"], timeout=60)
+    (job,) = connection.jobs
+    assert job.job_id is not None
+    assert slurm_cluster.job(job.job_id)["JobState"] == "CANCELLED"
+
+
+def test_a_waiting_job_is_reported_pending_then_running(
+    slurm_cluster: SlurmTestCluster, login: Host, all_gpus_taken: str
+) -> None:
+    """The watcher tells `on_job` why the job waits; once resources free up, it runs."""
+    seen: list[SlurmJob] = []
+
+    def on_job(job: SlurmJob) -> None:
+        seen.append(job)
+        if job.state == "PENDING" and job.reason == "Resources":
+            slurm_cluster.run("scancel", all_gpus_taken)
+
+    connection = SlurmConnection(
+        LocalConnection(login), SlurmOptions(gres="gpu:1", pending_timeout=60), on_job=on_job
+    )
+    result = connection.run([PY, "-c", "import os; print(os.environ['SLURM_JOB_ID'])"], timeout=90)
+    assert result.rc == 0, result.stderr
+    assert (seen[0].state, seen[0].reason) == ("PENDING", "Resources")
+    assert seen[-1].state in ("RUNNING", "COMPLETING", "COMPLETED")
+    (job,) = connection.jobs
+    assert job.job_id == result.stdout.strip() == seen[0].job_id
+
+
+def test_a_job_cancelled_from_outside_fails_with_its_state(
+    slurm_cluster: SlurmTestCluster, login: Host
+) -> None:
+    connection = SlurmConnection(LocalConnection(login), SlurmOptions())
+    cancelled = threading.Event()
+
+    def on_line(line: str) -> None:
+        if line == "started" and not cancelled.is_set():
+            cancelled.set()
+            slurm_cluster.run("scancel", f"--name={connection.job_names[0]}")
+
+    script = "import time; print('started', flush=True); time.sleep(300)"
+    with pytest.raises(SlurmJobEnded) as caught:
+        connection.run([PY, "-c", script], timeout=120, on_stdout_line=on_line)
+    message = str(caught.value)
+    (job,) = connection.jobs
+    assert f"Slurm job {job.job_id} ({job.name}) running {PY} on node" in message
+    assert "ended CANCELLED" in message and "cancelled (scancel" in message
+    assert caught.value.result.stdout == "started\n"
+    assert job.state == "CANCELLED"
+
+
+def test_every_commands_job_is_recorded(slurm_cluster: SlurmTestCluster, login: Host) -> None:
+    connection = SlurmConnection(LocalConnection(login), SlurmOptions(nodes=2))
+    script = "import os; print(os.environ['SLURM_JOB_ID'], os.environ['SLURM_JOB_NODELIST'])"
+    ids = [connection.run([PY, "-c", script], timeout=60).stdout.split()[0] for _ in range(2)]
+    jobs = connection.jobs
+    assert [job.job_id for job in jobs] == ids
+    assert [job.name for job in jobs] == connection.job_names
+    assert jobs[0].nodes == "node[1-2]"
+    assert [job["job_id"] for job in slurm_jobs(connection, since=1)] == ids[1:]
+    assert slurm_jobs(connection.login) == []  # not through Slurm: nothing to record
+
+
+def test_a_program_failing_by_itself_keeps_its_exit_code(
+    slurm_cluster: SlurmTestCluster, login: Host
+) -> None:
+    connection = SlurmConnection(LocalConnection(login), SlurmOptions())
+    failed = connection.run([PY, "-c", "import sys; sys.exit(5)"], timeout=60)
+    assert failed.rc == 5  # not a Slurm verdict: no exception, the exit code as it was
+    (job,) = connection.jobs
+    assert job.job_id is not None and job.state == "FAILED"
