@@ -38,6 +38,25 @@ class RepoPin(_Frozen):
     setup: str | None = None  # shell command run in dest once per (commit, setup)
     dirty: Literal["refuse", "reset", "record"] = "refuse"
     setup_timeout: float = 3600.0
+    # always: a branch or tag is the origin's now; never: the clone's refs, nothing fetched.
+    fetch: Literal["always", "never"] = "always"
+    # Set when the run pinned `version` to the commit a symbolic ref named (execute/refs.py):
+    requested: str | None = None  # the ref as written (the id hashes it, not the SHA)
+    resolved_at: float | None = None  # epoch seconds
+    resolved_by: str | None = None  # "controller" or "host NAME"
+
+
+# Not in a cell id: how and when the ref was resolved, and how the host may find it.
+_REPO_PIN_NOT_HASHED = ("fetch", "requested", "resolved_at", "resolved_by")
+
+
+def repo_id_data(repo: Mapping[str, Any]) -> dict[str, Any]:
+    """What a cell id hashes of a repo pin: the ref as requested, never the SHA a run pinned it
+    to, so the same playbook gives the same id in every run (resume and diff pair by id)."""
+    data = {k: v for k, v in repo.items() if k not in _REPO_PIN_NOT_HASHED}
+    if repo.get("requested") is not None:
+        data["version"] = repo["requested"]
+    return data
 
 
 class ReadyCheck(_Frozen):
@@ -245,6 +264,8 @@ def cell_id_text(host: str, spec: Any, masks: Mapping[str, str] | None = None) -
     """
     if isinstance(spec, Mapping):
         spec = _mask_env(spec)
+        if isinstance(spec.get("repo"), Mapping):
+            spec = {**spec, "repo": repo_id_data(spec["repo"])}
     if not isinstance(spec, Mapping) or "axes" not in spec or min(spec) != "axes":
         return mask_secrets(canonical_json([host, spec]), masks or {})
     rest = {k: canonical_json(v) for k, v in spec.items() if k != "axes"}

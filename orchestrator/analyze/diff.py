@@ -101,8 +101,8 @@ def _code_section(a: CellEvidence, b: CellEvidence, repo_path: Path | None) -> S
     pin_a, pin_b = as_dict(a.cell.get("repo")), as_dict(b.cell.get("repo"))
     repo_a, repo_b = dict(a.repo), dict(b.repo)
     # before the repo step ran there is no repo.json: the plan's requested ref still counts
-    repo_a.setdefault("requested", pin_a.get("version"))
-    repo_b.setdefault("requested", pin_b.get("version"))
+    repo_a.setdefault("requested", pin_a.get("requested") or pin_a.get("version"))
+    repo_b.setdefault("requested", pin_b.get("requested") or pin_b.get("version"))
     for key in _REPO_FIELDS:
         va, vb = repo_a.get(key), repo_b.get(key)
         if not same(va, vb):

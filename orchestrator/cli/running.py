@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,9 @@ from orchestrator.cli.common import (
 from orchestrator.errors import EXIT_FAILED, EXIT_OK, BundleError, InputError, OrchError
 
 if TYPE_CHECKING:
+    from orchestrator.cell import Cell
     from orchestrator.execute.bisection import MetricNotReported
+    from orchestrator.execute.refs import RefKey, Resolution
 
 
 @main.command()
@@ -70,7 +72,8 @@ def plan(
 
     planned = Planned(playbook, inventory, extra_vars, limit)
     planned.warn()
-    cells = planned.cells
+    # Only the controller asks the origins: planning connects to no host.
+    cells, resolutions = _pinned(planned, None, ask_hosts=False)
     secrets = planned.secret_values()
 
     def echo(text: str) -> None:
@@ -89,7 +92,7 @@ def plan(
             c.id,
             c.host,
             *(_short(c.axes.get(a, "")) for a in axes),
-            c.repo.version if c.repo else "",
+            _version(c),
             servers[c.id],
         ]
         for c in cells
@@ -97,6 +100,8 @@ def plan(
     echo(tabulate(rows, headers=["cell", "host", *axes, "repo version", "server"]))
     hosts = sorted({c.host for c in cells})
     echo(f"\n{len(cells)} cells on {len(hosts)} host(s): {', '.join(hosts)}")
+    for res in resolutions:
+        echo(f"repo.version {res.describe()}")
     with_server = [c for c in cells if c.server is not None]
     if with_server:
         starts = len({servers[c.id] for c in with_server})
@@ -118,6 +123,27 @@ def plan(
                 echo(f"  server: {shlex.join(redact_text(a, secrets) for a in c.server.argv)}")
             echo(f"  bench:  {shlex.join(redact_text(a, secrets) for a in c.bench.argv)}")
             echo(f"  repeats: {c.bench.warmup} warmup + {c.bench.repeats}")
+
+
+def _version(cell: Cell) -> str:
+    """The repo version column: the ref as written, and the commit it was pinned to."""
+    if cell.repo is None:
+        return ""
+    if cell.repo.requested is None:
+        return cell.repo.version
+    return f"{cell.repo.requested} ({cell.repo.version[:12]})"
+
+
+def _pinned(
+    planned: Planned, earlier: Mapping[RefKey, Resolution] | None, *, ask_hosts: bool = True
+) -> tuple[list[Cell], list[Resolution]]:
+    """The planned cells with each branch or tag pinned to one commit for the run."""
+    from orchestrator.execute.refs import pin_refs
+
+    location = planned.playbook.locate(("repo", "version"))
+    return pin_refs(
+        planned.cells, planned.inventory, earlier=earlier, ask_hosts=ask_hosts, location=location
+    )
 
 
 def _short(value: Any) -> str:
@@ -170,14 +196,23 @@ def apply(
     """Run every cell of PLAYBOOK and write a result bundle."""
     from orchestrator.execute.controller import Run
     from orchestrator.execute.outcomes import ApplyOptions
+    from orchestrator.execute.refs import recorded_resolutions
     from orchestrator.execute.resume import check_resume_plan, resume_command, resume_target
+    from orchestrator.results.redact import redact_text
 
     planned = Planned(playbook, inventory, extra_vars, limit)
     planned.warn()
     run_id = None
+    earlier = None
     if resume is not None:
         results_dir, run_id = resume_target(resume, results_dir)
         check_resume_plan(results_dir / run_id, [c.id for c in planned.cells])
+        earlier = recorded_resolutions(results_dir / run_id)  # one run never mixes commits
+    cells, resolutions = _pinned(planned, earlier)
+    secrets = planned.secret_values()
+    for res in resolutions:
+        if res.sha is not None or res.note.startswith("not pinned"):
+            click.echo(redact_text(f"repo.version {res.describe()}", secrets), err=True)
     argv = ["orch", *sys.argv[1:]]
     options = ApplyOptions(
         results_dir=results_dir,
@@ -194,11 +229,11 @@ def apply(
         playbook_files=planned.playbook.files,
         playbook_dir=planned.playbook.path.parent,
         inventory=planned.inventory,
-        cells=planned.cells,
+        cells=cells,
         options=options,
         secret_vars=secret_vars,
     )
-    click.echo(f"run {run.run_id}: {len(planned.cells)} cells -> {run.writer.path}", err=True)
+    click.echo(f"run {run.run_id}: {len(cells)} cells -> {run.writer.path}", err=True)
     try:
         outcome = run.execute()
     except KeyboardInterrupt:
@@ -358,6 +393,7 @@ def bisect(
         render_bisect,
         show_bisect,
     )
+    from orchestrator.execute.refs import pin_revision
     from orchestrator.execute.resume import resume_command
     from orchestrator.results.read import open_run
 
@@ -371,8 +407,16 @@ def bisect(
     if metric is None:
         metric = next(iter(base.expect), "output_throughput")
     run_id = None
+    refs: dict[str, dict[str, Any]] = {}
     if resume_run:
-        run_id = open_run(resume_run, results_dir).path.name
+        run = open_run(resume_run, results_dir)
+        run_id = run.path.name
+        refs = dict((run.run or {}).get("bisect_refs") or {})  # the first start's commits
+    for key, ref in (("--good", good), ("--bad", bad)):
+        if ref not in refs:
+            res = pin_revision(base, planned.inventory, ref, key_path=key)
+            if res is not None and res.sha is not None:
+                refs[ref] = res.to_json()
     setup = BisectSetup(
         base=base,
         host=planned.inventory.hosts[base.host],
@@ -388,6 +432,7 @@ def bisect(
         first_parent=not all_parents,
         commit_axes=commit_axes,
         secret_vars=planned.variables,
+        refs=refs,
         policy=BisectPolicy(end_repeats=end_repeats, repeats=repeats, max_runs_per_point=max_runs),
     )
     job = Bisection(setup, run_id=run_id)

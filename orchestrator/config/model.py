@@ -20,6 +20,7 @@ from orchestrator.config.fieldtypes import (
     TDirty,
     TEnv,
     TExtends,
+    TFetch,
     THttpStatus,
     TLauncher,
     TMatrix,
@@ -76,6 +77,7 @@ class RepoSection(_Section):
     setup: TStr | None = None
     dirty: TDirty = "refuse"
     setup_timeout: TPositive = 3600.0
+    fetch: TFetch = "always"
 
 
 class ReadySection(_Section):

@@ -57,6 +57,13 @@ class BisectSetup:
     policy: BisectPolicy = field(default_factory=BisectPolicy)
     commit_axes: frozenset[str] = frozenset()  # axes that only choose the commit
     secret_vars: dict[str, Any] = field(default_factory=dict)  # redacted like apply's
+    # --good/--bad pinned on the origin for the whole bisect: {ref: Resolution.to_json()}
+    refs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def pinned(self) -> dict[str, str]:
+        """{--good/--bad ref: the commit it was pinned to}."""
+        return {r: str(p["sha"]) for r, p in self.refs.items() if isinstance(p.get("sha"), str)}
 
 
 def _git(conn: Connection, dest: str, *args: str, timeout: float = 300) -> str:
@@ -70,9 +77,18 @@ def _git(conn: Connection, dest: str, *args: str, timeout: float = 300) -> str:
 
 
 def commit_range(
-    conn: Connection, cell: Cell, good: str, bad: str, first_parent: bool
+    conn: Connection,
+    cell: Cell,
+    good: str,
+    bad: str,
+    first_parent: bool,
+    pinned: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Full SHAs from good to bad (oldest first), read from the host's clone of the repo."""
+    """Full SHAs from good to bad (oldest first), read from the host's clone of the repo.
+
+    `pinned` maps a ref to the commit the origin named for it (execute/refs.py): the clone's
+    own tag of that name may be stale. A commit the clone lacks is fetched (tags with force).
+    """
     if cell.repo is None:
         raise InputError("bisect needs a playbook with a repo:", key_path="repo")
     # Commands run in $HOME and argv is quoted, so `~/x` must become `x` as the runner does.
@@ -96,11 +112,15 @@ def commit_range(
             raise ExecutionError(f"{conn.host.name}: git clone {url} failed: {res.stderr[-500:]}")
 
     def resolve(ref: str) -> str:
-        argv = ["git", "-C", dest, "rev-parse", "--verify", f"{ref}^{{commit}}"]
+        name = (pinned or {}).get(ref, ref)
+        argv = ["git", "-C", dest, "rev-parse", "--verify", f"{name}^{{commit}}"]
         res = conn.run(argv, timeout=60)
-        if res.rc != 0:
-            _git(conn, dest, "fetch", "--quiet", "--tags", "origin", timeout=3600)
+        if res.rc != 0 and cell.repo is not None and cell.repo.fetch != "never":
+            _git(conn, dest, "fetch", "--quiet", "--force", "--tags", "origin", timeout=3600)
             res = conn.run(argv, timeout=60)
+            if res.rc != 0 and name != ref:  # only a ref the clone never fetches reaches it
+                conn.run(["git", "-C", dest, "fetch", "--quiet", "origin", name], timeout=3600)
+                res = conn.run(argv, timeout=60)
         if res.rc != 0:
             raise InputError(f"{ref!r} is not a commit in {url}", hint="check --good/--bad")
         return res.stdout.strip()
@@ -159,7 +179,9 @@ class Bisection:
         axes = {**kept, "bisect_commit": sha[:12], "bisect_run": attempt}
         data = base.model_dump(mode="json")
         data["axes"] = axes
-        data["repo"] = {**data["repo"], "version": sha}
+        # A step is its commit: no requested ref of the base stands in for it in the id.
+        data["repo"] = {**data["repo"], "version": sha, "requested": None}
+        data["repo"].update(resolved_at=None, resolved_by=None)
         data["bench"] = {**data["bench"], "repeats": repeats}
         spec = {k: v for k, v in data.items() if k != "id"}
         # Secret values are hashed as placeholders, as the planner does: no id depends on one.
@@ -188,7 +210,7 @@ class Bisection:
                 run_id=self.run_id,
                 resume=self.run_id is not None,
                 argv=self.setup.argv,
-                extra_run_fields={"bisect": True},
+                extra_run_fields={"bisect": True, "bisect_refs": self.setup.refs},
             ),
         )
         self.run_id = run.run_id
@@ -260,11 +282,14 @@ class Bisection:
         """Bisect; writes bisect.json (progress and result) into the bundle."""
         conn = conn_factory(self.setup.host)
         try:
+            setup = self.setup
             commits = commit_range(
-                conn, self.setup.base, self.setup.good, self.setup.bad, self.setup.first_parent
+                conn, setup.base, setup.good, setup.bad, setup.first_parent, setup.pinned
             )
         finally:
             conn.close()
+        for ref, pin in self.setup.refs.items():  # the origin's answer, not the clone's tags
+            self.log(f"{ref!r} is {pin.get('sha')} at the origin ({pin.get('resolved_by')})")
         self.log(f"{len(commits)} commits from {commits[0][:12]} to {commits[-1][:12]}")
         result = bisect(commits, self.measure, self.setup.policy)
         story = ""
@@ -280,6 +305,7 @@ class Bisection:
             "schema_version": 1,
             "good": self.setup.good,
             "bad": self.setup.bad,
+            "refs": self.setup.refs,
             "metric": self.setup.metric,
             "host": self.setup.host.name,
             "base_cell": self.setup.base.id,

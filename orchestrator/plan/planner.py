@@ -19,9 +19,11 @@ from orchestrator.cell import (
     CELL_SCHEMA_VERSION,
     DEFAULT_CELL_TIMEOUT,
     Cell,
+    RepoPin,
     canonical_json,
     id_from_text,
     keyed_text,
+    repo_id_data,
     secret_masks,
     secret_placeholder,
     slug_part,
@@ -292,7 +294,7 @@ class HostPlanner(SectionRenderer):
             timeouts, cell_timeout, timeout_text = found
             found = u_repo.cache.get(u_repo.key(values), _MISSING)
             if found is _MISSING:
-                found = u_repo.store(values, self._entry(self.repo(ps, timeouts)))
+                found = u_repo.store(values, self._repo_entry(self.repo(ps, timeouts)))
             repo, repo_text = found
             found = u_env.cache.get(u_env.key(values), _MISSING)
             if found is _MISSING:
@@ -356,6 +358,13 @@ class HostPlanner(SectionRenderer):
         else:
             data = piece
         return piece, canonical_json(data)
+
+    @staticmethod
+    def _repo_entry(repo: RepoPin | None) -> tuple[RepoPin | None, str]:
+        """The repo pin with the canonical JSON its cell id hashes (`cell.repo_id_data`)."""
+        if repo is None:
+            return None, canonical_json(None)
+        return repo, canonical_json(repo_id_data(repo.model_dump(mode="json")))
 
     def _timeouts_entry(self, ps: _PointScope) -> tuple[dict[str, float], float, str]:
         timeouts = self.timeouts(ps)

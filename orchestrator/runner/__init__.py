@@ -14,6 +14,7 @@ Commands (cwd is $HOME; a relative --workdir is relative to $HOME, default `.orc
     runner.pyz stop-all RUN_ID [--workdir W]      stop every live server recorded for RUN_ID
                                                   (RUN_ID `all`: every recorded server)
     runner.pyz check-origin DEST URL              is the clone at DEST a clone of URL?
+    runner.pyz resolve [--] URL REF...            what each branch or tag REF names at URL now
 
 `run` exit status: 0 passed, 1 failed, 3 interrupted, 2 bad input (no cell directory). Paths
 in events and `collect` output are relative to $HOME when they lie under it, else absolute. An

@@ -1,5 +1,5 @@
 """The runner's command line: `python3 runner.pyz run | collect | probe | stop-all |
-check-origin` (see the package docstring)."""
+check-origin | resolve` (see the package docstring)."""
 
 from __future__ import annotations
 
@@ -24,12 +24,14 @@ from orchestrator.runner.protocol import (
     StepFailed,
     bad_input,
     display_path,
+    home_dir,
     parse_payload,
     read_first_line,
     read_json,
     resolve_path,
 )
 from orchestrator.runner.queue import run_queue, send_archive
+from orchestrator.runner.remote_refs import list_remote_refs, pick_ref
 from orchestrator.runner.repo import RepoChecks
 from orchestrator.runner.snapshot import take_snapshot
 
@@ -152,6 +154,27 @@ def cmd_check_origin(dest: str, url: str) -> int:
     return 0 if result["ok"] else 1
 
 
+def cmd_resolve(url: str, refs: List[str]) -> int:
+    """`resolve URL REF...`: what each REF names at URL now, asked from this host.
+
+    Prints {"ok": true, "refs": {REF: {"sha", "ref"} or null}} (null: no such branch or tag)
+    or {"ok": false, "reason"} when the origin cannot be reached; exit 0 only when it answered.
+    A relative URL is relative to $HOME, as the repo step clones it.
+    """
+    listed, why = list_remote_refs(url, refs, home_dir())
+    result: Dict[str, Any]
+    if listed is None:
+        result = {"ok": False, "reason": why}
+    else:
+        found: Dict[str, Any] = {}
+        for ref in refs:
+            hit = pick_ref(listed, ref)
+            found[ref] = {"sha": hit[0], "ref": hit[1]} if hit else None
+        result = {"ok": True, "refs": found}
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0 if result["ok"] else 1
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(prog="runner.pyz", description="orch cell runner")
@@ -170,6 +193,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p_origin = sub.add_parser("check-origin", help="is the clone at DEST a clone of URL?")
     p_origin.add_argument("dest")
     p_origin.add_argument("url")
+    p_resolve = sub.add_parser("resolve", help="what each REF names at URL now (git ls-remote)")
+    p_resolve.add_argument("url")
+    p_resolve.add_argument("refs", nargs="+", metavar="REF")
     p_stop = sub.add_parser("stop-all", help="stop every live server of a run")
     p_stop.add_argument("run_id")
     p_stop.add_argument("--workdir", default=".orch")
@@ -184,6 +210,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         )
     if args.command == "check-origin":
         return cmd_check_origin(args.dest, args.url)
+    if args.command == "resolve":
+        return cmd_resolve(args.url, list(args.refs))
     if args.command == "stop-all":
         return cmd_stop_all(args.run_id, args.workdir)
     parser.print_help(sys.stderr)

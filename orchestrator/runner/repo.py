@@ -26,6 +26,7 @@ from orchestrator.runner.protocol import (
     write_json,
 )
 from orchestrator.runner.redaction import REDACTED
+from orchestrator.runner.remote_refs import is_commit_name
 
 # `scheme://rest`, as git's is_url() sees it (a scheme is letters, digits, `+`, `-`, `.`).
 _URL_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(.*)$", re.DOTALL)
@@ -237,6 +238,12 @@ class RepoSteps(CellContext, RepoChecks):
         if resumed:
             cloned = True
         elif not os.path.isdir(dest) or not os.listdir(dest):
+            if self.fetch_policy() == "never":
+                raise StepFailed(
+                    "repo dest %s holds no clone and repo.fetch is never (nothing is fetched); "
+                    "clone %s there first, or set repo.fetch: always"
+                    % (dest, masked_url(str(repo["url"])))
+                )
             parent = os.path.dirname(dest)
             os.makedirs(parent, exist_ok=True)
             # `--`: a URL starting with "-" is a URL, never an option (--upload-pack=...).
@@ -284,7 +291,8 @@ class RepoSteps(CellContext, RepoChecks):
                 "url": repo["url"],
                 "origin_url": masked_url(origin),
                 "dest": dest,
-                "requested": version,
+                **self.resolution_record(sha),
+                "fetch": self.fetch_policy(),
                 "resolved_from": source,
                 "sha": sha,
                 "describe": describe,
@@ -321,26 +329,32 @@ class RepoSteps(CellContext, RepoChecks):
     def resolve_version(self, dest: str, version: str) -> Tuple[str, str, bool]:
         """The full SHA `version` names: (sha, the ref it came from, fetched?).
 
-        A branch name is resolved on the remote after a fetch, never from a stale local branch.
+        A commit name (hex) already in the clone is used as is. Any other name means the
+        origin's ref as it is now: fetched first, tags with force (a tag the origin moved, or a
+        history it rebuilt, replaces the clone's), never a stale local branch or tag. With
+        `repo.fetch: never` the clone's refs are used as they are and nothing is fetched.
         """
+        assert self.repo is not None
         if version.startswith("-"):
             raise StepFailed("repo.version %r is not a ref" % version)
-        is_hex = re.match(r"^[0-9a-fA-F]{7,40}$", version) is not None
-        ok_remote, _ = self.git_ok(
-            ["show-ref", "--verify", "--quiet", "refs/remotes/origin/" + version], dest
-        )
-        ok_local, _ = self.git_ok(
-            ["show-ref", "--verify", "--quiet", "refs/heads/" + version], dest
-        )
-        branch = not is_hex and (ok_remote or ok_local)
-        if not branch:
+        is_hex = is_commit_name(version)
+        candidates = [version] if is_hex else ["origin/" + version, version]
+        if self.fetch_policy() == "never":
+            for ref in candidates:
+                sha = self._rev(dest, ref)
+                if sha:
+                    return sha, ref, False
+            raise StepFailed(
+                "unknown ref %r in the clone at %s (repo.fetch is never: nothing was fetched; "
+                "fetch it there, or set repo.fetch: always)" % (version, dest)
+            )
+        if is_hex:
             sha = self._rev(dest, version)
             if sha:
                 return sha, version, False
         # origin only: a tag of another remote the user added must not stand in for the
-        # declared repo's. Not -q: git's "would clobber existing tag" line is the reason.
-        self.git(["fetch", "--tags", "--", "origin"], dest)
-        candidates = ["origin/" + version, version] if not is_hex else [version]
+        # declared repo's. --force: a tag the origin moved is updated, never kept stale.
+        self.git(["fetch", "--force", "--tags", "--", "origin"], dest)
         for ref in candidates:
             sha = self._rev(dest, ref)
             if sha:
@@ -352,8 +366,37 @@ class RepoSteps(CellContext, RepoChecks):
                 return sha, "FETCH_HEAD", True
         raise StepFailed(
             "unknown ref %r in %s (not found after git fetch)"
-            % (version, self.repo["url"] if self.repo else "")
+            % (version, masked_url(str(self.repo["url"])))
         )
+
+    def fetch_policy(self) -> str:
+        """`repo.fetch`: always (the origin's refs as they are now) or never (the clone's)."""
+        assert self.repo is not None
+        return "never" if str(self.repo.get("fetch", "always")) == "never" else "always"
+
+    def resolution_record(self, sha: str) -> Dict[str, Any]:
+        """What repo.json says of how the requested ref became `sha`: by whom and when."""
+        assert self.repo is not None
+        requested = self.repo.get("requested")
+        if requested and self.repo.get("resolved_by"):  # pinned for the whole run
+            return {
+                "requested": requested,
+                "resolved": sha,
+                "resolved_at": self.repo.get("resolved_at"),
+                "resolved_by": self.repo.get("resolved_by"),
+            }
+        record = {
+            "requested": str(self.repo["version"]),
+            "resolved": sha,
+            "resolved_at": now(),
+            "resolved_by": "host %s" % self.cell.get("host", ""),
+        }
+        if self.fetch_policy() == "never":
+            record["fetch_note"] = (
+                "repo.fetch is never: resolved in the clone as it was, nothing fetched; the "
+                "origin may name another commit now"
+            )
+        return record
 
     # step 2: setup
     def do_setup(self) -> Dict[str, Any]:

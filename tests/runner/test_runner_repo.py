@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -167,7 +168,7 @@ def test_unknown_refs_are_fetched_from_origin(home: Path, origin: Path) -> None:
     assert info["sha"] == later and info["describe"] == "v9"
 
 
-def test_tags_come_from_origin_only_and_a_clobbered_tag_says_so(
+def test_tags_come_from_origin_only_and_a_moved_tag_is_followed(
     home: Path, origin: Path, tmp_path: Path
 ) -> None:
     url = origin.as_uri()
@@ -183,14 +184,18 @@ def test_tags_come_from_origin_only_and_a_clobbered_tag_says_so(
     assert runner.done["status"] == "failed", runner.done
     assert runner.done["reason"].startswith("unknown ref 'only-there'")
 
-    # origin moved its tag v1 to another commit: the fetch refuses, and says why
+    # origin moved its tag v1 to another commit (git tag -f): the clone's stale tag is
+    # replaced (fetched with force), never used as it was
     git(origin, "tag", "v1", "HEAD~1")
     assert run_cell(home, repo_cell(url, "v1", "t-2-0000bbbb")).done["status"] == "passed"
-    commit(origin, "server.txt", "v2\n")
+    moved = commit(origin, "server.txt", "v2\n")
     git(origin, "tag", "-f", "v1")
-    runner = run_cell(home, repo_cell(url, "main", "t-3-0000cccc"))
-    assert runner.done["status"] == "failed", runner.done
-    assert "would clobber existing tag" in runner.done["reason"], runner.done
+    runner = run_cell(home, repo_cell(url, "v1", "t-3-0000cccc"))
+    assert runner.done["status"] == "passed", runner.done
+    info = load(cell_dir(home, "t-3-0000cccc") / "repo.json")
+    assert info["sha"] == moved and info["resolved"] == moved and info["fetched"] is True
+    assert info["requested"] == "v1" and info["resolved_by"] == "host local"
+    assert git(dest, "rev-parse", "v1") == moved
 
 
 def test_unknown_ref_fails_clearly(home: Path, origin: Path) -> None:
@@ -476,3 +481,97 @@ def test_an_unfinished_clone_of_another_repository_is_redone(
     dest = home / "src" / "demo"
     assert not (dest / "other.txt").exists()
     assert git(dest, "remote", "get-url", "origin") == str(origin)
+
+
+# --- refs pinned by the controller, repo.fetch: never, runner.pyz resolve ----------------------
+
+
+def test_a_pinned_commit_is_checked_out_and_the_resolution_recorded(
+    home: Path, origin: Path
+) -> None:
+    url = origin.as_uri()
+    git(origin, "tag", "nightly")
+    assert run_cell(home, repo_cell(url, "nightly")).done["status"] == "passed"
+    moved = commit(origin, "server.txt", "v2\n")
+    git(origin, "tag", "-f", "nightly")
+    # The controller pinned `nightly` to the origin's commit: the clone's tag is stale.
+    pinned = repo_cell(
+        url,
+        moved,
+        "p-2-0000beef",
+        requested="nightly",
+        resolved_at=1700000000.5,
+        resolved_by="controller",
+    )
+    runner = run_cell(home, pinned)
+    assert runner.done["status"] == "passed", runner.done
+    info = load(cell_dir(home, "p-2-0000beef") / "repo.json")
+    assert info["requested"] == "nightly" and info["resolved"] == moved == info["sha"]
+    assert info["resolved_at"] == 1700000000.5 and info["resolved_by"] == "controller"
+    assert info["fetch"] == "always" and info["fetched"] is True
+    dest = home / "src" / "demo"
+    assert git(dest, "rev-parse", "HEAD") == moved
+    assert git(dest, "rev-parse", "nightly") == moved  # tags fetched with force
+
+
+def test_fetch_never_uses_the_clone_as_it_is(home: Path, origin: Path) -> None:
+    url = origin.as_uri()
+    old = git(origin, "rev-parse", "HEAD")
+    git(origin, "tag", "nightly")
+    assert run_cell(home, repo_cell(url, "main")).done["status"] == "passed"
+    commit(origin, "server.txt", "v2\n")
+    git(origin, "tag", "-f", "nightly")
+
+    runner = run_cell(home, repo_cell(url, "nightly", "n-2-0000beef", fetch="never"))
+    assert runner.done["status"] == "passed", runner.done
+    info = load(cell_dir(home, "n-2-0000beef") / "repo.json")
+    assert info["sha"] == old and info["fetched"] is False and info["fetch"] == "never"
+    assert info["requested"] == "nightly" and "nothing fetched" in info["fetch_note"]
+    dest = home / "src" / "demo"
+    assert git(dest, "rev-parse", "nightly") == old  # nothing was fetched
+
+    runner = run_cell(home, repo_cell(url, "no-such", "n-3-0000cafe", fetch="never"))
+    assert runner.done["status"] == "failed", runner.done
+    assert "unknown ref 'no-such' in the clone" in runner.done["reason"]
+    assert "repo.fetch is never" in runner.done["reason"]
+
+    # No clone at dest: a clone is a fetch, so never refuses it and says what to do.
+    cell = repo_cell(url, "main", "n-4-0000f00d", fetch="never")
+    cell["repo"]["dest"] = "src/fresh"  # type: ignore[index]
+    runner = run_cell(home, cell)
+    assert runner.done["status"] == "failed", runner.done
+    assert "holds no clone and repo.fetch is never" in runner.done["reason"]
+    assert not (home / "src" / "fresh").exists()
+
+
+def runner_resolve(home: Path, *args: str) -> tuple[int, dict[str, object]]:
+    """`python -m orchestrator.runner resolve ARGS` with $HOME at `home`; (rc, its JSON)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.runner", "resolve", *args],
+        cwd=home,
+        env={**os.environ, "HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_runner_resolve_names_branches_and_peels_annotated_tags(home: Path, origin: Path) -> None:
+    head = git(origin, "rev-parse", "HEAD")
+    first = git(origin, "rev-list", "--max-parents=0", "HEAD")
+    git(origin, "tag", "-a", "-m", "release", "v2", first)
+    tag_object = git(origin, "rev-parse", "v2")
+    assert tag_object != first
+    shutil.copytree(origin, home / "-o-origin")  # relative to $HOME, and not an option
+    rc, doc = runner_resolve(home, "--", "-o-origin", "main", "v2", "HEAD", "nope")
+    assert rc == 0 and doc["ok"] is True, doc
+    assert doc["refs"] == {
+        "main": {"sha": head, "ref": "refs/heads/main"},
+        "v2": {"sha": first, "ref": "refs/tags/v2"},
+        "HEAD": {"sha": head, "ref": "HEAD"},
+        "nope": None,
+    }
+    rc, doc = runner_resolve(home, str(home / "missing"), "main")
+    assert rc == 1 and doc["ok"] is False
+    assert "does not appear to be a git repository" in str(doc["reason"])
