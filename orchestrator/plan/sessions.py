@@ -13,13 +13,17 @@ from collections.abc import Iterable
 
 from orchestrator.cell import Cell, canonical_json
 
+_NOT_SERVER = {"requested", "resolved_at", "resolved_by", "fetch"}
+
 
 def session_key(cell: Cell) -> str:
     """The cell's server identity: equal keys on one host can share one server start."""
     if cell.server is None or cell.server.restart == "per_cell":
         return cell.id
+    # The commit as pinned, not the ref that named it: two refs at one SHA are one server.
+    repo = cell.repo.model_dump(mode="json", exclude=_NOT_SERVER) if cell.repo else None
     identity = {
-        "repo": cell.repo.model_dump(mode="json") if cell.repo else None,
+        "repo": repo,
         "env": cell.env,
         "server": cell.server.model_dump(mode="json"),
     }
