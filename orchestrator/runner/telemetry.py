@@ -26,6 +26,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import threading
@@ -33,11 +34,13 @@ import time
 from collections import deque
 from typing import IO, Any
 
+from orchestrator.runner.context import CellContext
 from orchestrator.runner.protocol import now
 
 TELEMETRY_CSV = "telemetry.csv"
 TELEMETRY_JSON = "telemetry.json"
 DEFAULT_INTERVAL_S = 1.0
+FIRST_SAMPLE_WAIT_S = 3.0
 DEFAULT_FIELDS = (
     "clocks.sm",
     "clocks.mem",
@@ -131,6 +134,7 @@ class Sampler:
         self._proc: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._first = threading.Event()  # the first sample was written, or sampling ended
         self._lock = threading.Lock()
 
     # -- public -------------------------------------------------------------------------------
@@ -172,6 +176,12 @@ class Sampler:
             return info
         except Exception as exc:
             return {"enabled": False, "off": f"cannot stop telemetry: {exc}"}
+
+    def wait_first_sample(self, timeout: float) -> bool:
+        """Wait (at most `timeout` s) until the first sample is written; whether one was."""
+        if self._thread is not None:
+            self._first.wait(timeout)
+        return self._file is not None and self._file.rows > 0
 
     @property
     def pid(self) -> int | None:
@@ -218,6 +228,7 @@ class Sampler:
         except Exception as exc:
             self.off_reason = f"telemetry failed: {exc}"
         finally:
+            self._first.set()
             self._kill_child()
 
     def _stream(self, legacy: bool) -> tuple[bool, str]:
@@ -246,6 +257,7 @@ class Sampler:
             line = raw.decode("utf-8", "replace")
             if self._file.write_line(now(), line):
                 samples += 1
+                self._first.set()
             elif line.strip():
                 self.errors.append(line.strip()[:200])
         rc = proc.wait()
@@ -271,6 +283,50 @@ class Sampler:
                 proc.wait(timeout=2.0)
         except (OSError, subprocess.TimeoutExpired):
             pass
+
+
+class TelemetryStep(CellContext):
+    """A cell's sampling: from just before its server starts (or is taken over from the cell
+    before it) until its bench is over, whatever happened; each cell of a server session samples
+    its own time into its own telemetry.csv."""
+
+    sampler: Sampler | None = None
+    telemetry_info: dict[str, Any] | None = None
+
+    def start_telemetry(self) -> None:
+        """Start sampling as the cell's `telemetry` asks; nvidia-smi absent: a note, no failure."""
+        spec = self.cell.get("telemetry", {})
+        if spec is None or spec is False:
+            spec = {"enabled": False}
+        if not isinstance(spec, dict):
+            spec = {}
+        if spec.get("enabled") is False:
+            self.telemetry_info = {"enabled": False, "off": "telemetry: false in the playbook"}
+            return
+        command = shutil.which("nvidia-smi")
+        if command is None:
+            self.telemetry_info = {"enabled": False, "off": "nvidia-smi not found on PATH"}
+            return
+        interval = spec.get("interval")
+        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval <= 0:
+            interval = DEFAULT_INTERVAL_S
+        self.sampler = Sampler(command)
+        self.sampler.start(self.dir, float(interval), spec.get("fields"))
+        # The first sample takes nvidia-smi's start-up; a shared server's bench may begin at once.
+        self.sampler.wait_first_sample(FIRST_SAMPLE_WAIT_S)
+
+    def stop_telemetry(self) -> None:
+        """Stop sampling (once); what telemetry.json says goes to cell.json as well."""
+        sampler, self.sampler = self.sampler, None
+        if sampler is None:
+            return
+        info = sampler.stop()
+        info.pop("errors", None)
+        if sampler.errors:
+            info["last_error"] = sampler.errors[-1]
+        self.telemetry_info = info
+        if not info.get("enabled"):
+            self.emit({"event": "warning", "what": "telemetry", "detail": info.get("off")})
 
 
 def main(argv: list[str]) -> int:
