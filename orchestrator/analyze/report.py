@@ -29,6 +29,7 @@ FORMATS: tuple[str, ...] = ("table", "md", "csv", "json")
 TIDY_FIXED = ("run_id", "cell_id", "host")
 _RESERVED = {*TIDY_FIXED, "repeat", "metric", "value"}
 OK_MARK, FAIL_MARK = "✓", "✗"
+ENERGY_METRICS = ("joules_per_output_token", "energy_j")  # the report's energy column, first found
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,10 @@ def chosen_metrics(rep: Report, asked: Sequence[str]) -> list[str]:
         if e.get("metric") in available
     ]
     chosen = [*dict.fromkeys([*expected, *(m for m in HEADLINE_METRICS if m in available)])]
+    # energy, when the run had telemetry: per output token where the bench reported tokens
+    energy = next((m for m in ENERGY_METRICS if m in available), None)
+    if chosen and energy is not None and energy not in chosen:
+        chosen.append(energy)
     return chosen or available[:4]
 
 
