@@ -125,7 +125,8 @@ def output_tokens(metrics: dict[str, Any]) -> float | None:
     return None
 
 
-def _window(record: RepeatRecord, tokens: float | None) -> RepeatWindow | None:
+def repeat_window(record: RepeatRecord, tokens: float | None = None) -> RepeatWindow | None:
+    """A repeat's start and end (exit.json) as a telemetry window; None when not recorded."""
     try:
         doc = record.exit or {}
     except OrchError:  # a damaged exit.json: the verdict names it elsewhere
@@ -156,7 +157,7 @@ def add_telemetry_metrics(
     windows = []
     for rec in [*record.warmups, *record.repeats]:
         parsed = by_n.get(rec.n) if rec.kind == "measure" else None
-        window = _window(rec, output_tokens(parsed) if parsed else None)
+        window = repeat_window(rec, output_tokens(parsed) if parsed else None)
         if window is not None:
             windows.append(window)
     per_repeat = repeat_metrics(tel, windows)

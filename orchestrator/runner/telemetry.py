@@ -135,6 +135,9 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._first = threading.Event()  # the first sample was written, or sampling ended
+        self._sampled = threading.Condition()  # notified at every sample and when sampling ends
+        self.last_sample_t: float | None = None
+        self._ended = False
         self._lock = threading.Lock()
 
     # -- public -------------------------------------------------------------------------------
@@ -183,6 +186,20 @@ class Sampler:
             self._first.wait(timeout)
         return self._file is not None and self._file.rows > 0
 
+    def wait_sample_after(self, t: float, timeout: float) -> bool:
+        """Wait (at most `timeout` s) for a sample stamped after `t`, so the span up to `t` is
+        covered; whether one came."""
+        if self._thread is None:
+            return False
+        deadline = time.monotonic() + timeout
+        with self._sampled:
+            while not self._ended and (self.last_sample_t is None or self.last_sample_t <= t):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._sampled.wait(left)
+            return self.last_sample_t is not None and self.last_sample_t > t
+
     @property
     def pid(self) -> int | None:
         """The nvidia-smi child's pid while one runs."""
@@ -229,6 +246,9 @@ class Sampler:
             self.off_reason = f"telemetry failed: {exc}"
         finally:
             self._first.set()
+            with self._sampled:
+                self._ended = True
+                self._sampled.notify_all()
             self._kill_child()
 
     def _stream(self, legacy: bool) -> tuple[bool, str]:
@@ -255,9 +275,13 @@ class Sampler:
             if not raw:
                 break
             line = raw.decode("utf-8", "replace")
-            if self._file.write_line(now(), line):
+            t = now()
+            if self._file.write_line(t, line):
                 samples += 1
                 self._first.set()
+                with self._sampled:
+                    self.last_sample_t = t
+                    self._sampled.notify_all()
             elif line.strip():
                 self.errors.append(line.strip()[:200])
         rc = proc.wait()
@@ -320,6 +344,9 @@ class TelemetryStep(CellContext):
         sampler, self.sampler = self.sampler, None
         if sampler is None:
             return
+        if not self.stop_event.is_set():
+            # One more sample, so the last repeat's end is covered (not cut at the last sample).
+            sampler.wait_sample_after(now(), 2.0 * sampler.interval_s + 1.0)
         info = sampler.stop()
         info.pop("errors", None)
         if sampler.errors:
