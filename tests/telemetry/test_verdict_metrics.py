@@ -86,3 +86,27 @@ def test_output_tokens_reported_or_derived() -> None:
     assert output_tokens({"output_throughput": 50.0, "duration": 2.0}) == 100
     assert output_tokens({"output_throughput": 50.0}) is None
     assert output_tokens({"total_output_tokens": True}) is None
+
+
+def test_telemetry_metrics_are_checked_by_expect_like_any_metric(tmp_path: Path) -> None:
+    from orchestrator.analyze.verdict import score_cell
+    from orchestrator.cell import BenchSpec, Cell, Expectation
+
+    cell_dir = _cell(tmp_path)
+    (cell_dir / "cell.json").write_text(json.dumps({"schema_version": 1, "status": "passed"}))
+    for n in ("1", "2"):
+        (cell_dir / "bench" / n / "result.json").write_text('{"output_throughput": 100.0}')
+    cell = Cell(
+        id="x-0000",
+        playbook="p",
+        host="h",
+        axes={},
+        bench=BenchSpec(adapter="generic", argv=("b",), result_file="result.json", repeats=2),
+        expect={"throttle_s": Expectation(max=0.0), "energy_j": Expectation(min=1.0)},
+    )
+    verdict = score_cell(cell_dir, cell)
+    assert verdict.status == "failed" and verdict.failed_step == "expect", verdict.reason
+    assert "expectation throttle_s" in str(verdict.reason)
+    assert "energy_j" not in str(verdict.reason)
+    assert verdict.metrics["summary"]["throttle_s"]["max"] == pytest.approx(6.0)
+    assert verdict.metrics["telemetry"]["episodes"][0]["measured_repeats"] == [2]
