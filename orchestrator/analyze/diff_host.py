@@ -288,7 +288,11 @@ def _episode_text(ep: Mapping[str, Any]) -> str:
     text = f"{reasons} on GPU {gpus} for {_seconds(ep.get('seconds')):.1f} s"
     repeats = ", ".join(str(n) for n in ep.get("measured_repeats") or ())
     overlap = _seconds(ep.get("measured_overlap_s"))
-    text += f" ({overlap:.1f} s in measured repeat {repeats})" if repeats else " (between repeats)"
+    text += (
+        f" ({overlap:.1f} s in measured repeat {repeats})"
+        if repeats
+        else " (outside measured repeats)"
+    )
     before, low = _number(ep.get("sm_clock_before_mhz")), _number(ep.get("sm_clock_min_mhz"))
     if before is not None and low is not None:
         text += f", SM clock {before:.0f} -> {low:.0f} MHz"

@@ -69,4 +69,7 @@ def test_no_episode_on_either_side_or_no_telemetry_adds_nothing(tmp_path: Path) 
     between = dict(EPISODE, measured_overlap_s=0.0, measured_repeats=[])
     d = CellEvidence.load(_cell(tmp_path / "d", FAST, [between]))
     entry = diff_cells(a, d).section("hardware").entries[0]
-    assert "(between repeats)" in entry.b and entry.note == "B: 0.0 s of measured repeats throttled"
+    assert (
+        "(outside measured repeats)" in entry.b
+        and entry.note == "B: 0.0 s of measured repeats throttled"
+    )
