@@ -135,6 +135,15 @@ class SnapshotSpec(_Frozen):
     topo: bool = True
 
 
+class TelemetrySpec(_Frozen):
+    """GPU sampling while the cell runs (observation only: not in the id); `enabled: false`
+    turns it off."""
+
+    enabled: bool = True
+    interval: float = 1.0  # seconds between samples
+    fields: tuple[str, ...] | None = None  # nvidia-smi --query-gpu names; None: the runner's
+
+
 class Cell(_Frozen):
     """One matrix point on one host, fully rendered."""
 
@@ -151,6 +160,7 @@ class Cell(_Frozen):
     expect: dict[str, Expectation] = Field(default_factory=dict)
     cell_timeout: float = DEFAULT_CELL_TIMEOUT
     snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
 
 
 def canonical_json(data: Any) -> str:

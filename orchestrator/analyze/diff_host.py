@@ -266,8 +266,68 @@ def _topology_entries(a: Snapshot, b: Snapshot) -> list[Entry]:
     return entries
 
 
+THROTTLED = "throttled during the run"
+
+
+def _episodes(cell: CellEvidence) -> list[dict[str, Any]] | None:
+    """The throttle episodes metrics.json recorded from telemetry; None without telemetry."""
+    block = as_dict(cell.metrics).get("telemetry")
+    if not isinstance(block, dict):
+        return None
+    return [e for e in block.get("episodes") or () if isinstance(e, dict)]
+
+
+def _seconds(value: Any) -> float:
+    number = _number(value)
+    return number if number is not None else 0.0
+
+
+def _episode_text(ep: Mapping[str, Any]) -> str:
+    reasons = ", ".join(str(r) for r in ep.get("reasons") or ()) or "throttled"
+    gpus = ", ".join(str(g) for g in ep.get("gpus") or ())
+    text = f"{reasons} on GPU {gpus} for {_seconds(ep.get('seconds')):.1f} s"
+    repeats = ", ".join(str(n) for n in ep.get("measured_repeats") or ())
+    overlap = _seconds(ep.get("measured_overlap_s"))
+    text += (
+        f" ({overlap:.1f} s in measured repeat {repeats})"
+        if repeats
+        else " (outside measured repeats)"
+    )
+    before, low = _number(ep.get("sm_clock_before_mhz")), _number(ep.get("sm_clock_min_mhz"))
+    if before is not None and low is not None:
+        text += f", SM clock {before:.0f} -> {low:.0f} MHz"
+    return text
+
+
+def _throttle_value(episodes: list[dict[str, Any]] | None) -> str:
+    if episodes is None:
+        return "no telemetry"
+    return "\n".join(_episode_text(e) for e in episodes) if episodes else "none"
+
+
+def throttle_entries(a: CellEvidence, b: CellEvidence) -> list[Entry]:
+    """`throttled during the run`: episodes from each side's telemetry (reasons, GPUs, seconds,
+    clock drop), with the seconds they overlapped measured repeats, which say how much of a
+    metric change they can explain."""
+    ea, eb = _episodes(a), _episodes(b)
+    if not ea and not eb:
+        return []
+    va, vb = _throttle_value(ea), _throttle_value(eb)
+    if va == vb:
+        return []
+    notes = []
+    for side, eps in (("A", ea), ("B", eb)):
+        overlap = sum(_seconds(e.get("measured_overlap_s")) for e in eps or ())
+        if eps:
+            notes.append(f"{side}: {overlap:.1f} s of measured repeats throttled")
+    return [Entry(THROTTLED, va, vb, "; ".join(notes) or None)]
+
+
 def hardware_section(a: CellEvidence, b: CellEvidence) -> Section:
     section = Section("hardware", SECTION_TITLES["hardware"])
+    # first: a throttling episode during the bench explains a metric change better than any
+    # snapshot reading taken before or after it
+    section.entries += throttle_entries(a, b)
     gpus_a, gpus_b = a.pre.gpus, b.pre.gpus
     if len(gpus_a) != len(gpus_b):
         section.entries.append(Entry("GPU count", len(gpus_a), len(gpus_b)))

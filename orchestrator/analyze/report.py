@@ -19,16 +19,20 @@ from typing import Any, Literal
 from tabulate import tabulate
 
 from orchestrator.analyze import stats
+from orchestrator.analyze.energy import read_telemetry
 from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.analyze.metrics import HEADLINE_METRICS, format_number
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
+from orchestrator.results.records import CellRecord
+from orchestrator.runner.telemetry import TELEMETRY_CSV
 
 ReportFormat = Literal["table", "md", "csv", "json"]
 FORMATS: tuple[str, ...] = ("table", "md", "csv", "json")
 TIDY_FIXED = ("run_id", "cell_id", "host")
 _RESERVED = {*TIDY_FIXED, "repeat", "metric", "value"}
 OK_MARK, FAIL_MARK = "✓", "✗"
+ENERGY_METRICS = ("joules_per_output_token", "energy_j")  # the report's energy column, first found
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,10 @@ def chosen_metrics(rep: Report, asked: Sequence[str]) -> list[str]:
         if e.get("metric") in available
     ]
     chosen = [*dict.fromkeys([*expected, *(m for m in HEADLINE_METRICS if m in available)])]
+    # energy, when the run had telemetry: per output token where the bench reported tokens
+    energy = next((m for m in ENERGY_METRICS if m in available), None)
+    if chosen and energy is not None and energy not in chosen:
+        chosen.append(energy)
     return chosen or available[:4]
 
 
@@ -423,3 +431,55 @@ def plot_report(report: Report, axis: str, path: Path) -> Path:
     finally:
         plt.close(fig)
     return path
+
+
+def plot_telemetry(report: Report, path: Path) -> Path | None:
+    """Beside `path` (`NAME-telemetry.png`): one strip per cell with telemetry, every GPU's SM
+    clock and power over the cell's time, its measured repeats shaded; None without telemetry."""
+    from orchestrator.analyze.verdict import repeat_window
+
+    strips = []
+    for row in report.rows:
+        tel = read_telemetry(row.cell.path / TELEMETRY_CSV)
+        if tel.gpus:
+            strips.append((row, tel))
+    if not strips:
+        return None
+    out = _check_plot_path(Path(path)).with_name(f"{Path(path).stem}-telemetry{Path(path).suffix}")
+    plt = _import_pyplot()
+    fig, subplots = plt.subplots(len(strips), 1, figsize=(10, 2.6 * len(strips)), squeeze=False)
+    nan = float("nan")
+    for (row, tel), ax in zip(strips, [s[0] for s in subplots], strict=True):
+        t0 = min(s.t[0] for s in tel.gpus.values())
+        power = ax.twinx()
+        for gpu, s in tel.gpus.items():
+            xs = [t - t0 for t in s.t]
+            (line,) = ax.plot(xs, [nan if v is None else v for v in s.sm], lw=1, label=f"GPU {gpu}")
+            power.plot(
+                xs,
+                [nan if v is None else v for v in s.power],
+                lw=0.6,
+                ls="--",
+                color=line.get_color(),
+            )
+        for record in CellRecord(row.cell.path).repeats:
+            window = repeat_window(record)
+            if window is not None:
+                ax.axvspan(window.start - t0, window.end - t0, color="tab:gray", alpha=0.15)
+        ax.set_title(f"{row.cell.id} @ {row.cell.host}  (measured repeats shaded)")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("SM clock (MHz)")
+        power.set_ylabel("power (W, dashed)")
+        if len(tel.gpus) > 1:
+            ax.legend(fontsize="x-small", loc="lower left")
+    fig.tight_layout()
+    try:
+        fig.savefig(out)
+    except OSError as exc:
+        raise InputError(
+            f"cannot write the telemetry plot to {str(out)!r}: {exc.strerror or exc}",
+            key_path="--plot",
+        ) from None
+    finally:
+        plt.close(fig)
+    return out

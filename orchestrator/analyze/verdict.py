@@ -8,13 +8,20 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.adapters import bench_adapter, server_adapter
+from orchestrator.analyze.energy import (
+    RepeatWindow,
+    read_telemetry,
+    repeat_metrics,
+    throttle_episodes,
+)
 from orchestrator.analyze.expect import check_all
 from orchestrator.analyze.metrics import metrics_document, summarize
 from orchestrator.cell import Cell
 from orchestrator.errors import OrchError
 from orchestrator.results.documents import read_json_noting
 from orchestrator.results.layout import CELL_JSON, METRICS_JSON
-from orchestrator.results.records import CellRecord
+from orchestrator.results.records import CellRecord, RepeatRecord
+from orchestrator.runner.telemetry import TELEMETRY_CSV
 
 
 @dataclass
@@ -70,6 +77,7 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
         server_facts = dict(analysis.get("facts", {}))
         server_metrics = dict(analysis.get("metrics", {}))
 
+    telemetry = add_telemetry_metrics(cell_dir, repeats, sources)
     summary = summarize([{k: v for k, v in r.items() if k != "n"} for r in repeats])
     medians = {m: float(s["median"]) for m, s in summary.items()}
     expectations = [e.to_json() for e in check_all(cell.expect, medians)] if repeats else []
@@ -100,7 +108,73 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
         checks=checks,
         problems=problems,
     )
+    if telemetry:
+        metrics["telemetry"] = telemetry
     return Verdict(status=status, reason=reason, metrics=metrics, failed_step=failed_step)
+
+
+def output_tokens(metrics: dict[str, Any]) -> float | None:
+    """A repeat's output tokens: reported, else output throughput × duration (same time unit)."""
+    total = metrics.get("total_output_tokens")
+    if isinstance(total, int | float) and not isinstance(total, bool) and total > 0:
+        return float(total)
+    rate, duration = metrics.get("output_throughput"), metrics.get("duration")
+    if isinstance(rate, int | float) and isinstance(duration, int | float):
+        product = float(rate) * float(duration)
+        return product if product > 0 else None
+    return None
+
+
+def repeat_window(record: RepeatRecord, tokens: float | None = None) -> RepeatWindow | None:
+    """A repeat's start and end (exit.json) as a telemetry window; None when not recorded."""
+    try:
+        doc = record.exit or {}
+    except OrchError:  # a damaged exit.json: the verdict names it elsewhere
+        return None
+    start, end = doc.get("start"), doc.get("end")
+    if not isinstance(start, int | float) or not isinstance(end, int | float) or end <= start:
+        return None  # a bundle from before repeats were timed
+    return RepeatWindow(record.kind, record.n, float(start), float(end), tokens)
+
+
+def add_telemetry_metrics(
+    cell_dir: Path, repeats: list[dict[str, Any]], sources: dict[str, Any]
+) -> dict[str, Any]:
+    """Put each measured repeat's telemetry metrics (energy, clocks, temperature, throttling,
+    energy per output token) into `repeats` beside the bench's; returns metrics.json's
+    `telemetry` block (warm-ups' metrics, throttle episodes), empty without telemetry."""
+    path = cell_dir / TELEMETRY_CSV
+    if not path.is_file():
+        return {}
+    try:
+        tel = read_telemetry(path)
+    except (OSError, UnicodeDecodeError):
+        return {}
+    if not tel.gpus:
+        return {}
+    record = CellRecord(cell_dir)
+    by_n = {int(r["n"]): r for r in repeats}
+    windows = []
+    for rec in [*record.warmups, *record.repeats]:
+        parsed = by_n.get(rec.n) if rec.kind == "measure" else None
+        window = repeat_window(rec, output_tokens(parsed) if parsed else None)
+        if window is not None:
+            windows.append(window)
+    per_repeat = repeat_metrics(tel, windows)
+    warmups: dict[str, dict[str, float]] = {}
+    for (kind, n), values in per_repeat.items():
+        if kind == "warmup":
+            warmups[str(n)] = values
+        elif n in by_n:
+            by_n[n].update(values)
+            sources.update(dict.fromkeys(values, TELEMETRY_CSV))
+    return {
+        "file": TELEMETRY_CSV,
+        "gpus": sorted(tel.gpus),
+        "interval_s": round(tel.interval_s, 3),
+        "warmups": warmups,
+        "episodes": [e.to_dict() for e in throttle_episodes(tel, windows)],
+    }
 
 
 def _read_json(path: Path) -> Any:

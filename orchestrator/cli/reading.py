@@ -130,7 +130,13 @@ def report(
     CSV and JSON are tidy: one row per cell x repeat x metric.
     """
     from orchestrator.analyze.evidence import load_cells
-    from orchestrator.analyze.report import build_report, chosen_metrics, plot_report, render_report
+    from orchestrator.analyze.report import (
+        build_report,
+        chosen_metrics,
+        plot_report,
+        plot_telemetry,
+        render_report,
+    )
     from orchestrator.results.read import local_path
 
     bundle = local_path(ref, results_dir)
@@ -143,6 +149,9 @@ def report(
         if not axis:
             raise InputError("--plot needs an axis to draw against", hint="add --by AXIS")
         click.echo(f"plot: {plot_report(rep, axis, plot)}", err=True)
+        strips = plot_telemetry(rep, plot)
+        if strips is not None:
+            click.echo(f"telemetry plot: {strips}", err=True)
 
 
 @main.command()

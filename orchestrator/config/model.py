@@ -196,6 +196,27 @@ class SnapshotSection(_Section):
     topo: TBool = True
 
 
+def _or_boolean(schema: dict[str, Any]) -> None:
+    """The section's JSON Schema also accepts `true`/`false` (editors must not flag them)."""
+    mapping = dict(schema)
+    schema.clear()
+    schema["anyOf"] = [mapping, {"type": "boolean"}]
+
+
+class TelemetrySection(_Section):
+    """GPU sampling while a cell runs (`telemetry: false` turns it off); not in the cell id."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_or_boolean)
+    enabled: TBool = True
+    interval: TPositive = 1.0
+    fields: TStrList | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _on_or_off(cls, value: Any) -> Any:
+        return {"enabled": value} if isinstance(value, bool) else value
+
+
 class TimeoutsSection(_Section):
     """Seconds before a cell, the repo setup, readiness or one bench run is given up."""
 
@@ -229,6 +250,7 @@ class PlaybookModel(_Section):
     bench: BenchSection
     expect: dict[str, ExpectSection] | None = None
     snapshot: SnapshotSection | None = None
+    telemetry: TelemetrySection | None = None
     timeouts: TimeoutsSection | None = None
 
 
@@ -237,6 +259,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "server": ServerSection,
     "bench": BenchSection,
     "snapshot": SnapshotSection,
+    "telemetry": TelemetrySection,
     "timeouts": TimeoutsSection,
 }
 

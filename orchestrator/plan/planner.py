@@ -284,6 +284,7 @@ class HostPlanner(SectionRenderer):
         name = self.playbook.name
         host = self.host.name
         snapshot = self.snapshot()
+        telemetry = self.telemetry()
         out: list[tuple[Cell, MatrixPoint]] = []
         for point in points:
             values = point.values
@@ -340,6 +341,7 @@ class HostPlanner(SectionRenderer):
                     "expect": dict(expect),
                     "cell_timeout": cell_timeout,
                     "snapshot": snapshot,
+                    "telemetry": telemetry,
                 }
             )
             out.append((cell, point))

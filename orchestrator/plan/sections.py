@@ -17,7 +17,14 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from orchestrator.adapters import bench_adapter, server_adapter
-from orchestrator.cell import BenchSpec, Expectation, RepoPin, ServerSpec, SnapshotSpec
+from orchestrator.cell import (
+    BenchSpec,
+    Expectation,
+    RepoPin,
+    ServerSpec,
+    SnapshotSpec,
+    TelemetrySpec,
+)
 from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.model import BenchSection, PlaybookModel, ServerSection
@@ -184,6 +191,22 @@ class SectionRenderer:
             return SnapshotSpec()
         chosen = given.model_dump(exclude_unset=True)
         return SnapshotSpec(**{k: v for k, v in chosen.items() if isinstance(v, bool)})
+
+    def telemetry(self) -> TelemetrySpec:
+        """The `telemetry:` options (plain values; a template keeps the default)."""
+        given = self.playbook.model.telemetry
+        if given is None:
+            return TelemetrySpec()
+        chosen = given.model_dump(exclude_unset=True)
+        plain: dict[str, Any] = {}
+        if isinstance(chosen.get("enabled"), bool):
+            plain["enabled"] = chosen["enabled"]
+        interval = chosen.get("interval")
+        if isinstance(interval, int | float) and not isinstance(interval, bool):
+            plain["interval"] = float(interval)
+        if isinstance(chosen.get("fields"), list):
+            plain["fields"] = tuple(chosen["fields"])
+        return TelemetrySpec(**plain)
 
 
 def _env_text(value: Any) -> str:

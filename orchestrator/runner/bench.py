@@ -35,13 +35,17 @@ class BenchStep(ServerSteps):
             rdir = self.path("bench", name)
             os.makedirs(rdir, exist_ok=True)
             env = self.base_env({"ORCH_REPEAT_KIND": kind, "ORCH_REPEAT": str(n)})
-            rc, timed_out, seconds, server_gone = self.run_bench_once(argv, rdir, env, timeout)
+            rc, timed_out, start, end, server_gone = self.run_bench_once(argv, rdir, env, timeout)
+            seconds = end - start
             result_file = bench.get("result_file")
             write_json(
                 os.path.join(rdir, "exit.json"),
                 {
                     "rc": rc,
                     "seconds": round(seconds, 3),
+                    # epoch seconds on the clock telemetry samples are stamped with
+                    "start": round(start, 3),
+                    "end": round(end, 3),
                     "argv": argv,
                     "timed_out": timed_out,
                     "kind": kind,
@@ -84,8 +88,9 @@ class BenchStep(ServerSteps):
 
     def run_bench_once(
         self, argv: List[str], rdir: str, env: Dict[str, str], timeout: float
-    ) -> Tuple[Optional[int], bool, float, Optional[int]]:
-        """One bench run: (rc, timed_out, seconds, server rc when the server died meanwhile)."""
+    ) -> Tuple[Optional[int], bool, float, float, Optional[int]]:
+        """One bench run: (rc, timed_out, start, end, server rc when the server died meanwhile);
+        start and end are epoch seconds on the runner's clock (`protocol.now`)."""
         start = now()
         gone: List[int] = []
 
@@ -110,7 +115,7 @@ class BenchStep(ServerSteps):
             )
         except OSError as exc:
             err.write(("cannot start bench %r: %s\n" % (argv[0], exc)).encode())
-            return 127, False, now() - start, None
+            return 127, False, start, now(), None
         finally:
             # The child holds its own copies of the descriptors.
             out.close()
@@ -118,15 +123,18 @@ class BenchStep(ServerSteps):
         try:
             rc, timed_out, _why = self.wait_proc(proc, timeout, server_died)
         except Interrupted:
+            end = now()
             write_json(
                 os.path.join(rdir, "exit.json"),
                 {
                     "rc": proc.returncode,
-                    "seconds": round(now() - start, 3),
+                    "seconds": round(end - start, 3),
+                    "start": round(start, 3),
+                    "end": round(end, 3),
                     "argv": argv,
                     "timed_out": False,
                     "interrupted": True,
                 },
             )
             raise
-        return rc, timed_out, now() - start, (gone[0] if gone else None)
+        return rc, timed_out, start, now(), (gone[0] if gone else None)

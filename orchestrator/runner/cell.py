@@ -35,9 +35,12 @@ from orchestrator.runner.repo import RepoSteps
 from orchestrator.runner.session import SessionSteps
 from orchestrator.runner.snapshot import SnapshotStep
 from orchestrator.runner.stop import StopStep
+from orchestrator.runner.telemetry import TelemetryStep
 
 
-class CellRunner(RepoSteps, SessionSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep):
+class CellRunner(
+    RepoSteps, SessionSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep, TelemetryStep
+):
     """Runs one cell: the steps of ARCHITECTURE.md, then the cell directory and its archive."""
 
     def execute(self) -> int:
@@ -78,6 +81,7 @@ class CellRunner(RepoSteps, SessionSteps, BenchStep, EnvCheckStep, SnapshotStep,
             shared = self.adopted
             self.step("preflight", self.do_preflight_shared if shared else self.do_preflight, True)
             self.step("snapshot_pre", lambda: self.do_snapshot("snapshot.pre.json", None), True)
+            self.start_telemetry()
             if shared:
                 self.skipped_step("server_start", self.do_server_shared())
             else:
@@ -107,6 +111,7 @@ class CellRunner(RepoSteps, SessionSteps, BenchStep, EnvCheckStep, SnapshotStep,
             )
             self.failed_step = self.current_step or None
         self.cleaning = True
+        self.stop_telemetry()  # this cell's time ends here, whether its server stops or is kept
         self.keep_server = self.hand_over()
         if self.keep_server:
             self.skipped_step("stop", {"kept_for": "next cell of the session"})
@@ -165,6 +170,7 @@ class CellRunner(RepoSteps, SessionSteps, BenchStep, EnvCheckStep, SnapshotStep,
                 "stop": self.stop_info,
                 "captures": self.captures,
                 "session": self.session or None,
+                "telemetry": self.telemetry_info,
                 "runner": {
                     "python": sys.executable,
                     "python_version": sys.version.split()[0],

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import threading
@@ -33,11 +34,13 @@ import time
 from collections import deque
 from typing import IO, Any
 
+from orchestrator.runner.context import CellContext
 from orchestrator.runner.protocol import now
 
 TELEMETRY_CSV = "telemetry.csv"
 TELEMETRY_JSON = "telemetry.json"
 DEFAULT_INTERVAL_S = 1.0
+FIRST_SAMPLE_WAIT_S = 3.0
 DEFAULT_FIELDS = (
     "clocks.sm",
     "clocks.mem",
@@ -131,6 +134,10 @@ class Sampler:
         self._proc: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._first = threading.Event()  # the first sample was written, or sampling ended
+        self._sampled = threading.Condition()  # notified at every sample and when sampling ends
+        self.last_sample_t: float | None = None
+        self._ended = False
         self._lock = threading.Lock()
 
     # -- public -------------------------------------------------------------------------------
@@ -172,6 +179,26 @@ class Sampler:
             return info
         except Exception as exc:
             return {"enabled": False, "off": f"cannot stop telemetry: {exc}"}
+
+    def wait_first_sample(self, timeout: float) -> bool:
+        """Wait (at most `timeout` s) until the first sample is written; whether one was."""
+        if self._thread is not None:
+            self._first.wait(timeout)
+        return self._file is not None and self._file.rows > 0
+
+    def wait_sample_after(self, t: float, timeout: float) -> bool:
+        """Wait (at most `timeout` s) for a sample stamped after `t`, so the span up to `t` is
+        covered; whether one came."""
+        if self._thread is None:
+            return False
+        deadline = time.monotonic() + timeout
+        with self._sampled:
+            while not self._ended and (self.last_sample_t is None or self.last_sample_t <= t):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._sampled.wait(left)
+            return self.last_sample_t is not None and self.last_sample_t > t
 
     @property
     def pid(self) -> int | None:
@@ -218,6 +245,10 @@ class Sampler:
         except Exception as exc:
             self.off_reason = f"telemetry failed: {exc}"
         finally:
+            self._first.set()
+            with self._sampled:
+                self._ended = True
+                self._sampled.notify_all()
             self._kill_child()
 
     def _stream(self, legacy: bool) -> tuple[bool, str]:
@@ -244,8 +275,13 @@ class Sampler:
             if not raw:
                 break
             line = raw.decode("utf-8", "replace")
-            if self._file.write_line(now(), line):
+            t = now()
+            if self._file.write_line(t, line):
                 samples += 1
+                self._first.set()
+                with self._sampled:
+                    self.last_sample_t = t
+                    self._sampled.notify_all()
             elif line.strip():
                 self.errors.append(line.strip()[:200])
         rc = proc.wait()
@@ -271,6 +307,53 @@ class Sampler:
                 proc.wait(timeout=2.0)
         except (OSError, subprocess.TimeoutExpired):
             pass
+
+
+class TelemetryStep(CellContext):
+    """A cell's sampling: from just before its server starts (or is taken over from the cell
+    before it) until its bench is over, whatever happened; each cell of a server session samples
+    its own time into its own telemetry.csv."""
+
+    sampler: Sampler | None = None
+    telemetry_info: dict[str, Any] | None = None
+
+    def start_telemetry(self) -> None:
+        """Start sampling as the cell's `telemetry` asks; nvidia-smi absent: a note, no failure."""
+        spec = self.cell.get("telemetry", {})
+        if spec is None or spec is False:
+            spec = {"enabled": False}
+        if not isinstance(spec, dict):
+            spec = {}
+        if spec.get("enabled") is False:
+            self.telemetry_info = {"enabled": False, "off": "telemetry: false in the playbook"}
+            return
+        command = shutil.which("nvidia-smi")
+        if command is None:
+            self.telemetry_info = {"enabled": False, "off": "nvidia-smi not found on PATH"}
+            return
+        interval = spec.get("interval")
+        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval <= 0:
+            interval = DEFAULT_INTERVAL_S
+        self.sampler = Sampler(command)
+        self.sampler.start(self.dir, float(interval), spec.get("fields"))
+        # The first sample takes nvidia-smi's start-up; a shared server's bench may begin at once.
+        self.sampler.wait_first_sample(FIRST_SAMPLE_WAIT_S)
+
+    def stop_telemetry(self) -> None:
+        """Stop sampling (once); what telemetry.json says goes to cell.json as well."""
+        sampler, self.sampler = self.sampler, None
+        if sampler is None:
+            return
+        if not self.stop_event.is_set():
+            # One more sample, so the last repeat's end is covered (not cut at the last sample).
+            sampler.wait_sample_after(now(), 2.0 * sampler.interval_s + 1.0)
+        info = sampler.stop()
+        info.pop("errors", None)
+        if sampler.errors:
+            info["last_error"] = sampler.errors[-1]
+        self.telemetry_info = info
+        if not info.get("enabled"):
+            self.emit({"event": "warning", "what": "telemetry", "detail": info.get("off")})
 
 
 def main(argv: list[str]) -> int:
