@@ -18,6 +18,44 @@ MIN_SECRET_LENGTH = 8
 JSON_REDACT_MAX_BYTES = 64 << 20  # larger JSON is redacted as bytes, streamed
 CHUNK = 1 << 20
 
+# Credentials inside a URL (`https://user:pw@host`, `https://TOKEN@host`, `ssh://git:pw@host`) are
+# secret whatever their length or name: the user part too for http(s) (a token is often the user),
+# only the password for ssh (its user is a login name). The userinfo is bounded (256 bytes) so a
+# streamed file needs a bounded carry.
+_URL_CREDENTIALS = re.compile(rb"([A-Za-z][A-Za-z0-9+.-]{0,20}://)([^\s/@'\"<>]{1,256})@")
+_SSH_SCHEMES = (b"ssh://", b"git+ssh://", b"ssh+git://")
+_URL_CARRY = 300
+
+
+def _masked_credentials(match: "re.Match[bytes]") -> Tuple[bytes, int]:
+    """The replacement of one URL-credentials match, and 1 when it hides something."""
+    scheme, info = match.group(1), match.group(2)
+    if info == REDACTED.encode() or info.endswith(b":" + REDACTED.encode()):
+        return match.group(0), 0
+    if scheme.lower() in _SSH_SCHEMES:
+        user, colon, _password = info.partition(b":")
+        if not colon:
+            return match.group(0), 0  # ssh://git@host: a login name, nothing secret
+        return scheme + user + b":" + REDACTED.encode() + b"@", 1
+    return scheme + REDACTED.encode() + b"@", 1
+
+
+def mask_url_credentials(text: str) -> Tuple[str, int]:
+    """`text` with the credentials of every URL in it hidden, and how many were."""
+    if "@" not in text or "://" not in text:
+        return text, 0
+    count = 0
+
+    def sub(match: "re.Match[bytes]") -> bytes:
+        nonlocal count
+        out, n = _masked_credentials(match)
+        count += n
+        return out
+
+    masked = _URL_CREDENTIALS.sub(sub, text.encode("utf-8", "surrogateescape"))
+    return masked.decode("utf-8", "surrogateescape"), count
+
+
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+")
 _SECRET_WORDS = ("SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
@@ -100,18 +138,28 @@ class Redactor:
             forms.add(json.dumps(value, ensure_ascii=False)[1:-1])
         self.forms = sorted(forms, key=lambda f: (-len(f), f))
         encoded = sorted({f.encode("utf-8") for f in forms}, key=len, reverse=True)
-        self.max_len = max((len(f) for f in encoded), default=0)
-        self.bytes_re = re.compile(b"|".join(re.escape(f) for f in encoded)) if encoded else None
+        self.max_len = max([_URL_CARRY, *(len(f) for f in encoded)])
+        # The values first (longest first), then URL credentials: one pass over a file.
+        alternatives = [re.escape(f) for f in encoded] + [_URL_CREDENTIALS.pattern]
+        self.bytes_re = re.compile(b"|".join(b"(?:" + a + b")" for a in alternatives))
+        self._url_group = 1  # the URL pattern's groups are the only groups of bytes_re
 
     def counted_text(self, value: str) -> Tuple[str, int]:
-        """`value` with every secret replaced, and how many replacements were made."""
+        """`value` with every secret (and every URL's credentials) replaced, and how many
+        replacements were made."""
         count = 0
         for form in self.forms:
             n = value.count(form)
             if n:
                 count += n
                 value = value.replace(form, REDACTED)
-        return value, count
+        value, masked = mask_url_credentials(value)
+        return value, count + masked
+
+    def _replacement(self, match: "re.Match[bytes]") -> Tuple[bytes, int]:
+        if match.group(self._url_group) is not None:
+            return _masked_credentials(match)
+        return REDACTED.encode(), 1
 
     def text(self, value: str) -> str:
         """`value` with every secret replaced."""
@@ -168,13 +216,13 @@ class Redactor:
         damaged blob). A `.json` file is redacted value by value instead, so it stays JSON.
         """
         pattern = self.bytes_re
-        if pattern is None:
-            return 0
         if path.endswith(".json"):
             structured = self._json_file(path)
             if structured is not None:
                 return structured
         keep = self.max_len - 1  # a match may straddle two chunks
+        if not self._has_match(path, chunk, keep):
+            return 0  # read once, nothing rewritten (most files of most cells)
         count = 0
         tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".redact.tmp")
         try:
@@ -191,9 +239,10 @@ class Redactor:
                         if match.start() >= cut:
                             break
                         dst.write(buf[pos : match.start()])
-                        dst.write(REDACTED.encode())
+                        replacement, n = self._replacement(match)
+                        dst.write(replacement)
                         pos = match.end()
-                        count += 1
+                        count += n
                     consumed = max(pos, cut)
                     dst.write(buf[pos:consumed])
                     carry = buf[consumed:]
@@ -208,6 +257,20 @@ class Redactor:
                 os.unlink(tmp)
         return count
 
+    def _has_match(self, path: str, chunk: int, keep: int) -> bool:
+        """Whether the file holds anything to replace (streamed, bounded memory)."""
+        with open(path, "rb") as src:
+            carry = b""
+            while True:
+                block = src.read(chunk)
+                if not block:
+                    return False
+                buf = carry + block
+                for match in self.bytes_re.finditer(buf):
+                    if self._replacement(match)[1]:
+                        return True
+                carry = buf[-keep:] if keep > 0 else b""
+
     def file(self, path: str, chunk: int = CHUNK) -> bool:
         """Redact a file in place; True when something was replaced."""
         return self.count_file(path, chunk) > 0
@@ -218,8 +281,6 @@ class Redactor:
         """Redact every regular file under `root` (links are not followed): (path, count) of
         each file that changed. `skip_errors`: a file that cannot be read is passed over."""
         changed: List[Tuple[str, int]] = []
-        if self.bytes_re is None:
-            return changed
         for dirpath, dirnames, files in os.walk(root):
             dirnames.sort()
             for name in sorted(files):

@@ -315,3 +315,38 @@ def test_resume_takes_the_secret_again_with_any_value(tmp_path: Path) -> None:
     assert sorted(c["status"] for c in doc["cells"].values()) == ["passed", "passed"]
     for secret in (FIRST_TOKEN, SECOND_TOKEN):
         _assert_nowhere(run, secret, resumed.stdout, resumed.stderr)
+
+
+@pytest.mark.slow
+def test_credentials_inside_a_repo_url_reach_no_bundle_file(tmp_path: Path) -> None:
+    """user:password@ in repo.url is secret though no var or name says so: masked in plan.json,
+    run.json's argv, repo.json, the snapshots, cell.json and whatever the bench prints."""
+    home = tmp_path / "home"
+    home.mkdir()
+    src = tmp_path / "origin"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(src)], check=True)
+    (src / "README").write_text("hello\n")
+    subprocess.run([*git, "-C", str(src), "add", "README"], check=True)
+    subprocess.run([*git, "-C", str(src), "commit", "-q", "-m", "one"], check=True)
+    password = "plainPw42"
+    url = f"https://bob:{password}@git.example.invalid/team/repo.git"
+    # git reaches the local origin through the credentialed URL, as a real host's config would
+    (home / ".gitconfig").write_text(f'[url "{src}"]\n\tinsteadOf = {url}\n')
+    playbook = {
+        "name": "url-credentials",
+        "repo": {"url": "{{ repo_url }}", "dest": "src/repo", "version": "main"},
+        # prints the clone's origin (the URL with its credentials) into the bench's stdout
+        "bench": {
+            "command": ["git", "-C", str(home / "src" / "repo"), "config", "remote.origin.url"]
+        },
+        "snapshot": {"pip_freeze": False, "topo": False},
+    }
+    (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook))
+    proc = _orch(tmp_path, "apply", "playbook.yml", "-e", f"repo_url={url}", "--results", "results")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
+    (cell,) = [p for p in (run / "cells").iterdir() if p.is_dir()]
+    assert "***REDACTED***@git.example.invalid" in (cell / "bench" / "1" / "stdout").read_text()
+    _assert_nowhere(tmp_path / "results", password, proc.stdout, proc.stderr)
+    _assert_nowhere(tmp_path / "results", "bob:", proc.stdout, proc.stderr)
