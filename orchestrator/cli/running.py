@@ -81,7 +81,7 @@ def plan(
         click.echo(redact_text(text, secrets))
 
     if as_json:
-        echo(json.dumps([c.model_dump(mode="json") for c in cells], indent=2))
+        echo(json.dumps([_shown_cell(c) for c in cells], indent=2))
         return
     axes: list[str] = []
     for c in cells:
@@ -91,7 +91,7 @@ def plan(
         [
             c.id,
             c.host,
-            *(_short(c.axes.get(a, "")) for a in axes),
+            *(_short(_shown_cell(c)["axes"].get(a, "")) for a in axes),
             _version(c),
             servers[c.id],
         ]
@@ -144,6 +144,20 @@ def _pinned(
     return pin_refs(
         planned.cells, planned.inventory, earlier=earlier, ask_hosts=ask_hosts, location=location
     )
+
+
+def _shown_cell(cell: Cell) -> dict[str, Any]:
+    """A cell as `orch plan` shows it: env values and matrix values under a secret name hidden
+    by name (a short secret is no value the by-value sweep would find)."""
+    from orchestrator.runner.redaction import REDACTED, is_secret_name
+
+    data = cell.model_dump(mode="json")
+    for section in ("env", "axes"):
+        data[section] = {
+            k: (REDACTED if is_secret_name(k, cell.secrets) else v)
+            for k, v in data[section].items()
+        }
+    return data
 
 
 def _short(value: Any) -> str:

@@ -159,9 +159,11 @@ class Run:
 
     def _redacted_cell(self, cell: Cell) -> dict[str, Any]:
         data = cell.model_dump(mode="json")
-        data["env"] = {
-            k: (REDACTED if is_secret_name(k, cell.secrets) else v) for k, v in cell.env.items()
-        }
+        for section in ("env", "axes"):  # by name: a short secret is no value to sweep for
+            data[section] = {
+                k: (REDACTED if is_secret_name(k, cell.secrets) else v)
+                for k, v in data[section].items()
+            }
         return data
 
     def _recorded_cell(self, cell: Cell) -> Cell:

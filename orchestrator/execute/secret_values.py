@@ -43,6 +43,9 @@ def secret_values(
         for name, value in cell.env.items():
             if is_secret_name(name, cell.secrets):
                 values.add(value)
+        for name, value in cell.axes.items():  # a matrix axis of secrets (api_key: [a, b])
+            if is_secret_name(name, cell.secrets):
+                values.update(secret_values_in({name: value}, listed | set(cell.secrets)))
     for cell in cells:
         for section in (cell.server, cell.bench):
             if section is not None:

@@ -31,6 +31,7 @@ from orchestrator.runner.protocol import (
     runner_version,
     write_json,
 )
+from orchestrator.runner.redaction import REDACTED
 from orchestrator.runner.repo import RepoSteps
 from orchestrator.runner.session import SessionSteps
 from orchestrator.runner.snapshot import SnapshotStep
@@ -153,6 +154,9 @@ class CellRunner(
         self.end_session_log()
         cell_out = dict(self.cell)
         cell_out["env"] = self.redacted_env()
+        axes = cell_out.get("axes")
+        if isinstance(axes, dict):  # a matrix axis of secrets: hidden by name, as env is
+            cell_out["axes"] = {k: (REDACTED if self.is_secret(k) else v) for k, v in axes.items()}
         write_json(
             self.path("cell.json"),
             {

@@ -350,3 +350,35 @@ def test_credentials_inside_a_repo_url_reach_no_bundle_file(tmp_path: Path) -> N
     assert "***REDACTED***@git.example.invalid" in (cell / "bench" / "1" / "stdout").read_text()
     _assert_nowhere(tmp_path / "results", password, proc.stdout, proc.stderr)
     _assert_nowhere(tmp_path / "results", "bob:", proc.stdout, proc.stderr)
+
+
+@pytest.mark.slow
+def test_a_matrix_axis_of_secrets_shows_in_no_id_plan_or_bundle(tmp_path: Path) -> None:
+    """An axis whose name is secret (`api_key: [...]`): ids say `secret`, `orch plan` and the
+    bundle hide the values by name, the long one is swept from every file."""
+    (tmp_path / "home").mkdir()
+    long_value, short_value = "sk-matrixSecretValue77", "k9x"
+    playbook = {
+        "name": "secret-axis",
+        "matrix": {"api_key": [long_value, short_value], "n": [1]},
+        "env": {"API_KEY": "{{ matrix.api_key }}"},  # by name, as a client would read it
+        "bench": {"command": ["true"]},
+        "snapshot": {"pip_freeze": False, "topo": False},
+    }
+    (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook))
+    plan = _orch(tmp_path, "plan", "playbook.yml")
+    assert plan.returncode == 0, plan.stderr
+    plan_json = _orch(tmp_path, "plan", "playbook.yml", "--json")
+    cells = json.loads(plan_json.stdout)
+    assert [c["id"].split("-")[0] for c in cells] == ["secret", "secret"]
+    assert len({c["id"] for c in cells}) == 2  # still one id per point
+    for out in (plan.stdout, plan_json.stdout):
+        assert long_value not in out and short_value not in out
+    proc = _orch(tmp_path, "apply", "playbook.yml", "--results", "results")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _assert_nowhere(tmp_path / "results", long_value, proc.stdout, proc.stderr)
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
+    for cell in json.loads((run / "plan.json").read_text())["cells"]:
+        assert cell["axes"]["api_key"] == "***REDACTED***"
+    for cell_json in run.glob("cells/*/cell.json"):
+        assert json.loads(cell_json.read_text())["cell"]["axes"]["api_key"] == "***REDACTED***"
