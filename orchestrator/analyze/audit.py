@@ -35,8 +35,8 @@ DRIFT_SECTIONS = ("code", "packages", "system", "hardware")
 # What `deciding_metrics` found them from, for people.
 DECIDING_FROM = {
     "expect": "the metrics under expect:",
-    "headline": "the headline throughput metric (the cell sets no expect:)",
-    "all": "every metric measured (no expect: and no throughput metric)",
+    "headline": "the headline throughput metric, as the cell sets no expect:",
+    "all": "every metric measured: no expect: and no throughput metric",
 }
 
 
