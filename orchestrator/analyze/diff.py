@@ -1,7 +1,9 @@
 """`orch diff`: what changed between two cells (or two runs), most likely causes first.
 
 Sections, in order: code, packages, environment (as the server processes saw it), server flags,
-system, hardware state, then metrics with deltas and significance. A section is shown only when
+system, hardware state, then metrics with deltas and significance (the playbook's deciding
+metrics first, Holm-corrected p-values, outlying repeats and host load beside them; when the
+deciding metrics' repeats are unstable no likely cause is named). A section is shown only when
 something in it differs (metrics: a significant change, or measured on one side only; medians
 that moved within noise are shown, marked "no significant change"); the rest are named in one
 "no differences in" line. The snapshot sections are `analyze/diff_host.py`'s; nothing is cut
@@ -302,7 +304,7 @@ def _metrics_section(
 ) -> Section:
     section = Section("metrics", SECTION_TITLES["metrics"])
     section.metrics = metric_deltas(a, b, deciding, ratio_threshold=ratio_threshold, alpha=alpha)
-    if any(m.p_value is not None for m in section.metrics):
+    if any(m.method in ("mann-whitney", "ranges") for m in section.metrics):
         section.notes.append(REPEATS_NOTE)
     return section
 
