@@ -82,6 +82,11 @@ def _metric_lines(metrics: list[MetricDelta]) -> list[str]:
     lines = ["  " + line for line in table.splitlines()]
     if any(m.decides for m in metrics):
         lines.append("  * decides: what the playbook cares about (expect:, else the headline)")
+    if len(metrics) > 1 and any(m.method == "ranges" for m in metrics):
+        lines.append(
+            "  ranges: fewer than 5 repeats a side, so no p-value to correct for the number of "
+            "metrics (Holm); add repeats for Mann-Whitney U"
+        )
     if any(_repeats_text(m) for m in metrics):
         lines.append(
             f"  repeats: outliers are more than {OUTLIER_MADS:g} scaled MADs (1.4826 x MAD) and "

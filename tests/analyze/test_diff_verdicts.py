@@ -135,3 +135,11 @@ def test_expect_names_decide_and_lead(tmp_path: Path) -> None:
     diff = diff_runs(good.cells, good.cells).pairs[0]
     assert diff.deciding == ["median_ttft_ms"] and diff.deciding_from == "expect"
     assert diff.section("metrics").metrics[0].metric == "median_ttft_ms"
+
+
+def test_ranges_say_they_are_not_corrected(tmp_path: Path) -> None:
+    pair, text = _diff(
+        tmp_path, {"repeats": _repeats(STEADY[:3])}, {"repeats": _repeats(SLOWER[:3])}
+    )
+    assert [m.method for m in pair.section("metrics").metrics] == ["ranges", "ranges"]
+    assert "ranges: fewer than 5 repeats a side, so no p-value to correct" in text
