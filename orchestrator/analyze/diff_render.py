@@ -200,15 +200,18 @@ def _cell_diff_lines(diff: CellDiff, max_lines_inline: int, spill_dir: Path | No
 
 
 def diff_to_dict(diff: CellDiff | RunDiff) -> dict[str, Any]:
-    """The complete diff as plain data (what `--json` prints)."""
+    """The complete diff as plain data (what `--json` prints); `unstable` names the deciding
+    metrics whose repeats are unstable (then no likely cause is named)."""
     data = asdict(diff)
     if isinstance(diff, CellDiff):
         data["differing"] = [s.name for s in diff.differing]
         data["unchanged"] = diff.unchanged
+        data["unstable"] = [m.metric for m in diff.unstable]
     else:
         for pair, pair_data in zip(diff.pairs, data["pairs"], strict=True):
             pair_data["differing"] = [s.name for s in pair.differing]
             pair_data["unchanged"] = pair.unchanged
+            pair_data["unstable"] = [m.metric for m in pair.unstable]
     return data
 
 

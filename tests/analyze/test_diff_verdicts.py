@@ -7,6 +7,9 @@ crosses p < 0.05 by chance: Holm's correction calls it no change, and the decidi
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,19 @@ def _diff(tmp: Path, a: dict[str, Any], b: dict[str, Any]) -> tuple[CellDiff, st
     return diff.pairs[0], render_diff(diff)
 
 
+def _orch_diff(*args: str) -> str:
+    """`orch diff ARGS` for real; its stdout."""
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "diff", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def _repeats(values: list[float]) -> list[dict[str, float]]:
     return [{"output_throughput": v, "median_ttft_ms": 100.0 + i} for i, v in enumerate(values)]
 
@@ -64,6 +80,13 @@ def test_a_busy_host_is_repeats_unstable_not_a_cause(tmp_path: Path) -> None:
     assert "A 0.40 -> 0.50 (224 CPUs); B 1.90 -> 2.80 (224 CPUs)" in load
     row = next(line for line in lines if line.strip().startswith("output_throughput *"))
     assert "yes (mann-whitney, p=0.00433; n=6/6)" in row and "B outlier #3=11.20" in row
+
+    # the command line says the same, and --json names the unstable metric
+    runs = (str(tmp_path / "busy" / "good"), str(tmp_path / "busy" / "bad"))
+    printed = _orch_diff(*runs)
+    assert "repeats unstable in 1 of 1 pairs" in printed and load in printed
+    data = json.loads(_orch_diff(*runs, "--json"))
+    assert data["pairs"][0]["unstable"] == ["output_throughput"]
 
     # the same NCCL change with steady repeats: a cause, system first
     steady = {**busy, "repeats": _repeats(SLOWER)}
