@@ -15,7 +15,7 @@ from orchestrator import __version__
 from orchestrator.errors import InputError, OrchError
 
 if TYPE_CHECKING:  # imported where used: `orch --help` stays quick
-    pass
+    from orchestrator.config.host import Inventory
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,6 +70,45 @@ extra_vars_option = click.option(
 LIMIT_FILE_BYTES = 1024 * 1024  # a retry file names hosts: far less than this
 
 
+class LimitFile(str):
+    """`--limit @FILE`: its lines joined as one pattern, and where they came from.
+
+    Messages about it name the file and a line number, never a line: any file can be named
+    (`--limit @/etc/shadow`), and its lines are not ours to print.
+    """
+
+    path: Path
+    lines: list[tuple[int, str]]
+
+    @classmethod
+    def of(cls, path: Path, lines: list[tuple[int, str]]) -> LimitFile:
+        """The pattern of `lines` ((number, text) pairs) read from `path`."""
+        made = cls(",".join(text for _, text in lines))
+        made.path = path
+        made.lines = lines
+        return made
+
+
+def check_limit(limit: str | None, inventory: Inventory) -> None:
+    """For `--limit @FILE`: each line must name a host of `inventory`; said by line number."""
+    from orchestrator.config.patterns import select_hosts
+
+    if not isinstance(limit, LimitFile):
+        return
+    for number, text in limit.lines:
+        try:
+            hosts = select_hosts(inventory, text)
+        except InputError:  # a bad `~regex` term: its message would quote the line
+            hosts = []
+        if not hosts:
+            raise InputError(
+                f"line {number} matches no host of the inventory "
+                f"({len(inventory.hosts)} host(s): {', '.join(list(inventory.hosts)[:8])})",
+                key_path=f"--limit @{limit.path}",
+                hint="a limit file holds one host name or pattern per line",
+            )
+
+
 def _limit_value(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     """`--limit @file`, as Ansible's retry files: one host or pattern per line."""
     if not value or not value.startswith("@"):
@@ -82,10 +121,14 @@ def _limit_value(_ctx: click.Context, _param: click.Parameter, value: str | None
     except InputError as exc:  # "limit file not found: PATH" -> "cannot read PATH: limit file ..."
         reason = exc.message.removesuffix(f": {path}").removeprefix("cannot read limit file: ")
         raise click.BadParameter(f"cannot read {path}: {reason}") from None
-    names = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    names = [
+        (number, line.strip())
+        for number, line in enumerate(lines, 1)
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     if not names:
         raise click.BadParameter(f"{path} names no host")
-    return ",".join(names)
+    return LimitFile.of(path, names)
 
 
 limit_option = click.option(
@@ -115,13 +158,26 @@ class Planned:
         limit: str | None,
     ) -> None:
         from orchestrator.config.inventory import load_inventory
-        from orchestrator.config.playbook import load_playbook, parse_extra_vars
+        from orchestrator.config.playbook import load_playbook, note_secrets_in, parse_extra_vars
         from orchestrator.plan.build import build_cells
 
         self.inventory = load_inventory(inventory, playbook_dir=playbook.parent)
+        for host in self.inventory.hosts.values():
+            note_secrets_in(host.vars)  # `{{ db_password }}` rendered into a checked field
         self.extra = parse_extra_vars(list(extra_vars))
         self.playbook = load_playbook(playbook, self.extra)
-        self.cells = build_cells(self.playbook, self.inventory, limit=limit)
+        check_limit(limit, self.inventory)
+        try:
+            self.cells = build_cells(self.playbook, self.inventory, limit=limit)
+        except InputError as exc:
+            if isinstance(limit, LimitFile) and exc.key_path == "--limit":
+                # its message quotes the pattern: the file's lines
+                raise InputError(
+                    "the hosts it names match no host of this play",
+                    key_path=f"--limit @{limit.path}",
+                    hint=exc.hint,
+                ) from None
+            raise
 
     @property
     def variables(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from orchestrator.cli.common import (
     _echo_from_bundle,
     _interrupted,
     _print_summary,
+    check_limit,
     count_option,
     extra_vars_option,
     inventory_option,
@@ -272,6 +273,7 @@ def facts(inventory: Sequence[Path], limit: str | None, as_json: bool) -> None:
     from orchestrator.execute.facts import SUMMARY_HEADERS, probe_hosts, summary_row
 
     inv = load_inventory(inventory)
+    check_limit(limit, inv)
     names = select_hosts_checked(inv, limit or "all", key_path="--limit")
     found = probe_hosts([inv.hosts[n] for n in names])
     if as_json:
@@ -317,6 +319,7 @@ def replay(
     if record.run is None:
         raise InputError(f"{ref}: not inside a run bundle", hint="pass RUN/CELL")
     inv = load_inventory(inventory) if inventory else inventory_from_bundle(record.run)
+    check_limit(limit, inv)
     cells = retarget([record.cell], inv, limit)
     if not made_here(record.run):
         plan = "\n".join(what_runs(cells, inv))
