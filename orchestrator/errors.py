@@ -123,3 +123,15 @@ class BundleError(OrchError):
     """A result bundle is missing, unreadable, incomplete or fails its manifest."""
 
     exit_code = EXIT_BAD_INPUT
+
+
+class ResultsWriteError(OrchError):
+    """The results folder cannot be written: permission denied, read-only, full.
+
+    Exit 2 when found before anything ran (`before_run`), else 1: cells ran, and what they
+    left that was not recorded is named with the way to collect it (`--resume`).
+    """
+
+    def __init__(self, message: str, *, before_run: bool, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.exit_code = EXIT_BAD_INPUT if before_run else EXIT_FAILED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable, Sequence
 from functools import wraps
@@ -12,10 +13,11 @@ import click
 from tabulate import tabulate
 
 from orchestrator import __version__
-from orchestrator.errors import InputError, OrchError
+from orchestrator.errors import EXIT_FAILED, InputError, OrchError, ResultsWriteError
 
 if TYPE_CHECKING:  # imported where used: `orch --help` stays quick
     from orchestrator.config.host import Inventory
+    from orchestrator.results.bundle import BundleWriter
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,8 +37,14 @@ def _echo_from_bundle(text: str, err: bool = False) -> None:
     click.echo(printable(text), err=err)
 
 
+_DISK_TROUBLE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
 def reports_errors(fn: F) -> F:
-    """Turn OrchError into `error: file:line:col: key: message` and its exit code."""
+    """Turn OrchError into `error: file:line:col: key: message` and its exit code.
+
+    A full or read-only disk met where no layer expected it is said the same way (exit 1), not
+    as an internal error: it is the machine's state, not a bug in orch."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -44,8 +52,40 @@ def reports_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except OrchError as exc:
             _fail(exc.render(), exc.exit_code)
+        except OSError as exc:
+            if exc.errno not in _DISK_TROUBLE:
+                raise
+            from orchestrator.results.bundle import write_problem
+
+            where = f"{exc.filename}: " if exc.filename else ""
+            _fail(OrchError(f"{where}cannot write: {write_problem(exc)}").render(), EXIT_FAILED)
 
     return wrapper  # type: ignore[return-value]
+
+
+def check_recorded(writer: BundleWriter, cell_ids: Sequence[str], resume: str) -> None:
+    """After a run: a ResultsWriteError naming what a failed write of the bundle left out
+    (cells not recorded, whose results stay on their hosts) and how to collect it."""
+    failure = writer.failure
+    if failure is None:
+        return
+    recorded = writer.complete_cells()
+    missing = [cid for cid in cell_ids if cid not in recorded]
+    if missing:
+        shown = ", ".join(missing[:10]) + (
+            f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        )
+        what = (
+            f"{len(missing)} cell(s) not recorded: {shown}; "
+            "their results stay on their hosts until collected"
+        )
+    else:
+        what = "every cell was recorded, but run.json or the manifest may be out of date"
+    raise ResultsWriteError(
+        f"{failure.message}; {what}",
+        before_run=False,
+        hint=f"free space or fix the folder, then continue with: {resume}",
+    )
 
 
 inventory_option = click.option(

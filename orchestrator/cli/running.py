@@ -18,6 +18,7 @@ from orchestrator.cli.common import (
     _interrupted,
     _print_summary,
     check_limit,
+    check_recorded,
     count_option,
     extra_vars_option,
     inventory_option,
@@ -243,6 +244,7 @@ def apply(
     click.echo("")
     _echo_server_starts(outcome.path)
     click.echo(f"bundle: {outcome.path}")  # last: scripts/demo.sh reads the run from it
+    check_recorded(run.writer, [c.id for c in planned.cells], resume_command(argv, run.writer.path))
     sys.exit(EXIT_OK if outcome.ok else EXIT_FAILED)
 
 

@@ -304,15 +304,30 @@ def redact_yaml_text(
     return out, sorted(set(spans.values()), key=lambda v: (-len(v), v))
 
 
-def _sibling_documents(path: Path) -> list[Any]:
-    """The data of the other YAML/JSON files copied beside `path` into a bundle's `playbook/`
-    folder (a template in one file can make a variable of another secret)."""
+# Names made secret by a template, per bundle `playbook/` folder seen in this process. Its files
+# are redacted one by one and a redacted template no longer names its variables, so what the
+# first call saw (all copies still as written) is kept; a union only ever hides more.
+_TAINTED_IN_COPY: dict[Path, set[str]] = {}
+
+
+def _copy_taint(path: Path, names: Iterable[str]) -> list[str]:
+    """`names` plus the variables templates under secret names read, in every file of the
+    bundle's `playbook/` copy that holds `path`."""
+    names = list(names)
     root = next((p for p in path.parents if p.name == PLAYBOOK_DIR), None)
     if root is None:
-        return []
+        return names
+    seen = _TAINTED_IN_COPY.setdefault(root, set())
+    seen.update(secret_names_of(_sibling_documents(root), names))
+    return sorted({*names, *seen})
+
+
+def _sibling_documents(root: Path) -> list[Any]:
+    """The data of every YAML/JSON file in a bundle's `playbook/` folder (a template in one
+    file can make a variable of another secret)."""
     documents: list[Any] = []
     for other in sorted(root.rglob("*")):
-        if other == path or other.suffix not in (".yml", ".yaml", ".json") or other.is_symlink():
+        if other.suffix not in (".yml", ".yaml", ".json") or other.is_symlink():
             continue
         try:
             if other.is_file() and other.stat().st_size <= _SIBLING_MAX_BYTES:
@@ -333,7 +348,7 @@ def redact_yaml_file(path: Path, names: Iterable[str] = ()) -> list[str]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return []
-    out, values = redact_yaml_text(text, names, _sibling_documents(path))
+    out, values = redact_yaml_text(text, _copy_taint(path, names))
     if out != text:
         tmp = path.with_name(f".{path.name}.redact.tmp")
         tmp.write_text(out, encoding="utf-8")
