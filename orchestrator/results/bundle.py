@@ -196,7 +196,9 @@ class BundleWriter:
             self._invalidate()
             _atomic_write(target, data)
         except (OSError, ResultsWriteError) as exc:
-            error = exc if isinstance(exc, ResultsWriteError) else self._write_failed(exc, relpath)
+            error = (
+                exc if isinstance(exc, ResultsWriteError) else self._write_failed(exc, str(relpath))
+            )
             if not self._started:
                 raise error from None
             return target  # kept in `failure`; the run goes on and reports it at its end

@@ -17,7 +17,7 @@ import pytest
 TOKEN = "hf_ERRSECRET_5150abcdef"
 RAW = "RAWPIECE_77aa88bb99"  # not secret by name: a secret's template reads it
 SHADOW_LINES = [
-    "root:$6$Zr8sQpLm$Qh7wYt2kP0vN9cXbR4eA1uJ6dS3fG5hK8lM0nB2vC4xZ7qW9eR1tY3uI5oP7aS9dF:19000:0:99999:7:::",  # noqa: E501
+    "root:$6$Zr8sQpLm$Qh7wYt2kP0vN9cXbR4eA1uJ6dS3fG5hK8lM0nB2vC4xZ7qW9eR1tY3uI5oP7aS9dF:19000:0:99999:7:::",
     "daemon:*:19000:0:99999:7:::",
     "alice:$y$j9T$abcdefghijklmnopqrstuv$SECRETHASHxyz0123456789ABCDEFG:19001:0:99999:7:::",
 ]

@@ -78,9 +78,7 @@ def test_an_unwritable_results_folder_is_refused_before_anything_runs(tmp_path: 
     _playbook(tmp_path)
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("a file where the results folder should be\n")
-    result = orch(
-        "apply", "pb.yml", "--results", str(blocked / "r"), cwd=tmp_path, home=tmp_path
-    )
+    result = orch("apply", "pb.yml", "--results", str(blocked / "r"), cwd=tmp_path, home=tmp_path)
     err = _clear_refusal(result, 2)
     assert "cannot write the results folder: not a directory" in err
     if _is_root():
