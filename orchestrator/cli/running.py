@@ -200,6 +200,7 @@ def apply(
     from orchestrator.execute.outcomes import ApplyOptions
     from orchestrator.execute.refs import recorded_resolutions
     from orchestrator.execute.resume import check_resume_plan, resume_command, resume_target
+    from orchestrator.results.bundle import check_writable
     from orchestrator.results.redact import redact_text
 
     planned = Planned(playbook, inventory, extra_vars, limit)
@@ -210,6 +211,7 @@ def apply(
         results_dir, run_id = resume_target(resume, results_dir)
         check_resume_plan(results_dir / run_id, [c.id for c in planned.cells])
         earlier = recorded_resolutions(results_dir / run_id)  # one run never mixes commits
+        check_writable(results_dir / run_id)  # before the run lock is taken there
     cells, resolutions = _pinned(planned, earlier)
     secrets = planned.secret_values()
     for res in resolutions:
@@ -244,7 +246,7 @@ def apply(
     click.echo("")
     _echo_server_starts(outcome.path)
     click.echo(f"bundle: {outcome.path}")  # last: scripts/demo.sh reads the run from it
-    check_recorded(run.writer, [c.id for c in planned.cells], resume_command(argv, run.writer.path))
+    check_recorded(run.writer, [c.id for c in cells], resume_command(argv, run.writer.path))
     sys.exit(EXIT_OK if outcome.ok else EXIT_FAILED)
 
 

@@ -97,18 +97,32 @@ def write_problem(exc: OSError) -> str:
     return _WHY.get(_errno_of(exc) or 0) or (exc.strerror or str(exc)).lower()
 
 
-def _check_writable(folder: Path) -> None:
-    """Create `folder` if needed and write a few bytes there: a results folder that cannot be
-    written is refused before anything runs (root ignores mode bits, not a read-only mount)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    probe = folder / f".write-check-{os.getpid()}.tmp"
+def check_writable(folder: Path, results_dir: Path | None = None) -> None:
+    """Create `folder` if needed and write a few bytes there, or a ResultsWriteError (exit 2)
+    naming `results_dir` (the folder the user gave) when `folder` is inside it, and why.
+
+    A results folder that cannot be written is refused before anything runs: permission
+    denied, read-only file system, no space left (root ignores mode bits, not a read-only mount).
+    """
+    given = Path(results_dir) if results_dir is not None else Path(folder)
+    probe = Path(folder) / f".write-check-{os.getpid()}.tmp"
     try:
-        with open(probe, "wb") as fh:
-            fh.write(b"orch write check\n" * 64)
-            fh.flush()
-            os.fsync(fh.fileno())
-    finally:
-        probe.unlink(missing_ok=True)
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        try:
+            with open(probe, "wb") as fh:
+                fh.write(b"orch write check\n" * 64)
+                fh.flush()
+                os.fsync(fh.fileno())
+        finally:
+            probe.unlink(missing_ok=True)
+    except OSError as exc:
+        where = Path(exc.filename) if exc.filename else Path(folder)
+        shown = given if given in (where, *where.parents) else where
+        raise ResultsWriteError(
+            f"{shown}: cannot write the results folder: {write_problem(exc)}",
+            before_run=True,
+            hint="choose another folder with --results, or make this one writable",
+        ) from None
 
 
 def new_run_id(playbook_name: str, now: datetime | None = None) -> str:
@@ -146,16 +160,7 @@ class BundleWriter:
                 raise BundleError(f"{self.path}: a run with this id already exists")
         elif not self.path.is_dir():
             raise BundleError(f"{self.path}: no such run to resume")
-        try:
-            _check_writable(self.path)
-        except OSError as exc:
-            where = Path(exc.filename) if exc.filename else self.path
-            folder = Path(results_dir) if Path(results_dir) in (where, *where.parents) else where
-            raise ResultsWriteError(
-                f"{folder}: cannot write the results folder: {write_problem(exc)}",
-                before_run=True,
-                hint="choose another folder with --results, or make this one writable",
-            ) from None
+        check_writable(self.path, Path(results_dir))
         self.cells_dir = self.path / CELLS_DIR
         self._invalidate()
 

@@ -93,14 +93,46 @@ def is_secret_name(name: str, declared: Collection[str] = ()) -> bool:
 _TEMPLATE_BLOCK = re.compile(r"\{\{(.*?)\}\}|\{%(.*?)%\}", re.S)
 _TEMPLATE_STRING = re.compile(r"'[^']*'|\"[^\"]*\"")
 _TEMPLATE_NAME = re.compile(r"(?<![\w.])[A-Za-z_][A-Za-z0-9_]*")
+# Names a template reads that are no variable of the playbook: orch's own (the whole matrix
+# must not turn secret through `{{ matrix.tok }}`) and Jinja's words.
+_NOT_VARIABLES = frozenset(
+    [
+        "matrix",
+        "inventory_hostname",
+        "group_names",
+        "groups",
+        "hostvars",
+        "orch_python",
+        "vars",
+        "loop",
+        "range",
+        "true",
+        "false",
+        "none",
+        "True",
+        "False",
+        "None",
+        "and",
+        "or",
+        "not",
+        "in",
+        "is",
+        "if",
+        "else",
+        "elif",
+        "endif",
+        "for",
+        "endfor",
+    ]
+)
 
 
 def template_names(text: str) -> List[str]:
     """The variable names a template text may read (`Bearer {{ tok }}` -> ["tok"])."""
-    names = []
+    names: List[str] = []
     for match in _TEMPLATE_BLOCK.finditer(text):
         body = _TEMPLATE_STRING.sub(" ", match.group(1) or match.group(2) or "")
-        names.extend(_TEMPLATE_NAME.findall(body))
+        names.extend(n for n in _TEMPLATE_NAME.findall(body) if n not in _NOT_VARIABLES)
     return names
 
 

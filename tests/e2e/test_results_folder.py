@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -28,6 +29,14 @@ bench:
   command: ["{{ orch_python }}", "-c", "import os; open('blob.bin', 'wb').write(os.urandom(150000)); print('x 1')"]
   metrics: {x: 'x ([0-9]+)'}
 """  # noqa: E501
+
+
+SMALL = """\
+name: small
+bench:
+  command: ["{{ orch_python }}", "-c", "print('x 1')"]
+  metrics: {x: 'x ([0-9]+)'}
+"""
 
 
 def _is_root() -> bool:
@@ -64,13 +73,25 @@ def _clear_refusal(result: subprocess.CompletedProcess[str], code: int) -> str:
 def test_a_read_only_results_folder_is_refused_before_anything_runs(
     tmp_path: Path, tmpfs: Path
 ) -> None:
-    _playbook(tmp_path)
+    (tmp_path / "small.yml").write_text(SMALL)
+    first = orch("apply", "small.yml", "--results", str(tmpfs), cwd=tmp_path, home=tmp_path)
+    assert first.returncode == 0, first.stderr
+    (bundle,) = (p for p in tmpfs.iterdir() if not p.name.startswith("."))
+    shutil.rmtree(tmp_path / ".orch")
     subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+    _playbook(tmp_path)
     for results in (tmpfs, tmpfs / "deeper"):
         result = orch("apply", "pb.yml", "--results", str(results), cwd=tmp_path, home=tmp_path)
         err = _clear_refusal(result, 2)
         assert f"error: {results}: cannot write the results folder: read-only file system" in err
         assert "run " not in err  # refused before a run id was handed out
+    # a resume too, before its run lock is taken in the bundle
+    again = orch(
+        "apply", "small.yml", "--results", str(tmpfs), "--resume", str(bundle),
+        cwd=tmp_path, home=tmp_path,
+    )  # fmt: skip
+    err = _clear_refusal(again, 2)
+    assert f"error: {bundle}: cannot write the results folder: read-only file system" in err
     assert not (tmp_path / ".orch").exists()  # the runner was never started
 
 
