@@ -126,6 +126,7 @@ def test_files_that_are_not_ours_are_never_echoed(tmp_path: Path) -> None:
         ("plan", str(pb), "-i", str(shadow)),
         ("plan", str(pb), "--limit", f"@{shadow}"),
         ("validate", str(shadow)),
+        ("facts", "--limit", f"@{shadow}"),
     ]
     for args in cases:
         out = _refused(_orch(tmp_path, *args), *never)
