@@ -17,6 +17,8 @@ from orchestrator.cli.common import (
     _echo_from_bundle,
     _interrupted,
     _print_summary,
+    check_limit,
+    check_recorded,
     count_option,
     extra_vars_option,
     inventory_option,
@@ -212,6 +214,7 @@ def apply(
     from orchestrator.execute.outcomes import ApplyOptions
     from orchestrator.execute.refs import recorded_resolutions
     from orchestrator.execute.resume import check_resume_plan, resume_command, resume_target
+    from orchestrator.results.bundle import check_writable
     from orchestrator.results.redact import redact_text
 
     planned = Planned(playbook, inventory, extra_vars, limit)
@@ -222,6 +225,7 @@ def apply(
         results_dir, run_id = resume_target(resume, results_dir)
         check_resume_plan(results_dir / run_id, [c.id for c in planned.cells])
         earlier = recorded_resolutions(results_dir / run_id)  # one run never mixes commits
+        check_writable(results_dir / run_id)  # before the run lock is taken there
     cells, resolutions = _pinned(planned, earlier)
     secrets = planned.secret_values()
     for res in resolutions:
@@ -256,6 +260,7 @@ def apply(
     click.echo("")
     _echo_server_starts(outcome.path)
     click.echo(f"bundle: {outcome.path}")  # last: scripts/demo.sh reads the run from it
+    check_recorded(run.writer, [c.id for c in cells], resume_command(argv, run.writer.path))
     sys.exit(EXIT_OK if outcome.ok else EXIT_FAILED)
 
 
@@ -286,6 +291,7 @@ def facts(inventory: Sequence[Path], limit: str | None, as_json: bool) -> None:
     from orchestrator.execute.facts import SUMMARY_HEADERS, probe_hosts, summary_row
 
     inv = load_inventory(inventory)
+    check_limit(limit, inv)
     names = select_hosts_checked(inv, limit or "all", key_path="--limit")
     found = probe_hosts([inv.hosts[n] for n in names])
     if as_json:
@@ -331,6 +337,7 @@ def replay(
     if record.run is None:
         raise InputError(f"{ref}: not inside a run bundle", hint="pass RUN/CELL")
     inv = load_inventory(inventory) if inventory else inventory_from_bundle(record.run)
+    check_limit(limit, inv)
     cells = retarget([record.cell], inv, limit)
     if not made_here(record.run):
         plan = "\n".join(what_runs(cells, inv))

@@ -20,6 +20,7 @@ from orchestrator.config.values import (
     VAR_NAME,
     describe,
     is_template,
+    shown,
     suggest,
     type_name,
 )
@@ -280,7 +281,7 @@ def validate_vars(value: Any) -> Any:
     for name in value:
         if not isinstance(name, str) or not VAR_NAME.match(name):
             raise FieldProblem(
-                f"{name!r} is not a valid variable name",
+                f"{shown(name, 'this key')} is not a valid variable name",
                 sub_path=(name,),
                 at_key=True,
                 hint="letters, digits and '_', not starting with a digit",

@@ -10,7 +10,7 @@ import json
 import os
 import re
 import shutil
-from typing import Any, Collection, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Collection, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 REDACTED = "***REDACTED***"
 # Shorter secret values are redacted by name only, never replaced inside text (see Redactor).
@@ -86,6 +86,103 @@ def is_secret_name(name: str, declared: Collection[str] = ()) -> bool:
             if word in part:
                 return True
     return False
+
+
+# What a template reads: identifiers inside `{{ }}` / `{% %}`, string literals left out. An
+# over-approximation (filter and test names count too): hiding one more value costs little.
+_TEMPLATE_BLOCK = re.compile(r"\{\{(.*?)\}\}|\{%(.*?)%\}", re.S)
+_TEMPLATE_STRING = re.compile(r"'[^']*'|\"[^\"]*\"")
+_TEMPLATE_NAME = re.compile(r"(?<![\w.])[A-Za-z_][A-Za-z0-9_]*")
+# Names a template reads that are no variable of the playbook: orch's own (the whole matrix
+# must not turn secret through `{{ matrix.tok }}`) and Jinja's words.
+_NOT_VARIABLES = frozenset(
+    [
+        "matrix",
+        "inventory_hostname",
+        "group_names",
+        "groups",
+        "hostvars",
+        "orch_python",
+        "vars",
+        "loop",
+        "range",
+        "true",
+        "false",
+        "none",
+        "True",
+        "False",
+        "None",
+        "and",
+        "or",
+        "not",
+        "in",
+        "is",
+        "if",
+        "else",
+        "elif",
+        "endif",
+        "for",
+        "endfor",
+    ]
+)
+
+
+def template_names(text: str) -> List[str]:
+    """The variable names a template text may read (`Bearer {{ tok }}` -> ["tok"])."""
+    names: List[str] = []
+    for match in _TEMPLATE_BLOCK.finditer(text):
+        body = _TEMPLATE_STRING.sub(" ", match.group(1) or match.group(2) or "")
+        names.extend(n for n in _TEMPLATE_NAME.findall(body) if n not in _NOT_VARIABLES)
+    return names
+
+
+def tainted_secret_names(documents: Iterable[Any], declared: Collection[str] = ()) -> List[str]:
+    """Names whose values reach a secret through a template, across all `documents` (sorted).
+
+    `env: {HF_TOKEN: "Bearer {{ tok }}"}` makes `tok` secret: its value is part of the token.
+    Followed through every mapping key that holds templates (`tok: "{{ raw }}"` taints `raw`
+    too), in any document (a playbook, its bases and vars files define variables apart).
+    """
+    uses: Dict[str, Set[str]] = {}  # name -> names its templates read
+
+    def strings(node: Any) -> Iterator[str]:
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            for value in node.values():
+                yield from strings(value)
+        elif isinstance(node, (list, tuple)):
+            for item in node:
+                yield from strings(item)
+
+    seeds: Set[str] = set()
+
+    def walk(node: Any, depth: int = 0) -> None:
+        if depth > 100:
+            return
+        if isinstance(node, dict):
+            for key, value in node.items():
+                reads = {n for text in strings(value) for n in template_names(text)}
+                if isinstance(key, str):
+                    uses.setdefault(key, set()).update(reads)
+                    if key != "secrets" and is_secret_name(key, declared):
+                        seeds.update(reads)
+                walk(value, depth + 1)
+        elif isinstance(node, (list, tuple)):
+            for item in node:
+                walk(item, depth + 1)
+
+    for document in documents:
+        walk(document)
+    tainted: Set[str] = set()
+    todo = list(seeds)
+    while todo:
+        name = todo.pop()
+        if name in tainted:
+            continue
+        tainted.add(name)
+        todo.extend(uses.get(name, ()))
+    return sorted(tainted)
 
 
 def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
