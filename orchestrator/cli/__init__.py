@@ -12,6 +12,7 @@ import sys
 import click
 
 from orchestrator.cli import reading, running  # noqa: F401  (importing registers the commands)
+from orchestrator.cli.ansible_flags import instead
 from orchestrator.cli.common import _interrupted, main
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED
 
@@ -50,6 +51,11 @@ def run() -> None:
     except click.UsageError as exc:
         # One line, like every other orch error; click's own is 3-4 (usage, try, blank, error).
         where = exc.ctx.command_path if exc.ctx is not None else "orch"
+        flag = exc.option_name if isinstance(exc, click.NoSuchOption) else None
+        answer = instead(flag)  # an Ansible habit: say what orch does instead
+        if answer is not None:
+            click.echo(f"error: {answer}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
         click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
