@@ -203,9 +203,8 @@ def schema() -> None:
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("results"),
     envvar="ORCH_RESULTS",
-    show_envvar=True,
     show_default=True,
-    help="Where run bundles are written.",
+    help="Where run bundles are written; default $ORCH_RESULTS, else results.",
 )
 @click.option("--resume", "resume", default=None, help="Continue RUN (an id or a run directory).")
 @click.option(
