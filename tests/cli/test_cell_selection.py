@@ -138,3 +138,21 @@ def test_retry_failed_needs_resume(tmp_path: Path) -> None:
     refused = orch(tmp_path, "apply", "playbook.yml", "--retry-failed")
     assert refused.returncode == 2 and "--retry-failed needs --resume" in refused.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_bisect_and_audit_take_the_same_selector(tmp_path: Path) -> None:
+    _playbook(tmp_path)
+    bisect = orch(
+        tmp_path, "bisect", "playbook.yml", "--cell", "nccl=fast", "--good", "a", "--bad", "b"
+    )
+    assert bisect.returncode == 2, bisect.stdout + bisect.stderr
+    assert "matches no cell" in bisect.stderr and "nccl=default|tuned" in bisect.stderr
+
+    done = orch(tmp_path, "apply", "playbook.yml", "--cells", "a=1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run,) = (tmp_path / "results").iterdir()
+    audit = orch(tmp_path, "audit", run.name, "--no-drift", "--rerun", "--cells", "nccl=fast")
+    assert audit.returncode == 2, audit.stdout + audit.stderr
+    assert "the cells have a=1; nccl=default|tuned; host=localhost" in audit.stderr
+    rerun = orch(tmp_path, "audit", run.name, "--no-drift", "--rerun", "--cells", "nccl!=tuned")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
