@@ -98,3 +98,16 @@ def test_a_run_id_not_in_the_default_folder_says_where_it_looked(tmp_path: Path)
     res = orch(tmp_path, "show", "20260101-000000-nope")
     assert res.returncode == 2, res.stdout + res.stderr
     assert "no such run under results" in res.stderr and "ORCH_RESULTS" in res.stderr, res.stderr
+
+
+def test_apply_resume_looks_for_the_run_in_orch_results(tmp_path: Path) -> None:
+    playbook = {"name": "habits", "bench": {"command": ["{{ orch_python }}", "-c", "print(1)"]}}
+    (tmp_path / "pb.yml").write_text(yaml.safe_dump(playbook))
+    missing = orch(tmp_path, "apply", "pb.yml", "--resume", "20260101-000000-nope")
+    assert missing.returncode == 2 and "ORCH_RESULTS=DIR" in missing.stderr, missing.stderr
+    env = {"ORCH_RESULTS": "elsewhere"}
+    assert orch(tmp_path, "apply", "pb.yml", env=env).returncode == 0
+    (run,) = (tmp_path / "elsewhere").iterdir()
+    again = orch(tmp_path, "apply", "pb.yml", "--resume", run.name, env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"bundle: elsewhere/{run.name}" in again.stdout
