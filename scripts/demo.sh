@@ -20,16 +20,6 @@ run=$(sed -n 's/^bundle: //p' "$out" | tail -n 1)
 if [ -n "$run" ] && [ -f "$run/run.json" ]; then
   echo
   "$orch" report "$run" --by spec -m output_throughput -m accept_length || true
-  good_cell=$(ls -d "$run"/cells/good-tuned-eagle3-2-* 2>/dev/null | head -n 1)
-  bad_cell=$(ls -d "$run"/cells/bad-tuned-eagle3-2-* 2>/dev/null | head -n 1)
-  cat <<NEXT
-
-Next, try:
-  $orch show $run
-  $orch report $run --by commit --format md
-  $orch diff ${good_cell:-$run/cells/<a good cell>} ${bad_cell:-$run/cells/<the same cell, bad>}
-  $orch audit $run
-  $orch bisect playbooks/demo.yml -e sim_repo=$repo --cell 'nccl=tuned,spec=eagle3-2' --good good --bad bad
-NEXT
+  bash scripts/demo_next.sh "$run" "$repo" "$orch" "$@"
 fi
 exit "$rc"

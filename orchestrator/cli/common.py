@@ -269,8 +269,10 @@ results_option = click.option(
     "results_dir",
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("results"),
+    envvar="ORCH_RESULTS",
     show_default=True,
-    help="Where run bundles live (run ids are looked up here).",
+    help="Where run bundles live (run ids are looked up here); default $ORCH_RESULTS, else "
+    "results.",
 )
 
 

@@ -35,6 +35,36 @@ if TYPE_CHECKING:
     from orchestrator.execute.refs import RefKey, Resolution
 
 
+cells_option = click.option(
+    "--cells",
+    "cells_selector",
+    default=None,
+    help="Only the cells this picks: axis=value,axis!=value,host=NAME (globs in values), "
+    "or a cell id prefix. Ansible's --tags/--start-at-task, for a matrix.",
+)
+
+
+def _planned(
+    playbook: Path,
+    inventory: Sequence[Path],
+    extra_vars: Sequence[str],
+    limit: str | None,
+    selector: str | None,
+) -> Planned:
+    """The playbook planned, narrowed to the cells `--cells` picks (exit 2 when none)."""
+    from orchestrator.plan.select import select_cells
+
+    planned = Planned(playbook, inventory, extra_vars, limit)
+    planned.cells = select_cells(
+        planned.cells,
+        selector,
+        cell_id=lambda c: c.id,
+        axes=lambda c: c.axes,
+        host=lambda c: c.host,
+    )
+    return planned
+
+
 @main.command()
 @click.argument("playbook", type=click.Path(path_type=Path))
 @inventory_option
@@ -56,6 +86,7 @@ def validate(
 @inventory_option
 @extra_vars_option
 @limit_option
+@cells_option
 @click.option("--json", "as_json", is_flag=True, help="Every rendered cell as JSON.")
 @click.option("-v", "--verbose", is_flag=True, help="Show each cell's rendered commands and env.")
 @reports_errors
@@ -64,6 +95,7 @@ def plan(
     inventory: Sequence[Path],
     extra_vars: tuple[str, ...],
     limit: str | None,
+    cells_selector: str | None,
     as_json: bool,
     verbose: bool,
 ) -> None:
@@ -72,7 +104,7 @@ def plan(
     from orchestrator.plan.sessions import session_labels
     from orchestrator.results.redact import redact_text
 
-    planned = Planned(playbook, inventory, extra_vars, limit)
+    planned = _planned(playbook, inventory, extra_vars, limit, cells_selector)
     planned.warn()
     # Only the controller asks the origins: planning connects to no host.
     cells, resolutions = _pinned(planned, None, ask_hosts=False)
@@ -180,15 +212,23 @@ def schema() -> None:
 @inventory_option
 @extra_vars_option
 @limit_option
+@cells_option
 @click.option(
     "--results",
     "results_dir",
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("results"),
+    envvar="ORCH_RESULTS",
     show_default=True,
-    help="Where run bundles are written.",
+    help="Where run bundles are written; default $ORCH_RESULTS, else results.",
 )
 @click.option("--resume", "resume", default=None, help="Continue RUN (an id or a run directory).")
+@click.option(
+    "--retry-failed",
+    is_flag=True,
+    help="With --resume: run the run's failed cells again (their failed attempts are kept "
+    "under retried/). Ansible's retry files' job.",
+)
 @count_option("--max-parallel", 16, "Hosts at once.")
 @click.option(
     "--silent-host-timeout",
@@ -204,8 +244,10 @@ def apply(
     inventory: Sequence[Path],
     extra_vars: tuple[str, ...],
     limit: str | None,
+    cells_selector: str | None,
     results_dir: Path,
     resume: str | None,
+    retry_failed: bool,
     max_parallel: int,
     silent_host_timeout: float,
 ) -> None:
@@ -217,7 +259,11 @@ def apply(
     from orchestrator.results.bundle import check_writable
     from orchestrator.results.redact import redact_text
 
-    planned = Planned(playbook, inventory, extra_vars, limit)
+    if retry_failed and resume is None:
+        raise InputError(
+            "--retry-failed needs --resume RUN", hint="the run whose failed cells to run again"
+        )
+    planned = _planned(playbook, inventory, extra_vars, limit, cells_selector)
     planned.warn()
     run_id = None
     earlier = None
@@ -236,6 +282,7 @@ def apply(
         results_dir=results_dir,
         run_id=run_id,
         resume=resume is not None,
+        retry_failed=retry_failed,
         max_parallel=max_parallel,
         argv=argv,
         silent_host_timeout=silent_host_timeout,

@@ -256,6 +256,11 @@ class Run:
     def _execute(self) -> RunOutcome:
         self._write_start()
         done = self.writer.complete_cells() if self.options.resume else set()
+        # --retry-failed: failed attempts move to retried/; the cells run again, not collected
+        self.retrying = set[str]()
+        if self.options.retry_failed:
+            self.retrying = self.writer.set_aside_failed(c.id for c in self.cells)
+            done -= self.retrying
         self._trust_cell_files(done)
         todo: dict[str, list[Cell]] = {}
         for cell in self.cells:
@@ -455,6 +460,7 @@ class Run:
                 cid, archive = got
                 status = items.get(cid, {}).get("status")
                 wanted_now = cid in wanted and cid not in done and status != "interrupted"
+                wanted_now = wanted_now and cid not in self.retrying
                 if wanted_now and isinstance(archive, Path):
                     self._record(self.import_archive(conn.host.name, wanted[cid], archive, 0))
                     done.add(cid)

@@ -81,6 +81,8 @@ class HostQueue:
         }
         if self.want_facts:
             payload["facts"] = {}
+        if self.run_.retrying:  # the runner reruns these instead of reusing its failed copy
+            payload["rerun_failed"] = sorted(self.run_.retrying)
         return payload
 
     def _outcome(self, outcome: CellOutcome) -> None:

@@ -28,6 +28,7 @@ from orchestrator.results.layout import (
     CELLS_DIR,
     MANIFEST,
     PLAYBOOK_DIR,
+    RETRIED_DIR,
     RUN_JSON,
     SCHEMA_VERSION,
 )
@@ -255,6 +256,24 @@ class BundleWriter:
                     done.add(d.name)
         return done
 
+    def set_aside_failed(self, cell_ids: Iterable[str]) -> set[str]:
+        """Move each of these cells that finished as failed to `retried/<id>.<n>/` (kept as
+        evidence, the manifest covers it) so the cell can run again; the ids moved."""
+        moved = set()
+        for cid in cell_ids:
+            final = self.cell_path(cid)
+            if _cell_status(final) != "failed":
+                continue
+            self._invalidate()
+            aside = self.path / RETRIED_DIR
+            aside.mkdir(parents=True, exist_ok=True)
+            n = 1
+            while (aside / f"{cid}.{n}").exists():
+                n += 1
+            os.replace(final, aside / f"{cid}.{n}")
+            moved.add(cid)
+        return moved
+
     def _install_cell(self, cell_id: str, fill: Any, secret_values: Iterable[str]) -> Path:
         final = self.cell_path(cell_id)
         if final.exists() and _cell_finished(final):
@@ -331,9 +350,13 @@ class BundleWriter:
             return self.path / MANIFEST
 
 
-def _cell_finished(cell_dir: Path) -> bool:
+def _cell_status(cell_dir: Path) -> Any:
     try:
         data = json.loads((cell_dir / CELL_JSON).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("status") in FINISHED_STATUSES
+        return None
+    return data.get("status") if isinstance(data, dict) else None
+
+
+def _cell_finished(cell_dir: Path) -> bool:
+    return _cell_status(cell_dir) in FINISHED_STATUSES

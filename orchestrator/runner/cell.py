@@ -55,6 +55,8 @@ class CellRunner(
         except Interrupted as exc:
             return self.done_without_dir("interrupted", str(exc))
         previous = self.finished_result()
+        if previous is not None and self.rerun_failed and previous.get("status") == "failed":
+            previous = None  # the controller set the failed attempt aside: this one replaces it
         if previous is not None:
             # Finished by an earlier runner after the controller's collect: not run twice.
             status = str(previous["status"])
