@@ -48,7 +48,11 @@ def test_a_silent_host_is_given_up_and_the_others_finish(tmp_path: Path) -> None
     wrapper = tmp_path / "python-b"
     # host b's interpreter: the real one, which records the pid of the queue's runner
     wrapper.write_text(
-        f'#!/bin/sh\nif [ "$2" = run ]; then echo $$ > {pidfile}; fi\nexec {sys.executable} "$@"\n'
+        "#!/bin/sh\n"
+        # the queue's command ends in `run` (the bootstrap execs the runner: the pid stays)
+        'for last in "$@"; do :; done\n'
+        f'if [ "$last" = run ]; then echo $$ > {pidfile}; fi\n'
+        f'exec {sys.executable} "$@"\n'
     )
     wrapper.chmod(0o755)
     inventory = {
