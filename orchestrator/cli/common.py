@@ -122,6 +122,11 @@ class Planned:
         self.extra = parse_extra_vars(list(extra_vars))
         self.playbook = load_playbook(playbook, self.extra)
         self.cells = build_cells(self.playbook, self.inventory, limit=limit)
+        from orchestrator.plan.lint import expect_name_error
+
+        unknown = expect_name_error(self.playbook, self.cells)
+        if unknown is not None:
+            raise unknown
 
     @property
     def variables(self) -> dict[str, Any]:
