@@ -111,6 +111,14 @@ def unknown_metric_hint(bench: str, name: str, declared: Iterable[str] = ()) -> 
         return None
     if name in adapter.renamed:
         return f"renamed: write {adapter.renamed[name]}"
+    servers = [
+        s for s in SERVER_ADAPTERS if any(i.name == name for i in server_adapter(s).catalogue())
+    ]
+    if servers:
+        return (
+            f"{name} is a {servers[0]} server metric (metrics.json's server block): expect: "
+            "bounds the bench's metrics"
+        )
     known = [i.name for i in adapter.catalogue()] + [i.name for i in TELEMETRY_CATALOGUE]
     known += sorted(declared)
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
