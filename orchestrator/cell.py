@@ -21,6 +21,8 @@ from pydantic import (
     model_serializer,
 )
 
+from orchestrator.runner.redaction import is_secret_name
+
 CELL_SCHEMA_VERSION = 1
 DEFAULT_CELL_TIMEOUT = 4 * 3600.0  # seconds, when the playbook gives no timeouts.cell
 
@@ -308,4 +310,15 @@ def cell_id(
     placeholders (`cell_id_text`): an id neither changes when a token is rotated nor serves as
     an offline oracle for guessing one.
     """
-    return id_from_text((slug_part(axes[k]) for k in axes), cell_id_text(host, spec, masks))
+    listed = spec.get("secrets") if isinstance(spec, Mapping) else None
+    return id_from_text(axis_slugs(axes, listed or ()), cell_id_text(host, spec, masks))
+
+
+SECRET_SLUG = "secret"
+
+
+def axis_slugs(axes: Mapping[str, Any], listed: Iterable[str]) -> list[str]:
+    """The slug parts of a point's axis values; the value of an axis whose name is secret (or
+    listed under `secrets:`) never shows in an id: its part is `secret`."""
+    names = set(listed)
+    return [SECRET_SLUG if is_secret_name(k, names) else slug_part(v) for k, v in axes.items()]

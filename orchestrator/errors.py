@@ -7,11 +7,46 @@ place that turns these into messages and exit codes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a cell failed or an expectation was missed
 EXIT_BAD_INPUT = 2  # nothing ran
+
+SECRET_SHOWN = "***REDACTED***"  # the runner's REDACTED: this layer sits below it
+# Shorter values are hidden in messages only where a message shows a whole value (`describe`):
+# replaced inside text they would shred it (the runner's MIN_SECRET_LENGTH, the same rule).
+SECRET_TEXT_MIN = 8
+_secret_values: set[str] = set()
+
+
+def note_secret_values(values: Iterable[object]) -> None:
+    """Remember values this process must never print: every error message hides them.
+
+    The loaders call this with each value they read under a secret name (and each variable a
+    secret's template reads), before anything can quote it.
+    """
+    for value in values:
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            text = str(value)
+            if text.strip():
+                _secret_values.add(text)
+
+
+def is_known_secret(text: str) -> bool:
+    """True when `text` is a noted secret value or holds one (long enough to find in text)."""
+    if text in _secret_values:
+        return True
+    return any(len(v) >= SECRET_TEXT_MIN and v in text for v in _secret_values)
+
+
+def hide_known_secrets(text: str) -> str:
+    """`text` with every noted secret value (long enough to find in text) as ***REDACTED***."""
+    for value in sorted(_secret_values, key=len, reverse=True):
+        if len(value) >= SECRET_TEXT_MIN and value in text:
+            text = text.replace(value, SECRET_SHOWN)
+    return text
 
 
 @dataclass(frozen=True)
@@ -60,7 +95,7 @@ class OrchError(Exception):
         text = prefix + self.message
         if self.hint:
             text += f" ({self.hint})"
-        return text
+        return hide_known_secrets(text)  # a message quotes values; a secret it never shows
 
     def __str__(self) -> str:
         return self.render()
@@ -88,3 +123,15 @@ class BundleError(OrchError):
     """A result bundle is missing, unreadable, incomplete or fails its manifest."""
 
     exit_code = EXIT_BAD_INPUT
+
+
+class ResultsWriteError(OrchError):
+    """The results folder cannot be written: permission denied, read-only, full.
+
+    Exit 2 when found before anything ran (`before_run`), else 1: cells ran, and what they
+    left that was not recorded is named with the way to collect it (`--resume`).
+    """
+
+    def __init__(self, message: str, *, before_run: bool, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.exit_code = EXIT_BAD_INPUT if before_run else EXIT_FAILED

@@ -9,6 +9,22 @@ repo=${ORCH_DEMO_REPO:-$PWD/results/demo-repo}
 if [ ! -d "$repo/.git" ]; then
   "$orch" sim init-repo "$repo" --commits 32 --regress-at 21 >/dev/null
 fi
+# The simulated host's GPUs: orch's fake nvidia-smi on PATH, backed by a state file the simulated
+# server registers in, so every cell samples GPU telemetry and reports energy per output token.
+gpus=$PWD/results/demo-gpus
+if [ ! -x "$gpus/bin/nvidia-smi" ]; then
+  .venv/bin/python - "$gpus" "$PWD/.venv/bin/python" <<'PY'
+import sys
+from pathlib import Path
+
+from orchestrator.sim.smi import install_fake_nvidia_smi
+from orchestrator.sim.state import write_host_state
+
+where = Path(sys.argv[1])
+install_fake_nvidia_smi(where / "bin", sys.argv[2], state=write_host_state(where / "state.json"))
+PY
+fi
+export PATH="$gpus/bin:$PATH" ORCH_SIM_STATE="$gpus/state.json"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 set +e
@@ -19,17 +35,8 @@ set -e
 run=$(sed -n 's/^bundle: //p' "$out" | tail -n 1)
 if [ -n "$run" ] && [ -f "$run/run.json" ]; then
   echo
-  "$orch" report "$run" --by spec -m output_throughput -m accept_length || true
-  good_cell=$(ls -d "$run"/cells/good-tuned-eagle3-2-* 2>/dev/null | head -n 1)
-  bad_cell=$(ls -d "$run"/cells/bad-tuned-eagle3-2-* 2>/dev/null | head -n 1)
-  cat <<NEXT
-
-Next, try:
-  $orch show $run
-  $orch report $run --by commit --format md
-  $orch diff ${good_cell:-$run/cells/<a good cell>} ${bad_cell:-$run/cells/<the same cell, bad>}
-  $orch audit $run
-  $orch bisect playbooks/demo.yml -e sim_repo=$repo --cell 'nccl=tuned,spec=eagle3-2' --good good --bad bad
-NEXT
+  "$orch" report "$run" --by spec -m output_throughput -m accept_length \
+    -m joules_per_output_token || true
+  bash scripts/demo_next.sh "$run" "$repo" "$orch" "$@"
 fi
 exit "$rc"

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 from orchestrator.cell import BenchSpec, Capture, Cell, ReadyCheck, ServerSpec
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, is_known_secret
 
 ListStyle = Literal["nargs", "repeat", "csv", "json"]
 
@@ -155,6 +155,12 @@ def split_command(value: Any, key_path: str) -> list[str]:
     return argv
 
 
+def _quoted(value: Any) -> str:
+    """`value` as a message quotes it: a secret's value (one from a secret-named variable)
+    is named as such, never shown."""
+    return "a secret value" if is_known_secret(str(value)) else repr(value)
+
+
 def get_int(section: Mapping[str, Any], key: str, default: int | None, key_path: str) -> int | None:
     """An integer setting (a digit string is accepted: rendering may give one)."""
     value = section.get(key)
@@ -166,7 +172,7 @@ def get_int(section: Mapping[str, Any], key: str, default: int | None, key_path:
         return value
     if isinstance(value, str) and value.strip().isdigit():
         return int(value.strip())
-    raise InputError(f"expected an integer, got {value!r}", key_path=key_path)
+    raise InputError(f"expected an integer, got {_quoted(value)}", key_path=key_path)
 
 
 def get_port(
@@ -191,9 +197,9 @@ def get_float(
     try:
         result = float(value)
     except (TypeError, ValueError):
-        raise InputError(f"expected a number, got {value!r}", key_path=key_path) from None
+        raise InputError(f"expected a number, got {_quoted(value)}", key_path=key_path) from None
     if not math.isfinite(result) or result < 0:
-        raise InputError(f"expected a finite number >= 0, got {value!r}", key_path=key_path)
+        raise InputError(f"expected a finite number >= 0, got {_quoted(value)}", key_path=key_path)
     return result
 
 

@@ -2,7 +2,10 @@
 
 Three questions, each answered with the machinery the rest of orch uses: the manifest check,
 the diff engine (`orch diff`) over a fresh snapshot against the recorded one, and a rerun of the
-bundle's own rendered cells compared metric by metric (`stats.compare`).
+bundle's own rendered cells compared metric by metric with `orch diff`'s noise-aware test
+(`diff_model.metric_deltas`): a metric fails to reproduce when it moved past the tolerance AND
+the test calls the move significant, never on the tolerance alone (unless a side has a single
+repeat, which shows no noise to judge by).
 """
 
 from __future__ import annotations
@@ -13,10 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.analyze.diff import diff_cells
-from orchestrator.analyze.diff_model import CellDiff, Section
+from orchestrator.analyze.diff_model import (
+    REPEATS_NOTE,
+    CellDiff,
+    Section,
+    deciding_metrics,
+    metric_deltas,
+)
 from orchestrator.analyze.evidence import CellEvidence
-from orchestrator.analyze.metrics import HEADLINE_METRICS
-from orchestrator.analyze.stats import compare
 from orchestrator.results.layout import MANIFEST
 from orchestrator.results.manifest import ManifestReport, verify_manifest
 from orchestrator.results.read import RunBundle
@@ -25,9 +32,12 @@ from orchestrator.runner.probe_shape import ABSENT
 
 # Sections of the diff that say a host drifted; metrics and flags cannot differ here.
 DRIFT_SECTIONS = ("code", "packages", "system", "hardware")
-# What a reproduction is judged on when the cell declares no expectations (as `orch report`'s
-# default columns): tails (p99 of a few requests) and derived counts are shown but not judged.
-JUDGED_METRICS = HEADLINE_METRICS
+# What `deciding_metrics` found them from, for people.
+DECIDING_FROM = {
+    "expect": "the metrics under expect:",
+    "headline": "the headline throughput metric, as the cell sets no expect:",
+    "all": "every metric measured: no expect: and no throughput metric",
+}
 
 
 @dataclass
@@ -57,11 +67,17 @@ class MetricReproduction:
     significant: bool
     method: str
     judged: bool = True  # counts toward the cell's verdict
+    p_value: float | None = None
+    p_adjusted: float | None = None  # Holm over the judged (or the other) metrics
+    unstable: bool = False  # an outlying repeat or a high spread on either side
 
     @property
     def reproduces(self) -> bool:
-        """Within tolerance and not a significant change."""
-        return self.within_tolerance and not self.significant
+        """Not a significant change, as `orch diff` tests it. With a single repeat on a side
+        there is no noise to test against: then within tolerance."""
+        if self.method == "single":
+            return self.within_tolerance
+        return not self.significant
 
 
 @dataclass
@@ -74,6 +90,7 @@ class CellReproduction:
     reason: str | None = None
     recorded_status: str | None = None
     ran: bool = False  # the rerun's runner finished the benchmark (runner status passed)
+    deciding_from: str = ""  # `deciding_metrics`' source: expect, headline or all
 
     @property
     def reproduces(self) -> bool:
@@ -236,47 +253,40 @@ def host_drift(run: RunBundle, host: str, now: Mapping[str, Any]) -> HostDrift:
 
 
 def reproduction(
-    recorded: CellEvidence, rerun: CellEvidence, *, tolerance: float
+    recorded: CellEvidence, rerun: CellEvidence, *, tolerance: float, alpha: float = 0.05
 ) -> CellReproduction:
-    """Per metric: does the rerun's sample sit with the recorded one?"""
+    """Per metric: does the rerun's sample sit with the recorded one? The test is `orch diff`'s
+    with the tolerance as its threshold; the verdict rests on `deciding_metrics(recorded)`."""
+    deciding, source = deciding_metrics(recorded)
     out = CellReproduction(
         recorded.id,
         str(rerun.status),
         reason=rerun.reason,
         recorded_status=recorded.status,
         ran=rerun.cell_json.get("runner_status", rerun.status) == "passed",
+        deciding_from=source,
     )
-    judged = judged_metrics(recorded)
-    for metric in recorded.metric_names:
-        a, b = recorded.values(metric), rerun.values(metric)
-        if not a or not b:
+    deltas = metric_deltas(recorded, rerun, deciding, ratio_threshold=tolerance, alpha=alpha)
+    for d in deltas:
+        if d.median_a is None or d.median_b is None or d.metric not in recorded.metric_names:
             continue
-        cmp = compare(a, b, ratio_threshold=tolerance)
-        within = cmp.ratio is not None and abs(cmp.ratio - 1) <= tolerance
+        ratio = d.median_b / d.median_a if d.median_a else None
         out.metrics.append(
             MetricReproduction(
-                metric,
-                cmp.median_a,
-                cmp.median_b,
-                cmp.ratio,
-                within,
-                cmp.significant,
-                cmp.method,
-                judged=metric in judged,
+                d.metric,
+                d.median_a,
+                d.median_b,
+                ratio,
+                ratio is not None and abs(ratio - 1) <= tolerance,
+                d.significant is not False,
+                d.method or "single",
+                judged=d.decides,
+                p_value=d.p_value,
+                p_adjusted=d.p_adjusted,
+                unstable=d.unstable,
             )
         )
     return out
-
-
-def judged_metrics(recorded: CellEvidence) -> set[str]:
-    """The metrics a reproduction verdict rests on: those the cell set expectations on, else
-    the headline ones it has, else all. A p99 over a few requests never reproduces to 5%, and a
-    verdict that always fails says nothing."""
-    names = recorded.metric_names
-    expected = {str(e.get("metric")) for e in recorded.expectations} & set(names)
-    if expected:
-        return expected
-    return (set(JUDGED_METRICS) & set(names)) or set(names)
 
 
 def render_reproductions(items: Sequence[CellReproduction]) -> list[list[str]]:
@@ -294,13 +304,6 @@ def render_reproductions(items: Sequence[CellReproduction]) -> list[list[str]]:
             )
         for m in item.metrics:
             ratio = f"{m.ratio:.3f}" if m.ratio is not None else "-"
-            verdict = "yes" if m.reproduces else "NO"
-            if not m.judged:
-                verdict = "yes (not judged)" if m.reproduces else "differs (not judged)"
-            elif not m.reproduces:
-                why = [] if m.within_tolerance else ["outside tolerance"]
-                why += [f"significant ({m.method})"] if m.significant else []
-                verdict += f" ({', '.join(why)})"
             rows.append(
                 [
                     item.cell_id,
@@ -308,7 +311,50 @@ def render_reproductions(items: Sequence[CellReproduction]) -> list[list[str]]:
                     f"{m.recorded_median:.4g}",
                     f"{m.rerun_median:.4g}",
                     ratio,
-                    verdict,
+                    _verdict(m),
                 ]
             )
     return rows
+
+
+def _test(m: MetricReproduction) -> str:
+    if m.p_adjusted is not None and m.p_adjusted != m.p_value:
+        return f"{m.method}, p={m.p_value:.3g}, Holm p={m.p_adjusted:.3g}"
+    return f"{m.method}, p={m.p_value:.3g}" if m.p_value is not None else m.method
+
+
+def _verdict(m: MetricReproduction) -> str:
+    """yes / NO for a judged metric, with why when it is not a plain yes."""
+    if not m.judged:
+        verdict = "yes (not judged)" if m.reproduces else "differs (not judged)"
+    elif m.reproduces and m.within_tolerance:
+        verdict = "yes"
+    elif m.reproduces:
+        verdict = f"yes (outside tolerance, within noise: {_test(m)})"
+    elif m.method == "single":
+        verdict = "NO (outside tolerance; one repeat on a side: no noise to test against)"
+    else:
+        verdict = f"NO (outside tolerance, significant ({_test(m)}))"
+    return verdict + ("; repeats unstable" if m.unstable and m.judged else "")
+
+
+def deciding_lines(items: Sequence[CellReproduction]) -> list[str]:
+    """Which metrics decide, and how each is tested, for the lines under the table."""
+    lines: list[str] = []
+    groups: dict[tuple[str, tuple[str, ...]], int] = {}
+    for item in items:
+        names = tuple(m.metric for m in item.metrics if m.judged)
+        key = (item.deciding_from, names)
+        groups[key] = groups.get(key, 0) + 1
+    for (source, names), count in groups.items():
+        if names:
+            cells = f"{count} cell{'s' if count != 1 else ''}"
+            what = DECIDING_FROM.get(source, source)
+            lines.append(f"judged on: {', '.join(names)} ({what}; {cells})")
+    lines.append(
+        "test: as orch diff: a metric fails to reproduce when it moved past the tolerance and "
+        "the move is significant (Mann-Whitney U with 5+ repeats a side, Holm-corrected over "
+        "the judged metrics; non-overlapping ranges with 2-4; one repeat: the tolerance alone)"
+    )
+    lines.append(f"note: {REPEATS_NOTE}")
+    return lines

@@ -1,7 +1,9 @@
 """`orch diff`: what changed between two cells (or two runs), most likely causes first.
 
 Sections, in order: code, packages, environment (as the server processes saw it), server flags,
-system, hardware state, then metrics with deltas and significance. A section is shown only when
+system, hardware state, then metrics with deltas and significance (the playbook's deciding
+metrics first, Holm-corrected p-values, outlying repeats and host load beside them; when the
+deciding metrics' repeats are unstable no likely cause is named). A section is shown only when
 something in it differs (metrics: a significant change, or measured on one side only; medians
 that moved within noise are shown, marked "no significant change"); the rest are named in one
 "no differences in" line. The snapshot sections are `analyze/diff_host.py`'s; nothing is cut
@@ -20,25 +22,29 @@ from typing import Any, Literal
 
 from orchestrator.analyze.diff_host import hardware_section, packages_section, system_section
 from orchestrator.analyze.diff_model import (
+    REPEATS_NOTE,
     SECTION_TITLES,
     UNSET,
     Block,
     CellDiff,
     CellRef,
     Entry,
-    MetricDelta,
+    HostLoad,
     RunDiff,
     Section,
     as_dict,
+    deciding_metrics,
     dict_entries,
+    metric_deltas,
     same,
 )
 from orchestrator.analyze.evidence import CellEvidence, load_cells
-from orchestrator.analyze.stats import compare, median
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
 from orchestrator.results.documents import is_cell_dir
 from orchestrator.results.layout import CELLS_DIR
+from orchestrator.results.records import Snapshot
+from orchestrator.runner.probe_shape import CPU_COUNT, LOAD_1M
 
 # --- code --------------------------------------------------------------------------------------
 
@@ -294,48 +300,32 @@ def _bench_section(a: CellEvidence, b: CellEvidence) -> Section:
 
 
 def _metrics_section(
-    a: CellEvidence, b: CellEvidence, ratio_threshold: float, alpha: float
+    a: CellEvidence, b: CellEvidence, deciding: list[str], ratio_threshold: float, alpha: float
 ) -> Section:
     section = Section("metrics", SECTION_TITLES["metrics"])
-    names = a.metric_names + [m for m in b.metric_names if m not in a.metric_names]
-    for name in names:
-        va, vb = a.values(name), b.values(name)
-        if va and vb:
-            c = compare(va, vb, ratio_threshold=ratio_threshold, alpha=alpha)
-            significant: bool | None = c.significant
-            if c.method == "single" and c.delta != 0:
-                # One run on a side shows no noise: a move past the threshold cannot be judged
-                # either way (None counts as a difference to look at, marked "can't tell").
-                moved = c.ratio is None or abs(c.ratio - 1.0) >= ratio_threshold
-                significant = None if moved else False
-            section.metrics.append(
-                MetricDelta(
-                    name,
-                    len(va),
-                    len(vb),
-                    c.median_a,
-                    c.median_b,
-                    c.delta_pct,
-                    significant,
-                    c.method,
-                    c.p_value,
-                )
-            )
-        else:
-            section.metrics.append(
-                MetricDelta(
-                    name,
-                    len(va),
-                    len(vb),
-                    median(va) if va else None,
-                    median(vb) if vb else None,
-                    None,
-                    None,
-                    None,
-                    None,
-                )
-            )
+    section.metrics = metric_deltas(a, b, deciding, ratio_threshold=ratio_threshold, alpha=alpha)
+    if any(m.method in ("mann-whitney", "ranges") for m in section.metrics):
+        section.notes.append(REPEATS_NOTE)
     return section
+
+
+def _load(snapshot: Snapshot) -> float | None:
+    value = snapshot.value(LOAD_1M)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _cpus(snapshot: Snapshot) -> int | None:
+    value = snapshot.value(CPU_COUNT)
+    return value if isinstance(value, int) else None
+
+
+def host_load(a: CellEvidence, b: CellEvidence) -> HostLoad | None:
+    """Each cell's 1-minute load before and after, from its snapshots; None when none has it."""
+    load = HostLoad(
+        _load(a.pre), _load(a.post), _load(b.pre), _load(b.post), _cpus(a.pre), _cpus(b.pre)
+    )
+    readings = (load.a_before, load.a_after, load.b_before, load.b_after)
+    return load if any(r is not None for r in readings) else None
 
 
 # --- public API --------------------------------------------------------------------------------
@@ -354,7 +344,10 @@ def diff_cells(
 
     `repo_path`: a git clone holding both commits, for the commit log and stat; by default the
     cells' repo dest on this machine, then their repo URL when it is a local path, are tried.
+    Metrics: the deciding ones (`deciding_metrics`) first, p-values Holm-corrected
+    (`metric_deltas`); the cells' host load beside them.
     """
+    deciding, deciding_from = deciding_metrics(a, b)
     sections = [
         _code_section(a, b, repo_path),
         packages_section(a, b),
@@ -363,9 +356,17 @@ def diff_cells(
         _bench_section(a, b),
         system_section(a, b),
         hardware_section(a, b),
-        _metrics_section(a, b, ratio_threshold, alpha),
+        _metrics_section(a, b, deciding, ratio_threshold, alpha),
     ]
-    return CellDiff(CellRef.of(a), CellRef.of(b), paired_by, sections)
+    return CellDiff(
+        CellRef.of(a),
+        CellRef.of(b),
+        paired_by,
+        sections,
+        deciding=deciding,
+        deciding_from=deciding_from,
+        load=host_load(a, b),
+    )
 
 
 def _pair_key(cell: CellEvidence) -> str:

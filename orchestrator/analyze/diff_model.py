@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from orchestrator.analyze.evidence import CellEvidence
+from orchestrator.analyze.metrics import REPEAT_KEY, finite_number
+from orchestrator.analyze.stats import UNSTABLE_SPREAD, compare, holm, median, stability
 from orchestrator.cell import canonical_json
 
 SECTION_TITLES: dict[str, str] = {
@@ -49,8 +51,21 @@ class Block:
 
 
 @dataclass
+class Outlier:
+    """A repeat whose value sits far from the others (`stats.outliers`)."""
+
+    repeat: int  # the repeat number in metrics.json
+    value: float
+
+
+@dataclass
 class MetricDelta:
-    """One metric on both sides: medians, relative change and whether it is significant."""
+    """One metric on both sides: medians, relative change and whether it is significant.
+
+    `p_value` is the test's own; `p_adjusted` is it after Holm's correction over the metrics of
+    its family in this diff (the deciding ones, or the others), and `significant` rests on it.
+    `decides`: a metric the playbook cares about (its `expect:`, else the headline throughput).
+    """
 
     metric: str
     n_a: int
@@ -61,6 +76,34 @@ class MetricDelta:
     significant: bool | None
     method: str | None
     p_value: float | None
+    p_adjusted: float | None = None
+    family: int = 1  # how many metrics `p_adjusted` was corrected over
+    decides: bool = False
+    outliers_a: list[Outlier] = field(default_factory=list)
+    outliers_b: list[Outlier] = field(default_factory=list)
+    spread_a: float | None = None  # robust relative spread of the repeats (`stats`)
+    spread_b: float | None = None
+
+    @property
+    def unstable(self) -> bool:
+        """An outlying repeat or a high spread on either side."""
+        spreads = (s for s in (self.spread_a, self.spread_b) if s is not None)
+        return bool(self.outliers_a or self.outliers_b) or any(
+            s >= UNSTABLE_SPREAD for s in spreads
+        )
+
+
+@dataclass
+class HostLoad:
+    """The host's 1-minute load average around each cell: before its server started and after
+    it stopped (`snapshot.pre/post.json`); None where not recorded."""
+
+    a_before: float | None
+    a_after: float | None
+    b_before: float | None
+    b_after: float | None
+    cpus_a: int | None = None
+    cpus_b: int | None = None
 
 
 @dataclass
@@ -124,6 +167,15 @@ class CellDiff:
     b: CellRef
     paired_by: Literal["id", "axes", "given"]
     sections: list[Section]
+    deciding: list[str] = field(default_factory=list)  # `deciding_metrics()`
+    deciding_from: str = ""  # where they come from: expect, headline or all
+    load: HostLoad | None = None
+
+    @property
+    def unstable(self) -> list[MetricDelta]:
+        """Deciding metrics whose repeats are unstable: no likely cause can be read then."""
+        metrics = next((s.metrics for s in self.sections if s.name == "metrics"), [])
+        return [m for m in metrics if m.decides and m.unstable]
 
     @property
     def differing(self) -> list[Section]:
@@ -149,6 +201,122 @@ class RunDiff:
     pairs: list[CellDiff]
     only_a: list[CellRef]
     only_b: list[CellRef]
+
+
+# --- which metrics decide ----------------------------------------------------------------------
+
+# The adapters' headline throughput, first found wins: what a cell with no `expect:` is judged on.
+HEADLINE_THROUGHPUT = ("output_throughput", "request_throughput", "total_token_throughput")
+
+
+def expected_names(cell: CellEvidence) -> list[str]:
+    """The metrics a cell sets expectations on: its `expect:` keys, then checked ones."""
+    names = [str(k) for k in as_dict(cell.cell.get("expect"))]
+    names += [str(e.get("metric")) for e in cell.expectations if e.get("metric") is not None]
+    return list(dict.fromkeys(names))
+
+
+def deciding_metrics(*cells: CellEvidence) -> tuple[list[str], str]:
+    """The metrics a verdict on these cells rests on, and where they come from.
+
+    The ones under `expect:` that were measured ("expect"); else the adapter's headline
+    throughput ("headline", one metric); else every metric measured ("all").
+    """
+    measured = list(dict.fromkeys(m for cell in cells for m in cell.metric_names))
+    expected = [m for cell in cells for m in expected_names(cell) if m in measured]
+    if expected:
+        return list(dict.fromkeys(expected)), "expect"
+    headline = next((m for m in HEADLINE_THROUGHPUT if m in measured), None)
+    if headline is not None:
+        return [headline], "headline"
+    return measured, "all"
+
+
+# --- metric verdicts ----------------------------------------------------------------------------
+
+# How every metric verdict treats repeats, said beside the verdicts (diff and audit alike).
+REPEATS_NOTE = (
+    "repeats are taken as independent, but the repeats of a cell run against one server start "
+    "(shared warm caches, placement, clocks), so p-values are optimistic about a new start; "
+    "`server.restart: per_cell` gives each cell its own start, and cells repeated across "
+    "starts (or runs) show the noise between starts"
+)
+
+
+def numbered_values(cell: CellEvidence, metric: str) -> list[tuple[int, float]]:
+    """(repeat number, value) of a metric's finite values, as `CellEvidence.values` gives them
+    (a summary median alone counts as repeat 1)."""
+    out: list[tuple[int, float]] = []
+    for index, repeat in enumerate(cell.repeats, start=1):
+        value = finite_number(repeat.get(metric))
+        number = repeat.get(REPEAT_KEY, index)
+        if value is not None:
+            out.append((number if isinstance(number, int) else index, value))
+    return out or [(1, v) for v in cell.values(metric)]
+
+
+def _outliers(numbered: list[tuple[int, float]]) -> tuple[list[Outlier], float | None]:
+    steady = stability([v for _, v in numbered])
+    return [Outlier(*numbered[i]) for i in steady.outliers], steady.spread
+
+
+def metric_deltas(
+    a: CellEvidence,
+    b: CellEvidence,
+    deciding: list[str],
+    *,
+    ratio_threshold: float,
+    alpha: float,
+) -> list[MetricDelta]:
+    """Every metric of either cell compared, deciding metrics first.
+
+    A change is significant when it reaches `ratio_threshold` and the test agrees
+    (`stats.compare`); Mann-Whitney p-values are Holm-corrected within two families: the
+    deciding metrics, and the others. The few metrics a playbook cares about keep their power,
+    and one of 18 secondary metrics crossing p < 0.05 by chance is not called a change.
+    """
+    names = [m for m in deciding if m in a.metric_names or m in b.metric_names]
+    names += [m for m in a.metric_names + b.metric_names if m not in names]
+    names = list(dict.fromkeys(names))
+    out: list[MetricDelta] = []
+    for name in names:
+        va, vb = numbered_values(a, name), numbered_values(b, name)
+        xs, ys = [v for _, v in va], [v for _, v in vb]
+        outliers_a, spread_a = _outliers(va) if va else ([], None)
+        outliers_b, spread_b = _outliers(vb) if vb else ([], None)
+        delta = MetricDelta(
+            name,
+            len(xs),
+            len(ys),
+            median(xs) if xs else None,
+            median(ys) if ys else None,
+            None,
+            None,
+            None,
+            None,
+            decides=name in deciding,
+            outliers_a=outliers_a,
+            outliers_b=outliers_b,
+            spread_a=spread_a,
+            spread_b=spread_b,
+        )
+        if xs and ys:
+            c = compare(xs, ys, ratio_threshold=ratio_threshold, alpha=alpha)
+            delta.delta_pct, delta.method, delta.p_value = c.delta_pct, c.method, c.p_value
+            delta.significant = c.significant
+            if c.method == "single" and c.delta != 0:
+                # One run on a side shows no noise: a move past the threshold cannot be judged
+                # either way (None counts as a difference to look at, marked "can't tell").
+                delta.significant = None if c.moved else False
+            elif c.p_value is not None:
+                delta.significant = c.moved  # and the Holm-adjusted p below
+        out.append(delta)
+    for decides in (True, False):
+        family = [m for m in out if m.decides is decides and m.p_value is not None]
+        for m, adjusted in zip(family, holm([m.p_value or 0.0 for m in family]), strict=True):
+            m.p_adjusted, m.family = adjusted, len(family)
+            m.significant = bool(m.significant) and adjusted < alpha
+    return out
 
 
 # --- small helpers -----------------------------------------------------------------------------

@@ -16,12 +16,14 @@ from orchestrator.analyze.diff_model import (
     CellDiff,
     CellRef,
     Entry,
+    HostLoad,
     MetricDelta,
     RunDiff,
     Section,
     show_value,
 )
 from orchestrator.analyze.metrics import format_number
+from orchestrator.analyze.stats import OUTLIER_MADS, OUTLIER_MIN_RELATIVE, UNSTABLE_SPREAD
 
 # --- rendering ---------------------------------------------------------------------------------
 
@@ -37,6 +39,29 @@ def _entry_lines(entry: Entry) -> list[str]:
     return [f"  {entry.key}: {ta} -> {tb}{note}"]
 
 
+def _test_text(m: MetricDelta) -> str:
+    if m.p_value is None:
+        return f"{m.method}"
+    if m.p_adjusted is not None and m.family > 1:
+        return f"{m.method}, p={m.p_value:.3g}, Holm p={m.p_adjusted:.3g} over {m.family}"
+    return f"{m.method}, p={m.p_value:.3g}"
+
+
+def _repeats_text(m: MetricDelta) -> str:
+    """Outlying repeats and a high spread, per side; '' when the repeats look steady."""
+    parts = []
+    for side, outliers, spread in (
+        ("A", m.outliers_a, m.spread_a),
+        ("B", m.outliers_b, m.spread_b),
+    ):
+        if outliers:
+            shown = ", ".join(f"#{o.repeat}={format_number(o.value)}" for o in outliers)
+            parts.append(f"{side} outlier {shown}")
+        if spread is not None and spread >= UNSTABLE_SPREAD:
+            parts.append(f"{side} spread {spread:.0%}")
+    return "; ".join(parts)
+
+
 def _metric_lines(metrics: list[MetricDelta]) -> list[str]:
     rows = []
     for m in metrics:
@@ -45,18 +70,57 @@ def _metric_lines(metrics: list[MetricDelta]) -> list[str]:
         elif m.significant is None:
             verdict = "n/a (missing on one side)"
         else:
-            test = f"{m.method}, p={m.p_value:.3g}" if m.p_value is not None else f"{m.method}"
-            verdict = f"{'yes' if m.significant else 'no'} ({test}; n={m.n_a}/{m.n_b})"
+            verdict = f"{'yes' if m.significant else 'no'} ({_test_text(m)}; n={m.n_a}/{m.n_b})"
         delta = "-" if m.delta_pct is None else f"{m.delta_pct:+.1f}%"
-        rows.append(
-            [m.metric, format_number(m.median_a), format_number(m.median_b), delta, verdict]
+        name = f"{m.metric} *" if m.decides else m.metric
+        row = [name, format_number(m.median_a), format_number(m.median_b), delta, verdict]
+        rows.append([*row, _repeats_text(m)])
+    headers = ["metric", "median A", "median B", "delta", "significant", "repeats"]
+    if not any(row[-1] for row in rows):
+        rows, headers = [row[:-1] for row in rows], headers[:-1]
+    table = tabulate(rows, headers=headers, disable_numparse=True)
+    lines = ["  " + line for line in table.splitlines()]
+    if any(m.decides for m in metrics):
+        lines.append("  * decides: what the playbook cares about (expect:, else the headline)")
+    if len(metrics) > 1 and any(m.method == "ranges" for m in metrics):
+        lines.append(
+            "  ranges: fewer than 5 repeats a side, so no p-value to correct for the number of "
+            "metrics (Holm); add repeats for Mann-Whitney U"
         )
-    table = tabulate(
-        rows,
-        headers=["metric", "median A", "median B", "delta", "significant"],
-        disable_numparse=True,
+    if any(_repeats_text(m) for m in metrics):
+        lines.append(
+            f"  repeats: outliers are more than {OUTLIER_MADS:g} scaled MADs (1.4826 x MAD) and "
+            f"{OUTLIER_MIN_RELATIVE:.0%} from the median (5+ repeats); spread is 1.4826 x MAD / "
+            f"median, shown from {UNSTABLE_SPREAD:.0%}"
+        )
+    return lines
+
+
+def _load_text(value: float | None) -> str:
+    return "?" if value is None else f"{value:.2f}"
+
+
+def load_line(load: HostLoad) -> str:
+    """The hosts' 1-minute load around each cell, one line."""
+    sides = []
+    for side, before, after, cpus in (
+        ("A", load.a_before, load.a_after, load.cpus_a),
+        ("B", load.b_before, load.b_after, load.cpus_b),
+    ):
+        of = f" ({cpus} CPUs)" if cpus else ""
+        sides.append(f"{side} {_load_text(before)} -> {_load_text(after)}{of}")
+    return f"  host load (1-minute, before the server -> after it stopped): {'; '.join(sides)}"
+
+
+def unstable_line(diff: CellDiff) -> str | None:
+    """'repeats unstable: ...' when a deciding metric's repeats are: no cause is named then."""
+    if not diff.unstable:
+        return None
+    what = "; ".join(f"{m.metric}: {_repeats_text(m)}" for m in diff.unstable)
+    return (
+        f"repeats unstable ({what}): no likely cause is named; the sections below are what "
+        "differs, not ranked causes: rerun on a quiet host (see host load under metrics)"
     )
-    return ["  " + line for line in table.splitlines()]
 
 
 def section_lines(section: Section) -> list[str]:
@@ -96,6 +160,9 @@ def _cell_diff_lines(diff: CellDiff, max_lines_inline: int, spill_dir: Path | No
         if ref.status not in (None, "passed"):
             step = f" at step {ref.failed_step}" if ref.failed_step else ""
             lines.append(f"{side} {ref.status}{step}: {ref.reason or '(no reason recorded)'}")
+    unstable = unstable_line(diff)
+    if unstable:
+        lines.append(unstable)
     label = diff.a.id if diff.a.id == diff.b.id else f"{diff.a.id}--{diff.b.id}"
     shown = list(diff.differing)
     # Medians that moved within noise are still shown (that is what a person diffing two
@@ -114,6 +181,8 @@ def _cell_diff_lines(diff: CellDiff, max_lines_inline: int, spill_dir: Path | No
         body = section_lines(section)
         if section is metrics and within_noise:
             body[0] += ": no significant change"
+        if section is metrics and diff.load is not None:
+            body.insert(len(body) - len(section.notes), load_line(diff.load))
         if spill_dir is not None and len(body) > max_lines_inline:
             spill_dir.mkdir(parents=True, exist_ok=True)
             path = spill_dir / f"{_safe_name(label)}.{section.name}.txt"
@@ -131,15 +200,18 @@ def _cell_diff_lines(diff: CellDiff, max_lines_inline: int, spill_dir: Path | No
 
 
 def diff_to_dict(diff: CellDiff | RunDiff) -> dict[str, Any]:
-    """The complete diff as plain data (what `--json` prints)."""
+    """The complete diff as plain data (what `--json` prints); `unstable` names the deciding
+    metrics whose repeats are unstable (then no likely cause is named)."""
     data = asdict(diff)
     if isinstance(diff, CellDiff):
         data["differing"] = [s.name for s in diff.differing]
         data["unchanged"] = diff.unchanged
+        data["unstable"] = [m.metric for m in diff.unstable]
     else:
         for pair, pair_data in zip(diff.pairs, data["pairs"], strict=True):
             pair_data["differing"] = [s.name for s in pair.differing]
             pair_data["unchanged"] = pair.unchanged
+            pair_data["unstable"] = [m.metric for m in pair.unstable]
     return data
 
 
@@ -151,7 +223,8 @@ def _run_summary(diff: RunDiff) -> list[str]:
         f"only in A: {len(diff.only_a)}; only in B: {len(diff.only_b)}"
     )
     counts = {name: 0 for name in SECTION_ORDER}
-    for pair in diff.pairs:
+    steady = [p for p in diff.pairs if not p.unstable]
+    for pair in steady:
         for section in pair.differing:
             counts[section.name] += 1
     shown = [(n, c) for n, c in counts.items() if c]
@@ -159,7 +232,14 @@ def _run_summary(diff: RunDiff) -> list[str]:
         lines.append("differences, most likely cause first:")
         for name, count in shown:
             lines.append(f"  {name.replace('_', ' ')}: {count} of {len(diff.pairs)} pairs")
-    unchanged = [n.replace("_", " ") for n, c in counts.items() if not c]
+    shaky = [p for p in diff.pairs if p.unstable]
+    if shaky:
+        lines.append(
+            f"repeats unstable in {len(shaky)} of {len(diff.pairs)} pairs (no cause named for "
+            f"them; rerun): {', '.join(p.b.id for p in shaky)}"
+        )
+    differs_somewhere = {s.name for pair in diff.pairs for s in pair.differing}
+    unchanged = [n.replace("_", " ") for n in SECTION_ORDER if n not in differs_somewhere]
     if diff.pairs and unchanged:
         lines.append(f"no differences in any pair: {', '.join(unchanged)}")
     for side, refs in (("A", diff.only_a), ("B", diff.only_b)):

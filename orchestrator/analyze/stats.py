@@ -2,8 +2,14 @@
 
 Central values and spreads (median, MAD, IQR, mean, stdev), the Mann-Whitney U test (exact
 distribution for small samples without ties, normal approximation with tie correction
-otherwise, matching scipy.stats.mannwhitneyu's defaults), and `compare`, which calls a change
-real only when a ratio threshold and a statistical test agree, as asv's `compare` does.
+otherwise, matching scipy.stats.mannwhitneyu's defaults), `compare`, which calls a change
+real only when a ratio threshold and a statistical test agree, as asv's `compare` does,
+Holm's correction for testing several metrics at once, and `stability`, which flags outlying
+repeats and a high spread with a robust (median/MAD) rule.
+
+Every test here treats a cell's repeats as independent draws. Repeats against one server start
+are not (they share its warm caches, memory placement and clocks), so p-values are optimistic
+about differences between starts; callers say so.
 """
 
 from __future__ import annotations
@@ -153,8 +159,8 @@ class Comparison:
     """How sample b relates to sample a.
 
     `ratio` is median(b) / median(a) (None when median(a) is 0); `delta` is median(b) - median(a).
-    `significant` is true only when |ratio - 1| reaches the threshold and the statistical check
-    (`method`) agrees; `p_value` is set for the Mann-Whitney method.
+    `significant` is true only when |ratio - 1| reaches the threshold (`moved`) and the
+    statistical check (`method`) agrees; `p_value` is set for the Mann-Whitney method.
     """
 
     ratio: float | None
@@ -166,6 +172,7 @@ class Comparison:
     median_b: float
     n_a: int
     n_b: int
+    moved: bool = False  # |ratio - 1| reached the threshold (from 0: any change)
 
     @property
     def delta_pct(self) -> float | None:
@@ -216,4 +223,90 @@ def compare(
         median_b=mb,
         n_a=len(xs),
         n_b=len(ys),
+        moved=big_enough,
     )
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the order given.
+
+    The i-th smallest of m p-values is multiplied by (m - i + 1), made non-decreasing in that
+    order and capped at 1 (as statsmodels' `multipletests(method="holm")`): rejecting where the
+    adjusted p < alpha keeps the chance of any false alarm among the m tests below alpha.
+    """
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(p_values[index])))
+        adjusted[index] = running
+    return adjusted
+
+
+# 1.4826 * MAD estimates the standard deviation of normal data (1 / the normal's 0.75 quantile).
+MAD_SCALE = 1.4826
+# Leys et al. (2013), "Detecting outliers: do not use standard deviation around the mean, use
+# absolute deviation around the median": further than 3 scaled MADs from the median ("very
+# conservative"; 2.5 is their "moderately conservative").
+OUTLIER_MADS = 3.0
+# ... and at least this far from the median, relatively: with identical repeats (MAD 0) a repeat
+# 1% off would be infinitely many MADs away, yet it cannot move a verdict at a 5% threshold.
+OUTLIER_MIN_RELATIVE = 0.05
+# A robust relative spread (scaled MAD / |median|) of 10% or more: the repeats disagree by more
+# than a change orch is asked to find, whatever the test says.
+UNSTABLE_SPREAD = 0.10
+
+
+def outliers(
+    values: Sequence[float],
+    *,
+    mads: float = OUTLIER_MADS,
+    min_relative: float = OUTLIER_MIN_RELATIVE,
+) -> list[int]:
+    """Indexes of the outlying values: more than `mads` scaled MADs from the median AND at least
+    `min_relative` of |median| away from it. Fewer than 5 values (as `compare`'s test needs)
+    have none: the MAD of 3 is the smaller of two deviations, so any lopsided trio would flag."""
+    data = _require(values, "outliers")
+    if len(data) < MIN_SAMPLES_FOR_TEST:
+        return []
+    center = median(data)
+    scale = MAD_SCALE * mad(data)
+    out = []
+    for index, value in enumerate(data):
+        distance = abs(value - center)
+        far = distance > mads * scale if scale > 0.0 else distance > 0.0
+        if far and distance >= min_relative * abs(center):
+            out.append(index)
+    return out
+
+
+def robust_spread(values: Sequence[float]) -> float | None:
+    """Scaled MAD over |median|: a relative spread one wild value cannot inflate; None when the
+    median is 0 or there are fewer than 3 values (the MAD of 2 is half their gap, no spread)."""
+    data = _require(values, "robust_spread")
+    center = median(data)
+    if len(data) < 3 or center == 0.0:
+        return None
+    return MAD_SCALE * mad(data) / abs(center)
+
+
+@dataclass(frozen=True)
+class Stability:
+    """Whether a sample of repeats is steady enough to read a change from.
+
+    `outliers` are indexes into the sample (`outliers()`); `spread` is `robust_spread()`.
+    """
+
+    outliers: tuple[int, ...]
+    spread: float | None
+
+    @property
+    def unstable(self) -> bool:
+        """An outlying repeat, or a spread of `UNSTABLE_SPREAD` or more."""
+        return bool(self.outliers) or (self.spread is not None and self.spread >= UNSTABLE_SPREAD)
+
+
+def stability(values: Sequence[float]) -> Stability:
+    """The outliers and robust spread of one sample of repeats."""
+    return Stability(tuple(outliers(values)), robust_spread(values))

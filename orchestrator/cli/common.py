@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable, Sequence
 from functools import wraps
@@ -12,10 +13,11 @@ import click
 from tabulate import tabulate
 
 from orchestrator import __version__
-from orchestrator.errors import InputError, OrchError
+from orchestrator.errors import EXIT_FAILED, InputError, OrchError, ResultsWriteError
 
 if TYPE_CHECKING:  # imported where used: `orch --help` stays quick
-    pass
+    from orchestrator.config.host import Inventory
+    from orchestrator.results.bundle import BundleWriter
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,8 +37,14 @@ def _echo_from_bundle(text: str, err: bool = False) -> None:
     click.echo(printable(text), err=err)
 
 
+_DISK_TROUBLE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
 def reports_errors(fn: F) -> F:
-    """Turn OrchError into `error: file:line:col: key: message` and its exit code."""
+    """Turn OrchError into `error: file:line:col: key: message` and its exit code.
+
+    A full or read-only disk met where no layer expected it is said the same way (exit 1), not
+    as an internal error: it is the machine's state, not a bug in orch."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -44,8 +52,40 @@ def reports_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except OrchError as exc:
             _fail(exc.render(), exc.exit_code)
+        except OSError as exc:
+            if exc.errno not in _DISK_TROUBLE:
+                raise
+            from orchestrator.results.bundle import write_problem
+
+            where = f"{exc.filename}: " if exc.filename else ""
+            _fail(OrchError(f"{where}cannot write: {write_problem(exc)}").render(), EXIT_FAILED)
 
     return wrapper  # type: ignore[return-value]
+
+
+def check_recorded(writer: BundleWriter, cell_ids: Sequence[str], resume: str) -> None:
+    """After a run: a ResultsWriteError naming what a failed write of the bundle left out
+    (cells not recorded, whose results stay on their hosts) and how to collect it."""
+    failure = writer.failure
+    if failure is None:
+        return
+    recorded = writer.complete_cells()
+    missing = [cid for cid in cell_ids if cid not in recorded]
+    if missing:
+        shown = ", ".join(missing[:10]) + (
+            f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        )
+        what = (
+            f"{len(missing)} cell(s) not recorded: {shown}; "
+            "their results stay on their hosts until collected"
+        )
+    else:
+        what = "every cell was recorded, but run.json or the manifest may be out of date"
+    raise ResultsWriteError(
+        f"{failure.message}; {what}",
+        before_run=False,
+        hint=f"free space or fix the folder, then continue with: {resume}",
+    )
 
 
 inventory_option = click.option(
@@ -70,6 +110,45 @@ extra_vars_option = click.option(
 LIMIT_FILE_BYTES = 1024 * 1024  # a retry file names hosts: far less than this
 
 
+class LimitFile(str):
+    """`--limit @FILE`: its lines joined as one pattern, and where they came from.
+
+    Messages about it name the file and a line number, never a line: any file can be named
+    (`--limit @/etc/shadow`), and its lines are not ours to print.
+    """
+
+    path: Path
+    lines: list[tuple[int, str]]
+
+    @classmethod
+    def of(cls, path: Path, lines: list[tuple[int, str]]) -> LimitFile:
+        """The pattern of `lines` ((number, text) pairs) read from `path`."""
+        made = cls(",".join(text for _, text in lines))
+        made.path = path
+        made.lines = lines
+        return made
+
+
+def check_limit(limit: str | None, inventory: Inventory) -> None:
+    """For `--limit @FILE`: each line must name a host of `inventory`; said by line number."""
+    from orchestrator.config.patterns import select_hosts
+
+    if not isinstance(limit, LimitFile):
+        return
+    for number, text in limit.lines:
+        try:
+            hosts = select_hosts(inventory, text)
+        except InputError:  # a bad `~regex` term: its message would quote the line
+            hosts = []
+        if not hosts:
+            raise InputError(
+                f"line {number} matches no host of the inventory "
+                f"({len(inventory.hosts)} host(s): {', '.join(list(inventory.hosts)[:8])})",
+                key_path=f"--limit @{limit.path}",
+                hint="a limit file holds one host name or pattern per line",
+            )
+
+
 def _limit_value(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     """`--limit @file`, as Ansible's retry files: one host or pattern per line."""
     if not value or not value.startswith("@"):
@@ -82,10 +161,14 @@ def _limit_value(_ctx: click.Context, _param: click.Parameter, value: str | None
     except InputError as exc:  # "limit file not found: PATH" -> "cannot read PATH: limit file ..."
         reason = exc.message.removesuffix(f": {path}").removeprefix("cannot read limit file: ")
         raise click.BadParameter(f"cannot read {path}: {reason}") from None
-    names = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    names = [
+        (number, line.strip())
+        for number, line in enumerate(lines, 1)
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     if not names:
         raise click.BadParameter(f"{path} names no host")
-    return ",".join(names)
+    return LimitFile.of(path, names)
 
 
 limit_option = click.option(
@@ -115,13 +198,26 @@ class Planned:
         limit: str | None,
     ) -> None:
         from orchestrator.config.inventory import load_inventory
-        from orchestrator.config.playbook import load_playbook, parse_extra_vars
+        from orchestrator.config.playbook import load_playbook, note_secrets_in, parse_extra_vars
         from orchestrator.plan.build import build_cells
 
         self.inventory = load_inventory(inventory, playbook_dir=playbook.parent)
+        for host in self.inventory.hosts.values():
+            note_secrets_in(host.vars)  # `{{ db_password }}` rendered into a checked field
         self.extra = parse_extra_vars(list(extra_vars))
         self.playbook = load_playbook(playbook, self.extra)
-        self.cells = build_cells(self.playbook, self.inventory, limit=limit)
+        check_limit(limit, self.inventory)
+        try:
+            self.cells = build_cells(self.playbook, self.inventory, limit=limit)
+        except InputError as exc:
+            if isinstance(limit, LimitFile) and exc.key_path == "--limit":
+                # its message quotes the pattern: the file's lines
+                raise InputError(
+                    "the hosts it names match no host of this play",
+                    key_path=f"--limit @{limit.path}",
+                    hint=exc.hint,
+                ) from None
+            raise
         from orchestrator.plan.lint import expect_name_error
 
         unknown = expect_name_error(self.playbook, self.cells)
@@ -178,8 +274,10 @@ results_option = click.option(
     "results_dir",
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("results"),
+    envvar="ORCH_RESULTS",
     show_default=True,
-    help="Where run bundles live (run ids are looked up here).",
+    help="Where run bundles live (run ids are looked up here); default $ORCH_RESULTS, else "
+    "results.",
 )
 
 

@@ -20,13 +20,23 @@ from orchestrator.errors import EXIT_FAILED, EXIT_OK, InputError
 
 
 @main.command()
-@click.argument("results_dir", type=click.Path(path_type=Path), default=Path("results"))
+@click.argument("folder", type=click.Path(path_type=Path), required=False)
+@results_option
 @reports_errors
-def runs(results_dir: Path) -> None:
-    """List runs with time, playbook, hosts and cells passed/failed."""
+def runs(folder: Path | None, results_dir: Path) -> None:
+    """List runs with time, playbook, hosts and cells passed/failed.
+
+    The runs under FOLDER, the same as --results FOLDER (default: $ORCH_RESULTS, else results).
+    """
     from orchestrator.results.runs import list_runs
 
     given = click.get_current_context().get_parameter_source("results_dir")
+    if folder is not None:
+        if given == click.core.ParameterSource.COMMANDLINE and folder != results_dir:
+            raise InputError(
+                f"two folders given: {folder} and --results {results_dir}", hint="give one"
+            )
+        results_dir, given = folder, click.core.ParameterSource.COMMANDLINE
     default = given == click.core.ParameterSource.DEFAULT or results_dir == Path("results")
     if not results_dir.exists() and default:
         click.echo(f"no runs under {results_dir}")  # nothing has run here yet

@@ -17,6 +17,8 @@ from orchestrator.cli.common import (
     _echo_from_bundle,
     _interrupted,
     _print_summary,
+    check_limit,
+    check_recorded,
     count_option,
     extra_vars_option,
     inventory_option,
@@ -31,6 +33,36 @@ if TYPE_CHECKING:
     from orchestrator.cell import Cell
     from orchestrator.execute.bisection import MetricNotReported
     from orchestrator.execute.refs import RefKey, Resolution
+
+
+cells_option = click.option(
+    "--cells",
+    "cells_selector",
+    default=None,
+    help="Only the cells this picks: axis=value,axis!=value,host=NAME (globs in values), "
+    "or a cell id prefix. Ansible's --tags/--start-at-task, for a matrix.",
+)
+
+
+def _planned(
+    playbook: Path,
+    inventory: Sequence[Path],
+    extra_vars: Sequence[str],
+    limit: str | None,
+    selector: str | None,
+) -> Planned:
+    """The playbook planned, narrowed to the cells `--cells` picks (exit 2 when none)."""
+    from orchestrator.plan.select import select_cells
+
+    planned = Planned(playbook, inventory, extra_vars, limit)
+    planned.cells = select_cells(
+        planned.cells,
+        selector,
+        cell_id=lambda c: c.id,
+        axes=lambda c: c.axes,
+        host=lambda c: c.host,
+    )
+    return planned
 
 
 @main.command()
@@ -54,6 +86,7 @@ def validate(
 @inventory_option
 @extra_vars_option
 @limit_option
+@cells_option
 @click.option("--json", "as_json", is_flag=True, help="Every rendered cell as JSON.")
 @click.option("-v", "--verbose", is_flag=True, help="Show each cell's rendered commands and env.")
 @reports_errors
@@ -62,6 +95,7 @@ def plan(
     inventory: Sequence[Path],
     extra_vars: tuple[str, ...],
     limit: str | None,
+    cells_selector: str | None,
     as_json: bool,
     verbose: bool,
 ) -> None:
@@ -70,7 +104,7 @@ def plan(
     from orchestrator.plan.sessions import session_labels
     from orchestrator.results.redact import redact_text
 
-    planned = Planned(playbook, inventory, extra_vars, limit)
+    planned = _planned(playbook, inventory, extra_vars, limit, cells_selector)
     planned.warn()
     # Only the controller asks the origins: planning connects to no host.
     cells, resolutions = _pinned(planned, None, ask_hosts=False)
@@ -81,7 +115,7 @@ def plan(
         click.echo(redact_text(text, secrets))
 
     if as_json:
-        echo(json.dumps([c.model_dump(mode="json") for c in cells], indent=2))
+        echo(json.dumps([_shown_cell(c) for c in cells], indent=2))
         return
     axes: list[str] = []
     for c in cells:
@@ -91,7 +125,7 @@ def plan(
         [
             c.id,
             c.host,
-            *(_short(c.axes.get(a, "")) for a in axes),
+            *(_short(_shown_cell(c)["axes"].get(a, "")) for a in axes),
             _version(c),
             servers[c.id],
         ]
@@ -146,6 +180,20 @@ def _pinned(
     )
 
 
+def _shown_cell(cell: Cell) -> dict[str, Any]:
+    """A cell as `orch plan` shows it: env values and matrix values under a secret name hidden
+    by name (a short secret is no value the by-value sweep would find)."""
+    from orchestrator.runner.redaction import REDACTED, is_secret_name
+
+    data = cell.model_dump(mode="json")
+    for section in ("env", "axes"):
+        data[section] = {
+            k: (REDACTED if is_secret_name(k, cell.secrets) else v)
+            for k, v in data[section].items()
+        }
+    return data
+
+
 def _short(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -164,15 +212,23 @@ def schema() -> None:
 @inventory_option
 @extra_vars_option
 @limit_option
+@cells_option
 @click.option(
     "--results",
     "results_dir",
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("results"),
+    envvar="ORCH_RESULTS",
     show_default=True,
-    help="Where run bundles are written.",
+    help="Where run bundles are written; default $ORCH_RESULTS, else results.",
 )
 @click.option("--resume", "resume", default=None, help="Continue RUN (an id or a run directory).")
+@click.option(
+    "--retry-failed",
+    is_flag=True,
+    help="With --resume: run the run's failed cells again (their failed attempts are kept "
+    "under retried/). Ansible's retry files' job.",
+)
 @count_option("--max-parallel", 16, "Hosts at once.")
 @click.option(
     "--silent-host-timeout",
@@ -188,8 +244,10 @@ def apply(
     inventory: Sequence[Path],
     extra_vars: tuple[str, ...],
     limit: str | None,
+    cells_selector: str | None,
     results_dir: Path,
     resume: str | None,
+    retry_failed: bool,
     max_parallel: int,
     silent_host_timeout: float,
 ) -> None:
@@ -198,9 +256,14 @@ def apply(
     from orchestrator.execute.outcomes import ApplyOptions
     from orchestrator.execute.refs import recorded_resolutions
     from orchestrator.execute.resume import check_resume_plan, resume_command, resume_target
+    from orchestrator.results.bundle import check_writable
     from orchestrator.results.redact import redact_text
 
-    planned = Planned(playbook, inventory, extra_vars, limit)
+    if retry_failed and resume is None:
+        raise InputError(
+            "--retry-failed needs --resume RUN", hint="the run whose failed cells to run again"
+        )
+    planned = _planned(playbook, inventory, extra_vars, limit, cells_selector)
     planned.warn()
     run_id = None
     earlier = None
@@ -208,6 +271,7 @@ def apply(
         results_dir, run_id = resume_target(resume, results_dir)
         check_resume_plan(results_dir / run_id, [c.id for c in planned.cells])
         earlier = recorded_resolutions(results_dir / run_id)  # one run never mixes commits
+        check_writable(results_dir / run_id)  # before the run lock is taken there
     cells, resolutions = _pinned(planned, earlier)
     secrets = planned.secret_values()
     for res in resolutions:
@@ -218,6 +282,7 @@ def apply(
         results_dir=results_dir,
         run_id=run_id,
         resume=resume is not None,
+        retry_failed=retry_failed,
         max_parallel=max_parallel,
         argv=argv,
         silent_host_timeout=silent_host_timeout,
@@ -242,6 +307,7 @@ def apply(
     click.echo("")
     _echo_server_starts(outcome.path)
     click.echo(f"bundle: {outcome.path}")  # last: scripts/demo.sh reads the run from it
+    check_recorded(run.writer, [c.id for c in cells], resume_command(argv, run.writer.path))
     sys.exit(EXIT_OK if outcome.ok else EXIT_FAILED)
 
 
@@ -272,6 +338,7 @@ def facts(inventory: Sequence[Path], limit: str | None, as_json: bool) -> None:
     from orchestrator.execute.facts import SUMMARY_HEADERS, probe_hosts, summary_row
 
     inv = load_inventory(inventory)
+    check_limit(limit, inv)
     names = select_hosts_checked(inv, limit or "all", key_path="--limit")
     found = probe_hosts([inv.hosts[n] for n in names])
     if as_json:
@@ -317,6 +384,7 @@ def replay(
     if record.run is None:
         raise InputError(f"{ref}: not inside a run bundle", hint="pass RUN/CELL")
     inv = load_inventory(inventory) if inventory else inventory_from_bundle(record.run)
+    check_limit(limit, inv)
     cells = retarget([record.cell], inv, limit)
     if not made_here(record.run):
         plan = "\n".join(what_runs(cells, inv))

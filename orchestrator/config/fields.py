@@ -6,6 +6,7 @@ below the field and a hint; `validation.py` turns it into one located `InputErro
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from orchestrator.config.values import (
     VAR_NAME,
     describe,
     is_template,
+    shown,
     suggest,
     type_name,
 )
@@ -280,7 +282,7 @@ def validate_vars(value: Any) -> Any:
     for name in value:
         if not isinstance(name, str) or not VAR_NAME.match(name):
             raise FieldProblem(
-                f"{name!r} is not a valid variable name",
+                f"{shown(name, 'this key')} is not a valid variable name",
                 sub_path=(name,),
                 at_key=True,
                 hint="letters, digits and '_', not starting with a digit",
@@ -328,6 +330,12 @@ def matrix_validator(value: Any) -> Any:
                     )
         elif key in ("exclude", "include"):
             _point_list(item, key)
+            if _templated(item):
+                raise FieldProblem(
+                    f"a matrix {key} point is not a template: {{{{ ... }}}} is never rendered",
+                    sub_path=(key, _templated_at(item)),
+                    hint="write the axis values themselves",
+                )
         elif key == "where":
             if not isinstance(item, str):
                 raise FieldProblem(
@@ -337,13 +345,45 @@ def matrix_validator(value: Any) -> Any:
             raise FieldProblem(
                 f"an axis name must be a string, got {describe(key)}", sub_path=(key,), at_key=True
             )
+        elif _templated(item):
+            raise FieldProblem(
+                f"axis {key!r}: a matrix value is not a template (it is expanded before vars "
+                f"are known), so {{{{ ... }}}} would reach the command unrendered",
+                sub_path=(key,) if not isinstance(item, list) else (key, _templated_at(item)),
+                hint=f"write the values themselves, e.g. {key}: [8, 16], and use them as "
+                f'"{{{{ matrix.{key} }}}}"',
+            )
         elif not isinstance(item, list):
             raise FieldProblem(
                 f"axis {key!r} needs a list of values, got {describe(item)}",
                 sub_path=(key,),
-                hint=f"write {key}: [{item if isinstance(item, str | int | float) else '...'}]",
+                hint=f"write {key}: [{_flow(item)}]",
             )
     return value
+
+
+def _templated(value: Any) -> bool:
+    """True when a value holds Jinja2 syntax anywhere (matrix values are never rendered)."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, dict):
+        return any(_templated(k) or _templated(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_templated(v) for v in value)
+    return False
+
+
+def _templated_at(values: list[Any]) -> int:
+    return next(i for i, v in enumerate(values) if _templated(v))
+
+
+def _flow(item: Any) -> str:
+    """`item` as YAML would read it back inside [...] (a string quoted when it must be)."""
+    if isinstance(item, bool) or not isinstance(item, str | int | float):
+        return "..."
+    if isinstance(item, str) and (not item or any(c in item for c in ":{}[],#&*!|>'\"%@`")):
+        return json.dumps(item)
+    return str(item)
 
 
 def metrics_validator(value: Any) -> Any:

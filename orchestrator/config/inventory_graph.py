@@ -13,6 +13,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.config.values import quotable
 from orchestrator.errors import InputError, SourceLocation
 
 # Characters that host patterns give a meaning to: a group name holding one could not be selected.
@@ -146,7 +147,8 @@ class InventoryGraph:
         """The group `name`, declared at `location` when new; refused if patterns cannot name it."""
         if _BAD_GROUP_CHARS.search(name):
             raise InputError(
-                f"group name {name!r} holds a character that host patterns use",
+                f"{'group name ' + repr(name) if quotable(name) else 'this group name'} "
+                "holds a character that host patterns use",
                 location=location,
                 key_path=key_path,
                 hint="use letters, digits, '_' and '-' (not space , : ! & ~ * ? [ ])",

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config.inventory_graph import GroupDraft, InventoryGraph, host_names
+from orchestrator.config.values import quotable, shown
 from orchestrator.errors import InputError, SourceLocation
 
 # ansible-core's section and group-name syntax: no space, ':' or ']' in a name; `# comment` after.
@@ -112,7 +113,11 @@ class _IniReader:
     def section(self, line: str, at: SourceLocation) -> tuple[GroupDraft, str]:
         match = _SECTION.match(line)
         if match is None:
-            raise InputError(f"invalid section header {line!r}", location=at, hint=_SECTION_HINT)
+            raise InputError(
+                f"invalid section header {shown(line, '(not shown)')}",
+                location=at,
+                hint=_SECTION_HINT,
+            )
         name, kind = match.group(1), match.group(2) or "hosts"
         if kind not in _KINDS:
             raise InputError(
@@ -139,7 +144,7 @@ class _IniReader:
             tokens = shlex.split(line, comments=True)
         except ValueError as exc:
             raise InputError(
-                f"cannot read host line {line!r}: {str(exc).lower()}",
+                f"cannot read host line {shown(line, '(not shown)')}: {str(exc).lower()}",
                 location=at,
                 hint="close the quote, or quote a value that holds a quote with the other kind",
             ) from None
@@ -154,21 +159,27 @@ class _IniReader:
             )
         if entry.endswith(":"):
             raise InputError(
-                f"host {entry!r} ends in ':' with no port after it",
+                f"host {shown(entry, '(not shown)')} ends in ':' with no port after it",
                 location=at,
                 hint="write name:port, or the name alone",
             )
         try:
             names, port = host_names(entry)
         except ValueError as exc:
-            raise InputError(str(exc), location=at) from None
+            message = str(exc) if quotable(entry) else "this line does not start with a host name"
+            raise InputError(message, location=at) from None
         variables: list[tuple[str, Any, SourceLocation]] = []
         for token in tokens[1:]:
             key, equals, value = token.partition("=")
             where = self.at(number, raw, token if not equals else f"{key}=")
             if not equals or not key:
+                if not quotable(entry):  # a line of some other file: never echoed
+                    raise InputError(
+                        "this line is not an inventory host line (a host, then key=value pairs)",
+                        location=at,
+                    )
                 raise InputError(
-                    f"expected key=value after host {entry!r}, got {token!r}",
+                    f"expected key=value after host {entry!r}, got {shown(token, 'a word')}",
                     location=where,
                     hint='quote a value that holds spaces: key="two words"',
                 )
@@ -185,7 +196,7 @@ class _IniReader:
         at = self.at(number, raw)
         if not equals or not key:
             raise InputError(
-                f"expected key=value in [{group.name}:vars], got {line!r}",
+                f"expected key=value in [{group.name}:vars], got {shown(line, 'another line')}",
                 location=at,
                 hint="one variable per line, e.g. ansible_user=bench",
             )
@@ -195,7 +206,8 @@ class _IniReader:
         match = _GROUP_NAME.match(line)
         if match is None:
             raise InputError(
-                f"expected one group name in [{group.name}:children], got {line!r}",
+                f"expected one group name in [{group.name}:children], "
+                f"got {shown(line, 'another line')}",
                 location=at,
                 hint="one child group per line; hosts go in a [group] section",
             )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from orchestrator.config.values import quotable
+
 KeyPath = tuple[str | int, ...]
 
 
@@ -12,5 +14,7 @@ def format_key_path(path: KeyPath) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
+            # a key read from a file that is not a playbook (a /etc/shadow line) is not echoed
+            part = part if quotable(part) else "<key>"
             out += f".{part}" if out else str(part)
     return out

@@ -43,7 +43,7 @@ from orchestrator.config.fieldtypes import (
     TVars,
     TVerifyEnv,
 )
-from orchestrator.config.values import describe, is_template, suggest
+from orchestrator.config.values import describe, is_template, shown, suggest
 
 # --------------------------------------------------------------------------------------------
 # The model
@@ -65,7 +65,9 @@ class _Section(BaseModel):
                 hint = _elsewhere_hint(str(key), cls) or suggest(str(key), known)
                 if hint is None:
                     hint = "known keys: " + ", ".join(known)
-                raise FieldProblem(f"unknown key {key!r}", sub_path=(key,), hint=hint, at_key=True)
+                raise FieldProblem(
+                    f"unknown key {shown(key)}", sub_path=(key,), hint=hint, at_key=True
+                )
         return value
 
 

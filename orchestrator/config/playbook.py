@@ -23,15 +23,22 @@ from orchestrator.config.merge import Layer, copy_positions, merge_layers, reroo
 from orchestrator.config.model import playbook_json_schema
 from orchestrator.config.templates import TemplateEngine, VarDecl, VariableScope
 from orchestrator.config.validation import validate_playbook_data
-from orchestrator.config.values import describe, is_template, suggest
+from orchestrator.config.values import (
+    describe,
+    describe_document,
+    is_template,
+    shown,
+    suggest,
+)
 from orchestrator.config.yamlpos import YamlDocument, load_yaml, parse_yaml
-from orchestrator.errors import InputError, SourceLocation
-from orchestrator.runner.redaction import is_secret_name
+from orchestrator.errors import InputError, SourceLocation, note_secret_values
+from orchestrator.runner.redaction import is_secret_name, tainted_secret_names
 
 __all__ = [
     "EXTRA_VARS_SOURCE",
     "is_secret_name",
     "load_playbook",
+    "note_secrets_in",
     "parse_extra_vars",
     "playbook_json_schema",
     "suggest_file",
@@ -100,7 +107,7 @@ class _Loader:
         if not isinstance(doc.data, dict):
             raise InputError(
                 "a playbook is a mapping of keys (name, matrix, server, ...), "
-                f"got {describe(doc.data)}",
+                f"got {describe_document(doc.data)}",
                 location=doc.locate((), value=True),
             )
         _refuse_word_booleans_in_matrix(doc)
@@ -195,7 +202,8 @@ class _Loader:
                 continue
             if not isinstance(vdoc.data, dict):
                 raise InputError(
-                    f"a vars file is a mapping of names to values, got {describe(vdoc.data)}",
+                    "a vars file is a mapping of names to values, "
+                    f"got {describe_document(vdoc.data)}",
                     location=vdoc.locate((), value=True),
                 )
             layer = reroot(
@@ -268,6 +276,41 @@ def suggest_file(target: Path) -> str | None:
     return f"did you mean {close[0]!r}?" if close else None
 
 
+def note_secrets_in(data: Any, declared: Sequence[str] = ()) -> None:
+    """Note (errors.note_secret_values) every scalar under a secret name in `data`: a name that
+    looks secret, one in `declared`, or a variable a secret's template reads. Messages then
+    name the key and never show the value (`ready.timeout: "{{ hf_token }}"`)."""
+    names = {*declared, *tainted_secret_names([data], declared)}
+    found: list[Any] = []
+
+    def scalars(node: Any, depth: int) -> None:
+        if depth > 100:
+            return
+        if isinstance(node, Mapping):
+            for value in node.values():
+                scalars(value, depth + 1)
+        elif isinstance(node, list | tuple):
+            for item in node:
+                scalars(item, depth + 1)
+        elif not is_template(node):  # `{{ hf_token }}` names a secret; it is none itself
+            found.append(node)
+
+    def walk(node: Any, depth: int) -> None:
+        if depth > 100:
+            return
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if isinstance(key, str) and key != "secrets" and is_secret_name(key, names):
+                    scalars(value, depth + 1)
+                walk(value, depth + 1)
+        elif isinstance(node, list | tuple):
+            for item in node:
+                walk(item, depth + 1)
+
+    walk(data, 0)
+    note_secret_values(found)
+
+
 def load_playbook(path: Path, extra_vars: Mapping[str, Any] | None = None) -> LoadedPlaybook:
     """Read a playbook, resolve `extends:`, merge `vars_files` and `-e` vars, check its shape.
 
@@ -283,6 +326,8 @@ def load_playbook(path: Path, extra_vars: Mapping[str, Any] | None = None) -> Lo
         base_positions = merged.positions[()]
         merged = merge_layers(merged, layer, levels=2)
         merged.positions[()] = base_positions
+    declared = merged.data.get("secrets")
+    note_secrets_in(merged.data, [str(n) for n in declared] if isinstance(declared, list) else [])
     model = validate_playbook_data(merged.data, merged.positions, str(path), merged.value_positions)
     return LoadedPlaybook(
         path=path,
@@ -305,6 +350,29 @@ def parse_extra_vars(items: Sequence[str]) -> dict[str, Any]:
     return result
 
 
+_ASSIGNED_NAME = re.compile(r"""([A-Za-z_][A-Za-z0-9_.-]*)["']?\s*[=:]""")
+
+
+def _shown_extra_item(item: str) -> str:
+    """An `-e` argument as a message may quote it: from the first secret name on, hidden
+    (`hf_token=X junk` -> `hf_token=***`; where a value ends is unknown in a broken argument)."""
+    if item.strip().startswith("@"):
+        return item  # a file name; the file holds the values
+    for match in _ASSIGNED_NAME.finditer(item):
+        if is_secret_name(match.group(1)):
+            return item[: match.end()] + "***"
+    return item
+
+
+def _first_secret_assignment(tokens: Sequence[str]) -> int | None:
+    """The index of the first `name=value` word whose name is secret, or None."""
+    for i, token in enumerate(tokens):
+        name, sep, _ = token.partition("=")
+        if sep and is_secret_name(name):
+            return i
+    return None
+
+
 _STRUCTURED_VALUE = re.compile(r"(?:^|\s)([^\s=]+)=[\[{]")
 
 
@@ -322,7 +390,9 @@ def _refuse_structured_value(text: str, label: str) -> None:
         value = parse_yaml(value_text, "<-e>").data
     except InputError:
         value = None
-    if value is not None and match.start(1) == 0:  # one name=value: the exact JSON to write
+    if is_secret_name(name):
+        example = f'{{"{name}": "<secret>"}}'  # a secret's value is never echoed
+    elif value is not None and match.start(1) == 0:  # one name=value: the exact JSON to write
         example = json.dumps({name: value}, default=str)
     kind = "list" if value_text.startswith("[") else "mapping"
     raise InputError(
@@ -333,7 +403,7 @@ def _refuse_structured_value(text: str, label: str) -> None:
 
 def _parse_extra_item(item: str) -> dict[str, Any]:
     text = item.strip()
-    label = f"-e {item!r}"
+    label = f"-e {_shown_extra_item(item)!r}"
     if not text:
         raise InputError(f"{label}: empty extra vars", hint="write -e name=value")
     data: Any
@@ -344,7 +414,7 @@ def _parse_extra_item(item: str) -> dict[str, Any]:
         data = {} if doc.data is None else doc.data
         if not isinstance(data, dict):
             raise InputError(
-                f"{label}: an extra vars file must hold a mapping, got {describe(data)}",
+                f"{label}: an extra vars file must hold a mapping, got {describe_document(data)}",
                 location=doc.locate((), value=True),
             )
     elif text[0] in "/.":
@@ -363,15 +433,26 @@ def _parse_extra_item(item: str) -> dict[str, Any]:
         except ValueError as exc:
             raise InputError(f"{label}: {exc}", hint="check the quotes") from None
         data = {}
-        for token in tokens:
+        secret_at = _first_secret_assignment(tokens)
+        for i, token in enumerate(tokens):
             name, sep, value = token.partition("=")
             if not sep:
-                hint = f"write -e {token}=VALUE"
+                if secret_at is not None and i > secret_at:
+                    # maybe the rest of the secret's value (unquoted spaces): never echoed
+                    secret = tokens[secret_at].partition("=")[0]
+                    raise InputError(
+                        f"{label}: a word after {secret}= is not name=value",
+                        hint=f"""quote a value that holds spaces: -e '{secret}="two words"'""",
+                    )
                 key, colon, rest = text.partition(":")
+                secret_key = is_secret_name(key.strip())
+                word = "a word" if secret_key else shown(token, "a word")
+                hint = f"write -e {key.strip() if secret_key else token}=VALUE"
                 if colon and key.strip() and "=" not in text:  # YAML's `name: value`
-                    shown = rest.strip() or "VALUE"
-                    hint = f"write -e {key.strip()}={shown}, or a mapping: -e '{{{text.strip()}}}'"
-                raise InputError(f"{label}: {token!r} is not name=value", hint=hint)
+                    value_text = "VALUE" if secret_key else rest.strip() or "VALUE"
+                    mapping = f"{key.strip()}: {value_text}" if secret_key else text.strip()
+                    hint = f"write -e {key.strip()}={value_text}, or a mapping: -e '{{{mapping}}}'"
+                raise InputError(f"{label}: {word} is not name=value", hint=hint)
             data[name] = value
     for name in data:
         try:
@@ -380,7 +461,7 @@ def _parse_extra_item(item: str) -> dict[str, Any]:
             raise InputError(
                 f"{label}: {problem.message}",
                 location=doc.locate((name,)) if doc is not None else None,
-                key_path=str(name) if doc is not None else None,
+                key_path=format_key_path((name,)) if doc is not None else None,
                 hint=problem.hint,
             ) from None
     return dict(data)

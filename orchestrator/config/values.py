@@ -7,6 +7,8 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from orchestrator.errors import is_known_secret
+
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -29,12 +31,22 @@ def is_template(value: Any) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
+def describe_document(value: Any) -> str:
+    """What a whole file holds when it is not the mapping expected: never its text (a file
+    that is not YAML reads as one long string, e.g. /etc/passwd)."""
+    if isinstance(value, str):
+        return "plain text, not YAML keys and values"
+    return describe(value)
+
+
 def describe(value: Any) -> str:
     """A short human description of a value a user wrote, for 'expected X, got Y'."""
     if value is None:
         return "nothing (null)"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str | int | float) and is_known_secret(str(value)):
+        return "a secret value"  # from a secret-named variable: the key is named, never this
     if isinstance(value, str):
         text = value if len(value) <= 40 else value[:37] + "..."
         return repr(text)
@@ -45,6 +57,28 @@ def describe(value: Any) -> str:
     if isinstance(value, dict):
         return "a mapping"
     return type(value).__name__
+
+
+# What a message may quote of a key or line read from a file: a name, not a line of data.
+# `root:$6$...:19000:0:99999:7:::` (a /etc/shadow line read as a key) is never echoed.
+_QUOTABLE = re.compile(r"[A-Za-z0-9_.,;=@\[\] -]*:?[A-Za-z0-9_.,;=@\[\] -]*")
+QUOTABLE_MAX = 40
+
+
+def quotable(text: Any) -> bool:
+    """Whether a message may quote `text` (a key or word read from a file): short, one line,
+    name-like (at most one ':', none of $ / * ! # and the like), not a known secret."""
+    return (
+        isinstance(text, str)
+        and 0 < len(text) <= QUOTABLE_MAX
+        and _QUOTABLE.fullmatch(text) is not None
+        and not is_known_secret(text)
+    )
+
+
+def shown(text: Any, instead: str = "(not shown: it does not look like a name)") -> str:
+    """`repr(text)` when a message may quote it (`quotable`), else the neutral `instead`."""
+    return repr(text) if quotable(text) else instead
 
 
 def suggest(word: str, known: Collection[str]) -> str | None:

@@ -19,6 +19,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from orchestrator.config.keypath import KeyPath, format_key_path
+from orchestrator.config.values import quotable, shown
 from orchestrator.errors import InputError, SourceLocation
 
 # libyaml is several times faster; the pure-Python loader gives the same nodes and marks.
@@ -181,8 +182,9 @@ class _Builder:
             where = _mark_location(self.file, key_node.start_mark)
             if key in seen:
                 first = seen[key]
+                named = f"key {shown(key)}" if quotable(key) else "key"  # not a file's line
                 raise InputError(
-                    f"duplicate key {key!r} (first defined at line {first.line})",
+                    f"duplicate {named} (first defined at line {first.line})",
                     location=where,
                     key_path=format_key_path((*path, key)),
                     hint="remove one of them; YAML would silently keep only the last",

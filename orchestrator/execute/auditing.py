@@ -14,6 +14,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from orchestrator.analyze.audit import (
+    deciding_lines,
     host_drift,
     integrity,
     recorded_probe_args,
@@ -128,6 +129,8 @@ def _reproduction(run: RunBundle, inv: Inventory, request: AuditRequest, out: Ec
         )
     headers = ["cell", "metric", "recorded", "rerun", "ratio", "reproduces"]
     out(tabulate(render_reproductions(verdicts), headers=headers))
+    for line in deciding_lines(verdicts):
+        out(line)
     out(f"rerun bundle: {outcome.path}")
     good = bool(verdicts) and all(v.reproduces for v in verdicts)
     out(f"reproduction: {'ok' if good else 'FAILED'}")

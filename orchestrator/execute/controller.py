@@ -25,7 +25,7 @@ from orchestrator import __version__
 from orchestrator.analyze.verdict import record_verdict, score_cell
 from orchestrator.cell import Cell
 from orchestrator.config.host import Host, Inventory
-from orchestrator.errors import ConnectionFailure, OrchError
+from orchestrator.errors import ConnectionFailure, ExecutionError, OrchError
 from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.interrupts import raise_on_sigterm, restore_sigterm, signals_deferred
 from orchestrator.execute.machine import machine_id
@@ -40,7 +40,7 @@ from orchestrator.execute.progress import Progress
 from orchestrator.execute.queue import HostQueue
 from orchestrator.execute.runlock import acquire_run_lock
 from orchestrator.execute.secret_values import extra_vars_in_argv, scrub, secret_values
-from orchestrator.execute.ship import ensure_runner
+from orchestrator.execute.ship import runner_invocation
 from orchestrator.execute.slurm import SlurmConnection, SlurmJob
 from orchestrator.execute.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
 from orchestrator.plan.sessions import session_key
@@ -159,9 +159,11 @@ class Run:
 
     def _redacted_cell(self, cell: Cell) -> dict[str, Any]:
         data = cell.model_dump(mode="json")
-        data["env"] = {
-            k: (REDACTED if is_secret_name(k, cell.secrets) else v) for k, v in cell.env.items()
-        }
+        for section in ("env", "axes"):  # by name: a short secret is no value to sweep for
+            data[section] = {
+                k: (REDACTED if is_secret_name(k, cell.secrets) else v)
+                for k, v in data[section].items()
+            }
         return data
 
     def _recorded_cell(self, cell: Cell) -> Cell:
@@ -254,6 +256,11 @@ class Run:
     def _execute(self) -> RunOutcome:
         self._write_start()
         done = self.writer.complete_cells() if self.options.resume else set()
+        # --retry-failed: failed attempts move to retried/; the cells run again, not collected
+        self.retrying = set[str]()
+        if self.options.retry_failed:
+            self.retrying = self.writer.set_aside_failed(c.id for c in self.cells)
+            done -= self.retrying
         self._trust_cell_files(done)
         todo: dict[str, list[Cell]] = {}
         for cell in self.cells:
@@ -380,19 +387,18 @@ class Run:
                 self._record(CellOutcome(cell.id, host.name, "failed", str(exc), "connect"))
             return
         try:
-            self.progress.host_step(host.name, "shipping runner")
-            runner = ensure_runner(conn)
             facts_rel = f"{HOSTS_DIR}/{host.name}/{FACTS_JSON}"
             want_facts = not (self.options.resume and self.writer.exists(facts_rel))
             if self.options.resume:
-                self._collect(conn, runner, cells, done)
+                self._collect(conn, cells, done)
             pending = [c for c in cells if c.id not in done]
             while pending:
                 if self.stop.is_set():
                     for cell in pending:
                         self._record(CellOutcome(cell.id, host.name, "not-run", "interrupted"))
                     break
-                queue = HostQueue(self, conn, runner, pending, facts=want_facts)
+                self.progress.host_step(host.name, "running")
+                queue = HostQueue(self, conn, pending, facts=want_facts)
                 lost = queue.run()
                 if queue.facts is not None:
                     self.write_facts(host.name, queue.facts, conn)
@@ -429,10 +435,12 @@ class Run:
         """Record one cell's outcome (HostQueue reports through this)."""
         self._record(outcome)
 
-    def _collect(self, conn: Connection, runner: str, cells: list[Cell], done: set[str]) -> None:
+    def _collect(self, conn: Connection, cells: list[Cell], done: set[str]) -> None:
         """Import cells a runner finished after the previous controller died (streamed)."""
         self.progress.host_step(conn.host.name, "collecting finished cells")
-        argv = [conn.host.python, runner, "collect", self.run_id, "--workdir", conn.host.workdir]
+        argv, shipped = runner_invocation(
+            conn.host, "collect", self.run_id, "--workdir", conn.host.workdir, "--stream"
+        )
         wanted = {c.id: c for c in cells}
         items: dict[str, dict[str, Any]] = {}
         with tempfile.TemporaryDirectory(prefix="orch-collect-") as tmp:
@@ -452,11 +460,20 @@ class Run:
                 cid, archive = got
                 status = items.get(cid, {}).get("status")
                 wanted_now = cid in wanted and cid not in done and status != "interrupted"
+                wanted_now = wanted_now and cid not in self.retrying
                 if wanted_now and isinstance(archive, Path):
                     self._record(self.import_archive(conn.host.name, wanted[cid], archive, 0))
                     done.add(cid)
 
-            conn.run([*argv, "--stream"], timeout=600, on_stdout_line=on_line)
+            res = conn.run(argv, stdin=shipped, timeout=600, on_stdout_line=on_line)
+            if res.rc != 0:
+                raise ExecutionError(
+                    f"{conn.host.name}: cannot collect finished cells (rc {res.rc}): "
+                    f"{res.stderr.strip()[-300:]}",
+                    hint="set python / ansible_python_interpreter for this host in the inventory"
+                    if res.rc == 127
+                    else None,
+                )
             stream.close()
 
     def import_archive(

@@ -44,6 +44,7 @@ class ApplyOptions:
     results_dir: Path = Path("results")
     run_id: str | None = None  # set when resuming
     resume: bool = False
+    retry_failed: bool = False  # with resume: the run's failed cells run again
     max_parallel: int = 16
     argv: Sequence[str] = ()
     extra_run_fields: dict[str, Any] = field(default_factory=dict)  # e.g. replay_of

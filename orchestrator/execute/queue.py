@@ -22,6 +22,7 @@ from orchestrator.errors import ConnectionFailure, OrchError
 from orchestrator.execute.connection import Connection
 from orchestrator.execute.outcomes import STOPPED, CellOutcome, stopped_outcome
 from orchestrator.execute.secret_values import scrub
+from orchestrator.execute.ship import runner_invocation
 from orchestrator.execute.slurm import SlurmJobEnded, slurm_jobs
 from orchestrator.execute.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
 from orchestrator.plan.sessions import session_key
@@ -34,12 +35,9 @@ if TYPE_CHECKING:
 class HostQueue:
     """The cells still to run on one host, sent to one runner invocation."""
 
-    def __init__(
-        self, run: Run, conn: Connection, runner: str, cells: list[Cell], *, facts: bool
-    ) -> None:
+    def __init__(self, run: Run, conn: Connection, cells: list[Cell], *, facts: bool) -> None:
         self.run_ = run
         self.conn = conn
-        self.runner = runner
         self.cells = {c.id: c for c in cells}
         self.order = [c.id for c in cells]
         self.want_facts = facts
@@ -83,6 +81,8 @@ class HostQueue:
         }
         if self.want_facts:
             payload["facts"] = {}
+        if self.run_.retrying:  # the runner reruns these instead of reusing its failed copy
+            payload["rerun_failed"] = sorted(self.run_.retrying)
         return payload
 
     def _outcome(self, outcome: CellOutcome) -> None:
@@ -168,12 +168,13 @@ class HostQueue:
         timeout = sum(c.cell_timeout for c in self.cells.values()) + 600
         ended = self.ended
         threading.Thread(target=self._watch, args=(ended,), daemon=True).start()
+        argv, shipped = runner_invocation(host, "run")
         with tempfile.TemporaryDirectory(prefix="orch-stream-") as tmp:
             stream = ArchiveStream(Path(tmp))
             try:
                 res = self.conn.run(
-                    [host.python, self.runner, "run"],
-                    stdin=(json.dumps(self.payload()) + "\n").encode(),
+                    argv,
+                    stdin=shipped + (json.dumps(self.payload()) + "\n").encode(),
                     keep_stdin_open=True,
                     timeout=timeout,
                     on_stdout_line=lambda line: self.on_line(line, stream),
@@ -258,4 +259,9 @@ class HostQueue:
                 self.run_.record(CellOutcome(cell.id, host, "failed", reason, "collect"))
             else:
                 reason = f"runner ended without a result (rc {self.rc}): {tail}"
+                if self.rc == 127:  # the shell found no interpreter
+                    reason += (
+                        f"; cannot run {self.conn.host.python!r}: set python / "
+                        "ansible_python_interpreter for this host in the inventory"
+                    )
                 self.run_.record(CellOutcome(cell.id, host, "failed", reason, "runner"))

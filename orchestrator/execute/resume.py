@@ -25,7 +25,9 @@ def resume_target(resume: str, results_dir: Path) -> tuple[Path, str]:
         run_id = resume
     if not is_run_dir(results_dir / run_id):
         raise InputError(
-            f"no run {run_id!r} under {results_dir}", hint="`orch runs` lists the runs"
+            f"no run {run_id!r} under {results_dir}",
+            hint="`orch runs` lists the runs; --results DIR or ORCH_RESULTS=DIR name another "
+            "folder",
         )
     return results_dir, run_id
 

@@ -19,7 +19,9 @@ from orchestrator.results.redact import (
     hide_secret_extra_vars,
     redact_text,
     redact_yaml_text,
+    secret_names_of,
     secret_values_in,
+    yaml_documents,
 )
 from orchestrator.runner.redaction import is_secret_name
 
@@ -43,17 +45,26 @@ def secret_values(
         for name, value in cell.env.items():
             if is_secret_name(name, cell.secrets):
                 values.add(value)
+        for name, value in cell.axes.items():  # a matrix axis of secrets (api_key: [a, b])
+            if is_secret_name(name, cell.secrets):
+                values.update(secret_values_in({name: value}, listed | set(cell.secrets)))
+    texts: list[str] = []
+    for path in files:
+        try:
+            texts.append(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue  # the by-value sweep and the copy's own redaction still apply
+    # A variable a secret's template reads is secret too (`tok` of "Bearer {{ tok }}"),
+    # wherever it is defined: a playbook file, a vars file, -e or the inventory.
+    documents = [d for text in texts for d in yaml_documents(text)]
+    listed = set(secret_names_of([*documents, *var_sources], listed))
     for cell in cells:
         for section in (cell.server, cell.bench):
             if section is not None:
                 values.update(secret_values_in(section.args, listed))
     for source in var_sources:
         values.update(secret_values_in(source, listed))
-    for path in files:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue  # the by-value sweep and the copy's own redaction still apply
+    for text in texts:
         values.update(redact_yaml_text(text, listed)[1])
     # Short values would shred unrelated text; they are still never written in JSON fields.
     return sorted(v for v in values if len(v) >= 4)

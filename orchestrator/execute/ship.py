@@ -96,6 +96,38 @@ _WRITE = (
 )
 
 
+# Runs the runner in the same invocation that ships it: stdin starts with runner.pyz (N bytes,
+# read exactly, so what follows stays on stdin for the runner), written to its cache path unless
+# there already; then exec. One remote command per host and run, also where each costs a Slurm job.
+# Python 3.8, standard library only, like the runner.
+BOOTSTRAP = (
+    "import hashlib,os,sys,tempfile\n"
+    "p,n,h=sys.argv[1],int(sys.argv[2]),sys.argv[3]\n"
+    "p=os.path.join(os.path.expanduser('~'),os.path.expanduser(p))\n"
+    "parts=[]\n"
+    "while n>0:\n"
+    "    c=os.read(0,min(n,65536))\n"
+    "    if not c: sys.exit('orch: stdin ended inside runner.pyz')\n"
+    "    parts.append(c); n-=len(c)\n"
+    "data=b''.join(parts)\n"
+    "if hashlib.sha256(data).hexdigest()[:16]!=h: sys.exit('orch: runner.pyz arrived damaged')\n"
+    "if not os.path.isfile(p):\n"
+    "    d=os.path.dirname(p); os.makedirs(d,exist_ok=True)\n"
+    "    fd,t=tempfile.mkstemp(dir=d,prefix='.runner.')\n"
+    "    with os.fdopen(fd,'wb') as f: f.write(data)\n"
+    "    os.chmod(t,0o755); os.replace(t,p)\n"
+    "os.execv(sys.executable,[sys.executable,p]+sys.argv[4:])\n"
+)
+
+
+def runner_invocation(host: Host, *args: str) -> tuple[list[str], bytes]:
+    """argv and the stdin prefix that ship runner.pyz (when the host lacks it) and run it with
+    `args` in one remote command; the caller's own stdin follows the prefix."""
+    data = runner_archive()
+    argv = [host.python, "-c", BOOTSTRAP, runner_path(host), str(len(data)), runner_hash(), *args]
+    return argv, data
+
+
 def ensure_runner(conn: Connection) -> str:
     """Put runner.pyz on the host unless this exact version is already there; its path."""
     host = conn.host

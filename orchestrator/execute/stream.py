@@ -1,7 +1,7 @@
 """Cell archives that arrive inside the runner's stdout, put back together.
 
-The runner sends each finished cell's archive after its `done` event as `archive` (size,
-sha256), `archive_data` (base64) and `archive_end` lines (`runner/queue.py`): no file transfer,
+The runner sends each finished cell's archive after its `done` event as `archive` (size),
+`archive_data` (base64) and `archive_end` (sha256) lines (`runner/queue.py`): no file transfer,
 no SFTP. `ArchiveStream` puts those lines back together into a file and checks it.
 """
 
@@ -54,7 +54,9 @@ class ArchiveStream:
         fh.close()
         del self._open[cell]
         size = head["local"].stat().st_size
-        if size != head.get("bytes") or digest.hexdigest() != head.get("sha256"):
+        # the sha256 comes with the end (the runner hashes as it reads) or, older, the head
+        want = event.get("sha256") or head.get("sha256")
+        if size != head.get("bytes") or digest.hexdigest() != want:
             return cell, (
                 f"the streamed archive is damaged ({size} of {head.get('bytes')} bytes, "
                 "sha256 mismatch)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
+from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
@@ -20,6 +21,7 @@ from orchestrator.cell import (
     DEFAULT_CELL_TIMEOUT,
     Cell,
     RepoPin,
+    axis_slugs,
     canonical_json,
     id_from_text,
     keyed_text,
@@ -326,7 +328,7 @@ class HostPlanner(SectionRenderer):
                     server_text,
                 ],
             )
-            ident = self._cell_id(values, rest, self._secret_masks(ps, env_secrets))
+            ident = self._cell_id(values, rest, self._secret_masks(ps, env_secrets), secrets)
             cell = _new_cell(
                 {
                     "schema_version": CELL_SCHEMA_VERSION,
@@ -428,7 +430,13 @@ class HostPlanner(SectionRenderer):
             self._alive.append(value)  # ids in `_value_key` stay unique while values live
         return found
 
-    def _cell_id(self, values: dict[str, Any], rest: str, masks: dict[str, str]) -> str:
+    def _cell_id(
+        self,
+        values: dict[str, Any],
+        rest: str,
+        masks: dict[str, str],
+        listed: tuple[str, ...] = (),
+    ) -> str:
         """`cell_id(values, host, spec, masks)` from cached JSON texts (`cell.spec_id_text`).
 
         `rest` is the spec's entries after `axes`; the tests check the result against
@@ -441,9 +449,17 @@ class HostPlanner(SectionRenderer):
             parts.append(found if found is not None else self._value_text(value))
         axes = "{" + keyed_text(tuple(values), [p[0] for p in parts]) + "}"
         text = spec_id_text(self._host_text, axes, rest, masks)
-        return id_from_text([p[1] for p in parts], text)
+        slugs = [p[1] for p in parts]
+        if _has_secret_axis(tuple(values), listed):  # rare: a secret-named axis
+            slugs = axis_slugs(values, listed)
+        return id_from_text(slugs, text)
 
     # -- sections ----------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=256)
+def _has_secret_axis(names: tuple[str, ...], listed: tuple[str, ...]) -> bool:
+    return any(is_secret_name(n, listed) for n in names)
 
 
 _CELL_FIELDS = tuple(Cell.model_fields)

@@ -5,6 +5,7 @@ result bundle"). The writer, the reader and every analysis take their names from
       run.json  plan.json  inventory.json  bisect.json  MANIFEST.sha256
       playbook/...            the playbook files as given (secrets redacted)
       hosts/<host>/facts.json
+      retried/<cell-id>.<n>/  a failed cell's earlier attempt, set aside by --retry-failed
       cells/<cell-id>/        one cell as the runner left it, plus the controller's verdict:
         cell.json  metrics.json  repo.json  server.json  env_check.json
         snapshot.pre.json  snapshot.post.json  events.jsonl  server.log  setup.log
@@ -28,6 +29,7 @@ PLAYBOOK_DIR = "playbook"
 HOSTS_DIR = "hosts"
 FACTS_JSON = "facts.json"  # hosts/<host>/facts.json
 CELLS_DIR = "cells"
+RETRIED_DIR = "retried"  # retried/<cell-id>.<n>/: a failed attempt `--retry-failed` ran again
 # held by the run's live controller; a `.tmp` name, so the manifest and `orch pack` skip it
 RUN_LOCK = ".controller.lock.tmp"
 

@@ -230,7 +230,12 @@ def resolve_run(ref: str | Path, results_dir: Path | None = None) -> Path:
                     f"{ref!r} matches {len(matches)} runs: {names}",
                     hint="give more of the run id; `orch runs` lists them",
                 )
-    raise BundleError(f"{ref}: no such run", hint="`orch runs` lists the runs")
+    if results_dir is None:
+        raise BundleError(f"{ref}: no such run", hint="`orch runs` lists the runs")
+    raise BundleError(
+        f"{ref}: no such run under {results_dir}",
+        hint="`orch runs` lists the runs; --results DIR or ORCH_RESULTS=DIR name another folder",
+    )
 
 
 def _run_like(path: Path) -> bool:

@@ -24,11 +24,13 @@ from typing import Any
 
 import yaml
 
+from orchestrator.results.layout import PLAYBOOK_DIR
 from orchestrator.runner.redaction import MIN_SECRET_LENGTH as MIN_SECRET_LENGTH
 from orchestrator.runner.redaction import REDACTED as REDACTED
-from orchestrator.runner.redaction import Redactor
+from orchestrator.runner.redaction import Redactor, tainted_secret_names
 from orchestrator.runner.redaction import is_secret_name as is_secret_name
 
+_SIBLING_MAX_BYTES = 16 << 20  # as the playbook loader's own limit on an input file
 SECRETS_KEY = "secrets"  # the playbook's list of secret *names*: never a value to hide
 _CHUNK = 4 * 1024 * 1024
 
@@ -192,19 +194,68 @@ _YAML_SKIP_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:null")
 _NODE_PROPERTIES = re.compile(r"(?:[&!]\S*\s+)*")  # an anchor or tag before a scalar
 
 
-def redact_yaml_text(text: str, names: Iterable[str] = ()) -> tuple[str, list[str]]:
+_NODE_BUDGET = 200_000  # values read for the taint walk; an alias bomb stops here, not later
+
+
+def _node_data(node: yaml.Node | None, budget: list[int], memo: dict[int, Any]) -> Any:
+    """Plain data for a composed node, aliases shared (never expanded twice), within budget."""
+    if node is None or budget[0] <= 0:
+        return None
+    if id(node) in memo:
+        return memo[id(node)]
+    budget[0] -= 1
+    if isinstance(node, yaml.ScalarNode):
+        memo[id(node)] = str(node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        items: list[Any] = []
+        memo[id(node)] = items
+        items.extend(_node_data(item, budget, memo) for item in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        mapping: dict[Any, Any] = {}
+        memo[id(node)] = mapping
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                mapping[str(key.value)] = _node_data(value, budget, memo)
+    return memo.get(id(node))
+
+
+def yaml_documents(text: str) -> list[Any]:
+    """The data of every YAML/JSON document in `text` as strings, lists and mappings (scalars
+    untyped); [] when it is not YAML. For the taint walk (`tainted_secret_names`)."""
+    try:
+        roots = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError:
+        return []
+    budget = [_NODE_BUDGET]
+    return [_node_data(root, budget, {}) for root in roots]
+
+
+def secret_names_of(documents: Iterable[Any], names: Iterable[str] = ()) -> list[str]:
+    """`names` plus every variable whose value reaches a secret through a template
+    (`HF_TOKEN: "Bearer {{ tok }}"` adds `tok`), over all `documents` together."""
+    names = list(names)
+    return sorted({*names, *tainted_secret_names(list(documents), names)})
+
+
+def redact_yaml_text(
+    text: str, names: Iterable[str] = (), documents: Iterable[Any] = ()
+) -> tuple[str, list[str]]:
     """`text` (YAML or JSON) with every scalar under a secret name replaced, and those values.
 
     Works on the source text, not on re-dumped data: comments, order and layout stay as the
     user wrote them, and the result is still valid YAML/JSON (`"***REDACTED***"`, quoted).
     Plain, quoted and block scalars alike are replaced whole; an anchor or tag before the value
-    is kept. Text that is not YAML is returned unchanged, with no values.
+    is kept. Text that is not YAML is returned unchanged, with no values. A variable a secret's
+    template reads is secret too (`tok` of `HF_TOKEN: "Bearer {{ tok }}"`), whether the
+    template is in `text` or in `documents` (the data of the playbook's other files).
     """
-    is_secret = _Names(names)
     try:
         roots = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError:
         return text, []
+    budget = [_NODE_BUDGET]
+    own = [_node_data(root, budget, {}) for root in roots]
+    is_secret = _Names(secret_names_of([*own, *documents], names))
     spans: dict[tuple[int, int], str] = {}
     seen: set[int] = set()
 
@@ -253,17 +304,51 @@ def redact_yaml_text(text: str, names: Iterable[str] = ()) -> tuple[str, list[st
     return out, sorted(set(spans.values()), key=lambda v: (-len(v), v))
 
 
+# Names made secret by a template, per bundle `playbook/` folder seen in this process. Its files
+# are redacted one by one and a redacted template no longer names its variables, so what the
+# first call saw (all copies still as written) is kept; a union only ever hides more.
+_TAINTED_IN_COPY: dict[Path, set[str]] = {}
+
+
+def _copy_taint(path: Path, names: Iterable[str]) -> list[str]:
+    """`names` plus the variables templates under secret names read, in every file of the
+    bundle's `playbook/` copy that holds `path`."""
+    names = list(names)
+    root = next((p for p in path.parents if p.name == PLAYBOOK_DIR), None)
+    if root is None:
+        return names
+    seen = _TAINTED_IN_COPY.setdefault(root, set())
+    seen.update(secret_names_of(_sibling_documents(root), names))
+    return sorted({*names, *seen})
+
+
+def _sibling_documents(root: Path) -> list[Any]:
+    """The data of every YAML/JSON file in a bundle's `playbook/` folder (a template in one
+    file can make a variable of another secret)."""
+    documents: list[Any] = []
+    for other in sorted(root.rglob("*")):
+        if other.suffix not in (".yml", ".yaml", ".json") or other.is_symlink():
+            continue
+        try:
+            if other.is_file() and other.stat().st_size <= _SIBLING_MAX_BYTES:
+                documents.extend(yaml_documents(other.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError):
+            continue
+    return documents
+
+
 def redact_yaml_file(path: Path, names: Iterable[str] = ()) -> list[str]:
     """Hide every value under a secret name in one YAML/JSON file, in place (tmp + rename).
 
     Returns the values hidden, so a caller can also scrub them wherever else they appear. A
-    file that is not UTF-8 YAML is left alone (the by-value sweep still covers it).
+    file that is not UTF-8 YAML is left alone (the by-value sweep still covers it). In a
+    bundle's `playbook/` copy, the other copied files count for the template rule too.
     """
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return []
-    out, values = redact_yaml_text(text, names)
+    out, values = redact_yaml_text(text, _copy_taint(path, names))
     if out != text:
         tmp = path.with_name(f".{path.name}.redact.tmp")
         tmp.write_text(out, encoding="utf-8")

@@ -31,6 +31,7 @@ from orchestrator.runner.protocol import (
     runner_version,
     write_json,
 )
+from orchestrator.runner.redaction import REDACTED
 from orchestrator.runner.repo import RepoSteps
 from orchestrator.runner.session import SessionSteps
 from orchestrator.runner.snapshot import SnapshotStep
@@ -54,6 +55,8 @@ class CellRunner(
         except Interrupted as exc:
             return self.done_without_dir("interrupted", str(exc))
         previous = self.finished_result()
+        if previous is not None and self.rerun_failed and previous.get("status") == "failed":
+            previous = None  # the controller set the failed attempt aside: this one replaces it
         if previous is not None:
             # Finished by an earlier runner after the controller's collect: not run twice.
             status = str(previous["status"])
@@ -153,6 +156,9 @@ class CellRunner(
         self.end_session_log()
         cell_out = dict(self.cell)
         cell_out["env"] = self.redacted_env()
+        axes = cell_out.get("axes")
+        if isinstance(axes, dict):  # a matrix axis of secrets: hidden by name, as env is
+            cell_out["axes"] = {k: (REDACTED if self.is_secret(k) else v) for k, v in axes.items()}
         write_json(
             self.path("cell.json"),
             {

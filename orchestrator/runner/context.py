@@ -143,6 +143,8 @@ class CellContext:
         self.run_id = str(payload["run_id"])
         self.cell: Dict[str, Any] = payload["cell"]
         self.cell_id = str(self.cell["id"])
+        # `apply --retry-failed`: a failed copy of these cells here is run again, not reused
+        self.rerun_failed = self.cell_id in (payload.get("rerun_failed") or ())
         self.env: Dict[str, str] = {str(k): str(v) for k, v in self.cell.get("env", {}).items()}
         self.secret_names = set(str(s) for s in self.cell.get("secrets", ()))
         secret_values = [v for k, v in self.env.items() if self.is_secret(k)]

@@ -39,6 +39,8 @@ SYSTEM_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 OS_NAME = ("os", "NAME")  # when os-release has no PRETTY_NAME
 NCCL_SERVER_LOG = ("nccl", "server_log")  # the `NCCL version` the server logged
+LOAD_1M = ("load", "1m")  # /proc/loadavg's 1-minute average (`probe_parse.parse_loadavg`)
+CPU_COUNT = ("cpu", "count")
 
 # One GPU device: keyed by the newest nvidia-smi field names, whatever names were queried.
 GPU_FIELDS = (

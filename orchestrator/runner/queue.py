@@ -3,8 +3,8 @@
 The first stdin line is the payload: `{schema_version, run_id, workdir, secret_values, queue:
 [{cell, session, reset}], stream, facts}` (or the one-cell form `{..., cell}`). Cells run in
 order; consecutive cells with the same `session` key share one server (session.py). With
-`stream`, each finished cell's archive follows its `done` event on stdout as `archive` (size,
-sha256), `archive_data` (base64 chunks) and `archive_end` lines, so the controller needs no
+`stream`, each finished cell's archive follows its `done` event on stdout as `archive` (size),
+`archive_data` (base64 chunks) and `archive_end` (sha256) lines, so the controller needs no
 file transfer (no SFTP) and writes each cell as it arrives. With `facts`, a host snapshot is
 taken first, in a thread beside the first cell, and sent as one `facts` event.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import threading
 import traceback
 from typing import IO, Any, Dict, List, Optional, Tuple
@@ -31,32 +32,34 @@ CHUNK = 48 * 1024
 
 
 def send_archive(control: Control, cell_id: str, path: str) -> None:
-    """Stream the archive at `path` as archive / archive_data / archive_end lines."""
+    """Stream the archive at `path` as archive / archive_data / archive_end lines, read in
+    chunks (a cell with a huge server log never sits in memory whole); the sha256 comes last."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        fh = open(path, "rb")  # noqa: SIM115
+        size = os.fstat(fh.fileno()).st_size
     except OSError as exc:
         with control.lock:
             control.write_line(json.dumps({"event": "archive", "cell": cell_id, "error": str(exc)}))
         return
-    head = {
-        "event": "archive",
-        "cell": cell_id,
-        "path": display_path(path),
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-    }
-    # One lock hold per line: a warning from another thread may come in between, never inside.
-    with control.lock:
-        control.write_line(json.dumps(head))
-    for start in range(0, len(data), CHUNK):
-        chunk = base64.b64encode(data[start : start + CHUNK]).decode("ascii")
+    digest = hashlib.sha256()
+    head = {"event": "archive", "cell": cell_id, "path": display_path(path), "bytes": size}
+    # One lock hold per line: a heartbeat or a warning may come in between, never inside.
+    with fh:
         with control.lock:
-            control.write_line(
-                json.dumps({"event": "archive_data", "cell": cell_id, "data": chunk})
+            control.write_line(json.dumps(head))
+        while True:
+            chunk = fh.read(CHUNK)
+            if not chunk:
+                break
+            digest.update(chunk)
+            line = json.dumps(
+                {"event": "archive_data", "cell": cell_id, "data": base64.b64encode(chunk).decode()}
             )
+            with control.lock:
+                control.write_line(line)
+    end = {"event": "archive_end", "cell": cell_id, "sha256": digest.hexdigest()}
     with control.lock:
-        control.write_line(json.dumps({"event": "archive_end", "cell": cell_id}))
+        control.write_line(json.dumps(end))
 
 
 def queue_items(payload: Dict[str, Any]) -> List[Dict[str, Any]]:

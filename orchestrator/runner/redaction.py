@@ -10,13 +10,51 @@ import json
 import os
 import re
 import shutil
-from typing import Any, Collection, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Collection, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 REDACTED = "***REDACTED***"
 # Shorter secret values are redacted by name only, never replaced inside text (see Redactor).
 MIN_SECRET_LENGTH = 8
 JSON_REDACT_MAX_BYTES = 64 << 20  # larger JSON is redacted as bytes, streamed
 CHUNK = 1 << 20
+
+# Credentials inside a URL (`https://user:pw@host`, `https://TOKEN@host`, `ssh://git:pw@host`) are
+# secret whatever their length or name: the user part too for http(s) (a token is often the user),
+# only the password for ssh (its user is a login name). The userinfo is bounded (256 bytes) so a
+# streamed file needs a bounded carry.
+_URL_CREDENTIALS = re.compile(rb"([A-Za-z][A-Za-z0-9+.-]{0,20}://)([^\s/@'\"<>]{1,256})@")
+_SSH_SCHEMES = (b"ssh://", b"git+ssh://", b"ssh+git://")
+_URL_CARRY = 300
+
+
+def _masked_credentials(match: "re.Match[bytes]") -> Tuple[bytes, int]:
+    """The replacement of one URL-credentials match, and 1 when it hides something."""
+    scheme, info = match.group(1), match.group(2)
+    if info == REDACTED.encode() or info.endswith(b":" + REDACTED.encode()):
+        return match.group(0), 0
+    if scheme.lower() in _SSH_SCHEMES:
+        user, colon, _password = info.partition(b":")
+        if not colon:
+            return match.group(0), 0  # ssh://git@host: a login name, nothing secret
+        return scheme + user + b":" + REDACTED.encode() + b"@", 1
+    return scheme + REDACTED.encode() + b"@", 1
+
+
+def mask_url_credentials(text: str) -> Tuple[str, int]:
+    """`text` with the credentials of every URL in it hidden, and how many were."""
+    if "@" not in text or "://" not in text:
+        return text, 0
+    count = 0
+
+    def sub(match: "re.Match[bytes]") -> bytes:
+        nonlocal count
+        out, n = _masked_credentials(match)
+        count += n
+        return out
+
+    masked = _URL_CREDENTIALS.sub(sub, text.encode("utf-8", "surrogateescape"))
+    return masked.decode("utf-8", "surrogateescape"), count
+
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+")
@@ -48,6 +86,103 @@ def is_secret_name(name: str, declared: Collection[str] = ()) -> bool:
             if word in part:
                 return True
     return False
+
+
+# What a template reads: identifiers inside `{{ }}` / `{% %}`, string literals left out. An
+# over-approximation (filter and test names count too): hiding one more value costs little.
+_TEMPLATE_BLOCK = re.compile(r"\{\{(.*?)\}\}|\{%(.*?)%\}", re.S)
+_TEMPLATE_STRING = re.compile(r"'[^']*'|\"[^\"]*\"")
+_TEMPLATE_NAME = re.compile(r"(?<![\w.])[A-Za-z_][A-Za-z0-9_]*")
+# Names a template reads that are no variable of the playbook: orch's own (the whole matrix
+# must not turn secret through `{{ matrix.tok }}`) and Jinja's words.
+_NOT_VARIABLES = frozenset(
+    [
+        "matrix",
+        "inventory_hostname",
+        "group_names",
+        "groups",
+        "hostvars",
+        "orch_python",
+        "vars",
+        "loop",
+        "range",
+        "true",
+        "false",
+        "none",
+        "True",
+        "False",
+        "None",
+        "and",
+        "or",
+        "not",
+        "in",
+        "is",
+        "if",
+        "else",
+        "elif",
+        "endif",
+        "for",
+        "endfor",
+    ]
+)
+
+
+def template_names(text: str) -> List[str]:
+    """The variable names a template text may read (`Bearer {{ tok }}` -> ["tok"])."""
+    names: List[str] = []
+    for match in _TEMPLATE_BLOCK.finditer(text):
+        body = _TEMPLATE_STRING.sub(" ", match.group(1) or match.group(2) or "")
+        names.extend(n for n in _TEMPLATE_NAME.findall(body) if n not in _NOT_VARIABLES)
+    return names
+
+
+def tainted_secret_names(documents: Iterable[Any], declared: Collection[str] = ()) -> List[str]:
+    """Names whose values reach a secret through a template, across all `documents` (sorted).
+
+    `env: {HF_TOKEN: "Bearer {{ tok }}"}` makes `tok` secret: its value is part of the token.
+    Followed through every mapping key that holds templates (`tok: "{{ raw }}"` taints `raw`
+    too), in any document (a playbook, its bases and vars files define variables apart).
+    """
+    uses: Dict[str, Set[str]] = {}  # name -> names its templates read
+
+    def strings(node: Any) -> Iterator[str]:
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            for value in node.values():
+                yield from strings(value)
+        elif isinstance(node, (list, tuple)):
+            for item in node:
+                yield from strings(item)
+
+    seeds: Set[str] = set()
+
+    def walk(node: Any, depth: int = 0) -> None:
+        if depth > 100:
+            return
+        if isinstance(node, dict):
+            for key, value in node.items():
+                reads = {n for text in strings(value) for n in template_names(text)}
+                if isinstance(key, str):
+                    uses.setdefault(key, set()).update(reads)
+                    if key != "secrets" and is_secret_name(key, declared):
+                        seeds.update(reads)
+                walk(value, depth + 1)
+        elif isinstance(node, (list, tuple)):
+            for item in node:
+                walk(item, depth + 1)
+
+    for document in documents:
+        walk(document)
+    tainted: Set[str] = set()
+    todo = list(seeds)
+    while todo:
+        name = todo.pop()
+        if name in tainted:
+            continue
+        tainted.add(name)
+        todo.extend(uses.get(name, ()))
+    return sorted(tainted)
 
 
 def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
@@ -100,18 +235,28 @@ class Redactor:
             forms.add(json.dumps(value, ensure_ascii=False)[1:-1])
         self.forms = sorted(forms, key=lambda f: (-len(f), f))
         encoded = sorted({f.encode("utf-8") for f in forms}, key=len, reverse=True)
-        self.max_len = max((len(f) for f in encoded), default=0)
-        self.bytes_re = re.compile(b"|".join(re.escape(f) for f in encoded)) if encoded else None
+        self.max_len = max([_URL_CARRY, *(len(f) for f in encoded)])
+        # The values first (longest first), then URL credentials: one pass over a file.
+        alternatives = [re.escape(f) for f in encoded] + [_URL_CREDENTIALS.pattern]
+        self.bytes_re = re.compile(b"|".join(b"(?:" + a + b")" for a in alternatives))
+        self._url_group = 1  # the URL pattern's groups are the only groups of bytes_re
 
     def counted_text(self, value: str) -> Tuple[str, int]:
-        """`value` with every secret replaced, and how many replacements were made."""
+        """`value` with every secret (and every URL's credentials) replaced, and how many
+        replacements were made."""
         count = 0
         for form in self.forms:
             n = value.count(form)
             if n:
                 count += n
                 value = value.replace(form, REDACTED)
-        return value, count
+        value, masked = mask_url_credentials(value)
+        return value, count + masked
+
+    def _replacement(self, match: "re.Match[bytes]") -> Tuple[bytes, int]:
+        if match.group(self._url_group) is not None:
+            return _masked_credentials(match)
+        return REDACTED.encode(), 1
 
     def text(self, value: str) -> str:
         """`value` with every secret replaced."""
@@ -168,13 +313,13 @@ class Redactor:
         damaged blob). A `.json` file is redacted value by value instead, so it stays JSON.
         """
         pattern = self.bytes_re
-        if pattern is None:
-            return 0
         if path.endswith(".json"):
             structured = self._json_file(path)
             if structured is not None:
                 return structured
         keep = self.max_len - 1  # a match may straddle two chunks
+        if not self._has_match(path, chunk, keep):
+            return 0  # read once, nothing rewritten (most files of most cells)
         count = 0
         tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".redact.tmp")
         try:
@@ -191,9 +336,10 @@ class Redactor:
                         if match.start() >= cut:
                             break
                         dst.write(buf[pos : match.start()])
-                        dst.write(REDACTED.encode())
+                        replacement, n = self._replacement(match)
+                        dst.write(replacement)
                         pos = match.end()
-                        count += 1
+                        count += n
                     consumed = max(pos, cut)
                     dst.write(buf[pos:consumed])
                     carry = buf[consumed:]
@@ -208,6 +354,20 @@ class Redactor:
                 os.unlink(tmp)
         return count
 
+    def _has_match(self, path: str, chunk: int, keep: int) -> bool:
+        """Whether the file holds anything to replace (streamed, bounded memory)."""
+        with open(path, "rb") as src:
+            carry = b""
+            while True:
+                block = src.read(chunk)
+                if not block:
+                    return False
+                buf = carry + block
+                for match in self.bytes_re.finditer(buf):
+                    if self._replacement(match)[1]:
+                        return True
+                carry = buf[-keep:] if keep > 0 else b""
+
     def file(self, path: str, chunk: int = CHUNK) -> bool:
         """Redact a file in place; True when something was replaced."""
         return self.count_file(path, chunk) > 0
@@ -218,8 +378,6 @@ class Redactor:
         """Redact every regular file under `root` (links are not followed): (path, count) of
         each file that changed. `skip_errors`: a file that cannot be read is passed over."""
         changed: List[Tuple[str, int]] = []
-        if self.bytes_re is None:
-            return changed
         for dirpath, dirnames, files in os.walk(root):
             dirnames.sort()
             for name in sorted(files):

@@ -128,7 +128,7 @@ class Engine(threading.Thread):
         srv = self.srv
         tokens = sum(r.prompt_tokens for r in new)
         cost = m.prefill_ms(srv.params, srv.cfg, srv.effective_env, tokens, srv.clock)
-        factor = sum(r.factor for r in new) / len(new)
+        factor = sum(r.factor for r in new) / len(new) * srv.throttle_slowdown(time.time())
         self._sleep(cost * factor * self.noise.step_factor())
         srv.log(
             f"Prefill batch, #new-seq: {len(new)}, #new-token: {tokens}, #cached-token: 0, "
@@ -150,7 +150,7 @@ class Engine(threading.Thread):
     def _decode(self) -> None:
         srv = self.srv
         batch = list(self.running)
-        factor = sum(r.factor for r in batch) / len(batch)
+        factor = sum(r.factor for r in batch) / len(batch) * srv.throttle_slowdown(time.time())
         cost = srv.step.step_ms * m.batch_factor(srv.params, len(batch)) * factor
         self._sleep(cost * self.noise.step_factor())
         emitted = 0

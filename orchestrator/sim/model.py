@@ -367,6 +367,32 @@ def host_state(data: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return _merge(DEFAULT_STATE, data or {})
 
 
+def episode_clock(
+    row: Mapping[str, Any],
+    episodes: list[Mapping[str, Any]],
+    now: float,
+    loaded_since: float | None,
+) -> tuple[float, list[str]]:
+    """One GPU's SM clock at `now` under the scheduled throttle episodes (`at`: epoch seconds,
+    or `after_load`: seconds after a server loaded it), and the reasons of those active."""
+    index = int(row["index"])
+    clock, top = float(row["sm_clock"]), float(row["max_sm_clock"])
+    reasons: list[str] = []
+    for ep in episodes:
+        if ep.get("gpus") is not None and index not in {int(g) for g in ep["gpus"]}:
+            continue
+        if "after_load" in ep:
+            if loaded_since is None:
+                continue
+            begin = loaded_since + float(ep["after_load"])
+        else:
+            begin = float(ep.get("at", 0.0))
+        if begin <= now < begin + float(ep.get("duration", 0.0)):
+            clock = min(clock, float(ep.get("sm_clock", 0.6 * top)))
+            reasons.append(str(ep.get("reason", "sw_power_cap")))
+    return clock, reasons
+
+
 def gpu_rows(state: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One dict per GPU: the host-wide values with that GPU's overrides applied."""
     count = int(state.get("gpu_count", DEFAULT_STATE["gpu_count"]))

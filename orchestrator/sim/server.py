@@ -176,6 +176,7 @@ class SimServer:
         used = int(self.state["memory_total_mib"] * self.args.mem_fraction_static)
         for worker in self.workers:
             st.register_app(self.state_path, worker.proc.pid, worker.rank, used, "python")
+        self.loaded_at = time.time()  # a throttle episode `after_load` counts from here
         threading.Thread(target=self._watch_workers, daemon=True, name="watch").start()
 
     def _watch_workers(self) -> None:
@@ -193,6 +194,21 @@ class SimServer:
             self.stopping.wait(0.2)
 
     fatal = False
+    loaded_at: float | None = None
+
+    def throttle_slowdown(self, now: float) -> float:
+        """How much longer a step takes now than at start: a scheduled throttle episode (the
+        host state's `throttle_episodes`, which the fake nvidia-smi reports too) lowers the clock
+        of the GPUs it names, and TP runs at the pace of the slowest."""
+        episodes = self.state.get("throttle_episodes") or []
+        if not episodes:
+            return 1.0
+        factors = []
+        for row in m.gpu_rows(self.state)[: max(1, self.cfg.tp)]:
+            clock, _reasons = m.episode_clock(row, episodes, now, self.loaded_at)
+            top = float(row["max_sm_clock"])
+            factors.append(min(1.0, max(0.05, clock / top)) if top > 0 else 1.0)
+        return self.clock / min(factors)
 
     def stop_workers(self) -> None:
         """Close the workers' stdin (their signal to exit), then make sure they are gone."""

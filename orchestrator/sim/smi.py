@@ -389,20 +389,11 @@ def live_state(
     }
     for i, row in rows.items():
         over = gpus.setdefault(str(i), {})
-        clock, top = float(row["sm_clock"]), float(row["max_sm_clock"])
+        top = float(row["max_sm_clock"])
         mask = int(str(row["throttle_reasons"]), 16)
-        for ep in episodes:
-            if ep.get("gpus") is not None and i not in {int(g) for g in ep["gpus"]}:
-                continue
-            if "after_load" in ep:
-                if i not in since:
-                    continue
-                begin = since[i] + float(ep["after_load"])
-            else:
-                begin = float(ep.get("at", 0.0))
-            if begin <= now < begin + float(ep.get("duration", 0.0)):
-                clock = min(clock, float(ep.get("sm_clock", 0.6 * top)))
-                mask |= _reason_mask(ep.get("reason", "sw_power_cap"))
+        clock, reasons = m.episode_clock(row, episodes, now, since.get(i))
+        for reason in reasons:
+            mask |= _reason_mask(reason)
         over["sm_clock"] = int(clock)
         over["throttle_reasons"] = f"0x{mask:016x}"
         if load and i in since:

@@ -114,3 +114,39 @@ def test_compare_with_one_value_on_a_side_is_never_significant() -> None:
     assert c.method == "single" and c.significant is False
     assert c.ratio == pytest.approx(61 / 94)
     assert stats.compare([94.0, 94.2, 93.9], [61.0]).method == "single"
+
+
+# Issue 11, item 15: a busy host's repeats against a steady 55-59.
+BUSY = [54.9, 55.5, 11.2, 49.5, 39.9, 46.1]
+STEADY = [55.0, 55.8, 56.6, 57.4, 58.2, 59.0]
+
+
+def test_the_busy_hosts_repeats_are_a_significant_drop_with_an_outlier() -> None:
+    c = stats.compare(STEADY, BUSY)
+    assert c.significant and c.method == "mann-whitney"
+    assert c.p_value == pytest.approx(4 / 924)  # U = 1 of 36: 2 * 2 arrangements of C(12, 6)
+    assert c.delta_pct == pytest.approx(-16.14, abs=0.01)
+    # median 47.8, MAD 7.4: 11.2 is 36.6 / (1.4826 * 7.4) = 3.34 scaled MADs away (> 3)
+    assert stats.outliers(BUSY) == [2]
+    assert stats.robust_spread(BUSY) == pytest.approx(1.4826 * 7.4 / 47.8)
+    busy, steady = stats.stability(BUSY), stats.stability(STEADY)
+    assert busy.unstable and busy.outliers == (2,)
+    assert not steady.unstable and steady.spread == pytest.approx(1.4826 * 1.2 / 57.0)
+
+
+def test_outliers_need_five_values_and_a_material_distance() -> None:
+    assert stats.outliers([65.15, 77.82, 77.52]) == []  # the MAD of 3 is one deviation
+    assert stats.outliers([10.0, 10.0, 10.0, 10.0, 10.2]) == []  # MAD 0, but only 2% off
+    assert stats.outliers([10.0, 10.0, 10.0, 10.0, 11.0]) == [4]  # MAD 0 and 10% off
+    assert stats.outliers([100.0, 101.0, 99.0, 100.5, 99.5, 100.2]) == []
+    assert stats.robust_spread([73.2, 83.9]) is None  # two values show no spread
+    assert stats.robust_spread([0.0, 0.0, 1.0]) is None  # median 0: no relative spread
+
+
+def test_holm_matches_statsmodels() -> None:
+    # statsmodels.stats.multitest.multipletests([0.01, 0.04, 0.03, 0.005], method="holm")[1]
+    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert stats.holm([]) == []
+    # Issue 11, item 16: p = 0.041 is no change among 18 metrics tested at once
+    assert stats.holm([0.041] + [0.6] * 17)[0] == pytest.approx(0.041 * 18)

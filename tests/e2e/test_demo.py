@@ -27,14 +27,15 @@ from sim_helpers import (
 
 DEMO = ROOT / "playbooks" / "demo.yml"
 SCRIPT = ROOT / "scripts" / "demo.sh"
+NEXT = ROOT / "scripts" / "demo_next.sh"  # demo.sh's "Next, try"
 INIT_ARGS = ("--commits", "32", "--regress-at", "21")
 
 
 def test_demo_script_is_valid_and_its_commands_exist(tmp_path: Path) -> None:
-    for script in (SCRIPT, ROOT / "scripts" / "bootstrap.sh"):
+    for script in (SCRIPT, NEXT, ROOT / "scripts" / "bootstrap.sh"):
         check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert check.returncode == 0, check.stderr
-    text = SCRIPT.read_text()
+    text = SCRIPT.read_text() + NEXT.read_text()
     assert f'sim init-repo "$repo" {" ".join(INIT_ARGS)}' in text
     assert "apply playbooks/demo.yml" in text and DEMO.exists()
     # every orch subcommand and option the script runs or suggests is one the CLI has

@@ -315,3 +315,70 @@ def test_resume_takes_the_secret_again_with_any_value(tmp_path: Path) -> None:
     assert sorted(c["status"] for c in doc["cells"].values()) == ["passed", "passed"]
     for secret in (FIRST_TOKEN, SECOND_TOKEN):
         _assert_nowhere(run, secret, resumed.stdout, resumed.stderr)
+
+
+@pytest.mark.slow
+def test_credentials_inside_a_repo_url_reach_no_bundle_file(tmp_path: Path) -> None:
+    """user:password@ in repo.url is secret though no var or name says so: masked in plan.json,
+    run.json's argv, repo.json, the snapshots, cell.json and whatever the bench prints."""
+    home = tmp_path / "home"
+    home.mkdir()
+    src = tmp_path / "origin"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(src)], check=True)
+    (src / "README").write_text("hello\n")
+    subprocess.run([*git, "-C", str(src), "add", "README"], check=True)
+    subprocess.run([*git, "-C", str(src), "commit", "-q", "-m", "one"], check=True)
+    password = "plainPw42"
+    url = f"https://bob:{password}@git.example.invalid/team/repo.git"
+    # git reaches the local origin through the credentialed URL, as a real host's config would
+    (home / ".gitconfig").write_text(f'[url "{src}"]\n\tinsteadOf = {url}\n')
+    playbook = {
+        "name": "url-credentials",
+        "repo": {"url": "{{ repo_url }}", "dest": "src/repo", "version": "main"},
+        # prints the clone's origin (the URL with its credentials) into the bench's stdout
+        "bench": {
+            "command": ["git", "-C", str(home / "src" / "repo"), "config", "remote.origin.url"]
+        },
+        "snapshot": {"pip_freeze": False, "topo": False},
+    }
+    (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook))
+    proc = _orch(tmp_path, "apply", "playbook.yml", "-e", f"repo_url={url}", "--results", "results")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
+    (cell,) = [p for p in (run / "cells").iterdir() if p.is_dir()]
+    assert "***REDACTED***@git.example.invalid" in (cell / "bench" / "1" / "stdout").read_text()
+    _assert_nowhere(tmp_path / "results", password, proc.stdout, proc.stderr)
+    _assert_nowhere(tmp_path / "results", "bob:", proc.stdout, proc.stderr)
+
+
+@pytest.mark.slow
+def test_a_matrix_axis_of_secrets_shows_in_no_id_plan_or_bundle(tmp_path: Path) -> None:
+    """An axis whose name is secret (`api_key: [...]`): ids say `secret`, `orch plan` and the
+    bundle hide the values by name, the long one is swept from every file."""
+    (tmp_path / "home").mkdir()
+    long_value, short_value = "sk-matrixSecretValue77", "k9x"
+    playbook = {
+        "name": "secret-axis",
+        "matrix": {"api_key": [long_value, short_value], "n": [1]},
+        "env": {"API_KEY": "{{ matrix.api_key }}"},  # by name, as a client would read it
+        "bench": {"command": ["true"]},
+        "snapshot": {"pip_freeze": False, "topo": False},
+    }
+    (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook))
+    plan = _orch(tmp_path, "plan", "playbook.yml")
+    assert plan.returncode == 0, plan.stderr
+    plan_json = _orch(tmp_path, "plan", "playbook.yml", "--json")
+    cells = json.loads(plan_json.stdout)
+    assert [c["id"].split("-")[0] for c in cells] == ["secret", "secret"]
+    assert len({c["id"] for c in cells}) == 2  # still one id per point
+    for out in (plan.stdout, plan_json.stdout):
+        assert long_value not in out and short_value not in out
+    proc = _orch(tmp_path, "apply", "playbook.yml", "--results", "results")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _assert_nowhere(tmp_path / "results", long_value, proc.stdout, proc.stderr)
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
+    for cell in json.loads((run / "plan.json").read_text())["cells"]:
+        assert cell["axes"]["api_key"] == "***REDACTED***"
+    for cell_json in run.glob("cells/*/cell.json"):
+        assert json.loads(cell_json.read_text())["cell"]["axes"]["api_key"] == "***REDACTED***"

@@ -109,6 +109,11 @@ def test_a_throttle_episode_shows_in_telemetry_metrics_and_first_in_diff(host: H
     calm_metrics = read_json(calm_cell / "metrics.json")
     assert all(r["throttle_s"] == 0 for r in calm_metrics["repeats"])
     assert calm_metrics["telemetry"]["episodes"] == []
+    # the simulated server runs at the capped GPU's pace (TP waits for its slowest GPU)
+    calm_tput = calm_metrics["summary"]["output_throughput"]["median"]
+    capped_tput = metrics["summary"]["output_throughput"]["median"]
+    print(f"output throughput: calm {calm_tput:.1f}, capped {capped_tput:.1f} tok/s")
+    assert capped_tput < 0.85 * calm_tput, (calm_tput, capped_tput)
 
     out = ok(orch("diff", str(calm), str(capped), home=host.home))
     assert section_order(out)[0] == "hardware", out

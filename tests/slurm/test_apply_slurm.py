@@ -124,15 +124,14 @@ def test_apply_runs_each_cell_as_a_slurm_job(
         server = json.loads((records / f"{cell_id}.server.json").read_text())
         assert server["env"]["SLURM_JOB_PARTITION"] == "debug"
         assert server["env"]["SLURMD_NODENAME"] in ("node1", "node2")
-    # nothing ran outside Slurm, each command was a job, none is left running: the runner check
-    # (exit 3 the first time: not there yet, so FAILED), the runner sent through stdin, then
-    # one job for the host's whole queue (facts and both cells)
+    # nothing ran outside Slurm, none is left running, and the run was one job: the runner
+    # shipped in the same command that runs the host's whole queue (facts and both cells)
     jobs = jobs_since(slurm_cluster, first)
-    assert [job["state"] for job in jobs] == ["FAILED", "COMPLETED", "COMPLETED"], jobs
+    assert [job["state"] for job in jobs] == ["COMPLETED"], jobs
     assert all(job["name"].startswith("orch-") for job in jobs)
-    assert {server_job_id(records, cell_id) for cell_id in cells} == {jobs[2]["id"]}
+    assert {server_job_id(records, cell_id) for cell_id in cells} == {jobs[0]["id"]}
     # the bundle says which job each cell ran in, and every job of the host
-    assert {entry["slurm_job"] for entry in cells.values()} == {jobs[2]["id"]}
+    assert {entry["slurm_job"] for entry in cells.values()} == {jobs[0]["id"]}
     recorded = json.loads((run / "run.json").read_text())["slurm_jobs"]["login"]
     assert [j["job_id"] for j in recorded] == [job["id"] for job in jobs]
     # replay, audit --rerun and bisect reach the host as recorded: through Slurm again

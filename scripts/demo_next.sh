@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The "Next, try" of scripts/demo.sh: RUN REPO ORCH [the user's apply options...]. The user's own
+# -e/--results/-i/--limit are kept, shell-quoted, so the suggested bisect runs the same cells on
+# the same hosts, ports and results folder as the apply did.
+set -euo pipefail
+run=$1 repo=$2 orch=$3
+shift 3
+
+quote() { # one word, as the shell reads it back
+  if [[ $1 =~ ^[A-Za-z0-9_@%+=:,./-]+$ ]]; then
+    printf '%s' "$1"
+  else
+    printf "'%s'" "${1//\'/\'\\\'\'}"
+  fi
+}
+
+keep=""
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  a=${args[i]}
+  case $a in
+    -e | --extra-vars | --results | -i | --inventory | -l | --limit)
+      if ((i + 1 < ${#args[@]})); then
+        keep+=" $(quote "$a") $(quote "${args[i + 1]}")"
+        i=$((i + 1))
+      fi
+      ;;
+    --extra-vars=* | --results=* | --inventory=* | --limit=* | -e?* | -i?* | -l?*)
+      keep+=" $(quote "$a")"
+      ;;
+  esac
+done
+
+good_cell=$(ls -d "$run"/cells/good-tuned-eagle3-2-* 2>/dev/null | head -n 1 || true)
+bad_cell=$(ls -d "$run"/cells/bad-tuned-eagle3-2-* 2>/dev/null | head -n 1 || true)
+r=$(quote "$run")
+cat <<NEXT
+
+Next, try:
+  $orch show $r
+  $orch report $r --by commit --format md
+  $orch diff $(quote "${good_cell:-$run/cells/<a good cell>}") $(quote "${bad_cell:-$run/cells/<the same cell, bad>}")
+  $orch audit $r
+  $orch bisect playbooks/demo.yml -e $(quote "sim_repo=$repo")$keep --cell 'nccl=tuned,spec=eagle3-2' --good good --bad bad
+NEXT
