@@ -146,6 +146,12 @@ class TelemetrySpec(_Frozen):
     fields: tuple[str, ...] | None = None  # nvidia-smi --query-gpu names; None: the runner's
 
 
+class PreflightSpec(_Frozen):
+    """What the runner's preflight tolerates (a policy, not the measurement: not in the id)."""
+
+    gpus_busy: Literal["refuse", "warn"] = "refuse"  # foreign GPU processes or memory in use
+
+
 class Cell(_Frozen):
     """One matrix point on one host, fully rendered."""
 
@@ -163,6 +169,7 @@ class Cell(_Frozen):
     cell_timeout: float = DEFAULT_CELL_TIMEOUT
     snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
     telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
+    preflight: PreflightSpec = Field(default_factory=PreflightSpec)
 
 
 def canonical_json(data: Any) -> str:

@@ -7,10 +7,10 @@ InputError that suggests the closest known one.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from orchestrator.adapters.base import BenchAdapter, RepeatResult, ServerAdapter
+from orchestrator.adapters.base import BenchAdapter, MetricInfo, RepeatResult, ServerAdapter
 from orchestrator.adapters.generic import GenericBench, GenericServer
 from orchestrator.adapters.sglang import SglangServer
 from orchestrator.adapters.sglang_bench import SglangBenchOneBatchServer, SglangBenchServing
@@ -21,6 +21,7 @@ __all__ = [
     "BENCH_ADAPTERS",
     "SERVER_ADAPTERS",
     "BenchAdapter",
+    "MetricInfo",
     "RepeatResult",
     "ServerAdapter",
     "bench_adapter",
@@ -60,3 +61,66 @@ def server_adapter(name: str) -> ServerAdapter:
 def bench_adapter(name: str) -> BenchAdapter:
     """The bench adapter called `name` (sglang.bench_serving, vllm.bench_serve, generic, ...)."""
     return _lookup("bench", name, BENCH_ADAPTERS)
+
+
+# --- metric catalogues --------------------------------------------------------------------------
+
+_TELEMETRY = "telemetry.csv"
+# Every adapter's repeats get these from GPU telemetry (analyze/energy.py); `throttle_s.<reason>`
+# per reason on top.
+TELEMETRY_CATALOGUE = (
+    MetricInfo("energy_j", "J", "lower", _TELEMETRY + " (all GPUs)"),
+    MetricInfo("power_mean_w", "W", "neither", _TELEMETRY + " (per GPU)"),
+    MetricInfo("sm_clock_mean_mhz", "MHz", "higher", _TELEMETRY),
+    MetricInfo("sm_clock_min_mhz", "MHz", "higher", _TELEMETRY),
+    MetricInfo("temperature_max_c", "C", "lower", _TELEMETRY),
+    MetricInfo("utilization_mean_pct", "%", "neither", _TELEMETRY),
+    MetricInfo("throttle_s", "s", "lower", _TELEMETRY + " (any reason)"),
+    MetricInfo("telemetry_coverage", "fraction", "higher", _TELEMETRY),
+    MetricInfo("joules_per_output_token", "J/tok", "lower", _TELEMETRY + " and the bench"),
+    MetricInfo("output_tokens_per_joule", "tok/J", "higher", _TELEMETRY + " and the bench"),
+)
+
+
+def _telemetry_knows(name: str) -> bool:
+    return any(i.name == name for i in TELEMETRY_CATALOGUE) or name.startswith("throttle_s.")
+
+
+def metric_unit(name: str, bench: str | None, server: str | None = None) -> str | None:
+    """The unit of metric `name` of a cell with these adapters; None when no catalogue says
+    (a regex metric, a generic bench's field)."""
+    base = name.split(".", 1)[0]
+    tables: list[Iterable[MetricInfo]] = [TELEMETRY_CATALOGUE]
+    if bench in BENCH_ADAPTERS:
+        tables.insert(0, bench_adapter(bench).catalogue())
+    if server in SERVER_ADAPTERS:
+        tables.append(server_adapter(server).catalogue())
+    for table in tables:
+        for info in table:
+            if info.name in (name, base):
+                return info.unit
+    return "s" if name.startswith("throttle_s.") else None
+
+
+def unknown_metric_hint(bench: str, name: str, declared: Iterable[str] = ()) -> str | None:
+    """None when bench adapter `bench` can report metric `name` (or it is one of the `declared`
+    regex metrics, or the adapter is open-ended); else a hint with the nearest known name."""
+    adapter = bench_adapter(bench)
+    declared = set(declared)
+    if adapter.open_ended or name in declared or adapter.knows(name) or _telemetry_knows(name):
+        return None
+    if name in adapter.renamed:
+        return f"renamed: write {adapter.renamed[name]}"
+    servers = [
+        s for s in SERVER_ADAPTERS if any(i.name == name for i in server_adapter(s).catalogue())
+    ]
+    if servers:
+        return (
+            f"{name} is a {servers[0]} server metric (metrics.json's server block): expect: "
+            "bounds the bench's metrics"
+        )
+    known = [i.name for i in adapter.catalogue()] + [i.name for i in TELEMETRY_CATALOGUE]
+    known += sorted(declared)
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    listing = f"see `orch metrics {bench}`"
+    return f"did you mean {close[0]!r}? {listing}" if close else listing

@@ -39,6 +39,32 @@ class RepeatResult:
     notes: list[str] = field(default_factory=list)
 
 
+Better = Literal["higher", "lower", "neither"]
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """One metric an adapter can report: its unit (one per quantity across adapters: rates of
+    acceptance are fractions, times ms or s), which way is better, where it is read from, and
+    the client versions that write it (empty: every version)."""
+
+    name: str
+    unit: str
+    better: Better
+    source: str
+    versions: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as `orch metrics --json` prints it."""
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "better": self.better,
+            "source": self.source,
+            "versions": list(self.versions),
+        }
+
+
 class ServerAdapter(ABC):
     """How a serving engine's `server:` section becomes a process, and what its logs say."""
 
@@ -56,6 +82,10 @@ class ServerAdapter(ABC):
         """What to POST between two cells sharing one server (a cache flush), if anything."""
         return None
 
+    def catalogue(self) -> tuple[MetricInfo, ...]:
+        """The metrics `analyze` may report (metrics.json's `server` block)."""
+        return ()
+
 
 class BenchAdapter(ABC):
     """How a benchmark client's `bench:` section becomes argv, and its output becomes metrics."""
@@ -69,6 +99,19 @@ class BenchAdapter(ABC):
     @abstractmethod
     def parse_repeat_with_sources(self, repeat_dir: Path, cell: Cell) -> RepeatResult:
         """Metrics of one run (a `bench/<n>` or `bench/warmup-<n>` dir) with their sources."""
+
+    # An open-ended adapter reports whatever its client writes: expect: names are not checked.
+    open_ended: ClassVar[bool] = False
+    # Names a metric had before, with what to write now (validate says so instead of guessing).
+    renamed: ClassVar[dict[str, str]] = {}
+
+    def catalogue(self) -> tuple[MetricInfo, ...]:
+        """Every metric a repeat may report (regex metrics under `metrics:` come on top)."""
+        return ()
+
+    def knows(self, name: str) -> bool:
+        """Whether `name` is a metric this adapter can report (see `catalogue`)."""
+        return any(info.name == name for info in self.catalogue())
 
     def parse_repeat(self, repeat_dir: Path, cell: Cell) -> dict[str, float]:
         """Metrics of one run, as floats (see `parse_repeat_with_sources` for provenance)."""

@@ -94,6 +94,7 @@ class GenericBench(BenchAdapter):
     """A benchmark from `command`; metrics from `result_file` (JSON/JSONL) and stdout regexes."""
 
     name = "generic"
+    open_ended = True  # whatever numbers the result file holds, plus the declared regexes
 
     def build(self, section: Mapping[str, Any], server: ServerSpec | None) -> BenchSpec:
         """BenchSpec from `command`, `result_file`, `metrics` and the common keys."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator.adapters.base import (
     ListStyle,
+    MetricInfo,
     ServerAdapter,
     as_mapping,
     build_captures,
@@ -81,6 +82,17 @@ class SglangServer(ServerAdapter):
     """`python -m sglang.launch_server` (or `launcher`) with `args` as flags."""
 
     name = "sglang"
+
+    def catalogue(self) -> tuple[MetricInfo, ...]:
+        """What `analyze` reports: the last /server_info capture's accept length."""
+        return (
+            MetricInfo(
+                "server_info_accept_length",
+                "tokens/step",
+                "higher",
+                "captures/server_info.<last>.json (cumulative since start)",
+            ),
+        )
 
     def build(self, section: Mapping[str, Any]) -> ServerSpec:
         """Flags from `args`; port/host from args (or server.port/host); SGLang's readiness."""

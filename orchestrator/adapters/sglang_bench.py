@@ -13,6 +13,7 @@ from typing import Any
 
 from orchestrator.adapters.base import (
     BenchAdapter,
+    MetricInfo,
     RepeatResult,
     apply_regex_metrics,
     as_mapping,
@@ -38,15 +39,55 @@ from orchestrator.sim.bench import SIMULATED_UNITS_LINE
 RESULT_FILE = "result.jsonl"
 
 _LATENCIES = ("ttft", "itl", "tpot", "e2e_latency")
-_STATS = ("mean", "median", "p90", "p95", "p99")
-_SERVING_SCALARS = (
-    "output_throughput",
-    "request_throughput",
-    "input_throughput",
-    "total_throughput",
-    "completed",
-    "duration",
-)
+# Client versions by their field sets (docs/FACTS.md): 2025 builds (0.4.x, `orch sim bench`)
+# and 2026 builds, which added p90/p95 everywhere, total_throughput and two maxima.
+V2025, V2026 = "2025", "2026"
+_BOTH = (V2025, V2026)
+_STAT_VERSIONS = {"mean": _BOTH, "median": _BOTH, "std": _BOTH, "p90": (V2026,), "p95": (V2026,)}
+_STAT_VERSIONS["p99"] = _BOTH
+_SERVING_SOURCE = "result.jsonl"
+# A client whose retokenized output differs from the server's token count by more than this
+# (a fraction) measured other lengths than the server generated: its per-token figures mislead.
+RETOKENIZED_TOLERANCE = 0.05
+
+
+def _serving_catalogue() -> tuple[MetricInfo, ...]:
+    src = _SERVING_SOURCE
+    infos = [
+        MetricInfo("output_throughput", "tok/s", "higher", src, _BOTH),
+        MetricInfo("input_throughput", "tok/s", "higher", src, _BOTH),
+        MetricInfo("request_throughput", "req/s", "higher", src, _BOTH),
+        MetricInfo("total_throughput", "tok/s", "higher", src, (V2026,)),
+        MetricInfo("max_output_tokens_per_s", "tok/s", "higher", src, (V2026,)),
+        MetricInfo("max_concurrent_requests", "requests", "neither", src, (V2026,)),
+        MetricInfo("completed", "requests", "higher", src, _BOTH),
+        MetricInfo("duration", "s", "lower", src, _BOTH),
+        MetricInfo("total_input_tokens", "tokens", "neither", src, _BOTH),
+        MetricInfo("total_output_tokens", "tokens", "neither", src + " (server's count)", _BOTH),
+        MetricInfo(
+            "total_output_tokens_retokenized", "tokens", "neither", src + " (client's)", _BOTH
+        ),
+        MetricInfo("concurrency", "requests", "neither", src, _BOTH),
+    ]
+    for latency in _LATENCIES:
+        for stat, versions in _STAT_VERSIONS.items():
+            if latency == "itl" and stat == "p95":
+                versions = _BOTH  # 2025 builds wrote p95 for ITL only
+            infos.append(MetricInfo(f"{stat}_{latency}_ms", "ms", "lower", src, versions))
+    infos.append(
+        MetricInfo(
+            "accept_length",
+            "tokens/step",
+            "higher",
+            "server_info captures around the run, else " + src,
+            _BOTH,
+        )
+    )
+    return tuple(infos)
+
+
+SERVING_CATALOGUE = _serving_catalogue()
+_SERVING_NAMES = tuple(info.name for info in SERVING_CATALOGUE if info.name != "accept_length")
 
 
 def server_base_url(server: ServerSpec | None) -> str | None:
@@ -87,6 +128,10 @@ class SglangBenchServing(BenchAdapter):
 
     name = "sglang.bench_serving"
 
+    def catalogue(self) -> tuple[MetricInfo, ...]:
+        """bench_serving's result fields, each with the client versions that write it."""
+        return SERVING_CATALOGUE
+
     def build(self, section: Mapping[str, Any], server: ServerSpec | None) -> BenchSpec:
         """argv with backend, base URL and output file unless `args` names them itself."""
         args = normalize_args(as_mapping(section.get("args"), "args"))
@@ -118,6 +163,9 @@ class SglangBenchServing(BenchAdapter):
             for key, value in serving_metrics(row).items():
                 result.metrics[key] = value
                 result.sources[key] = name
+            note = retokenized_mismatch(result.metrics)
+            if note is not None:
+                result.notes.append(note)
         accept_length(repeat_dir, cell, row or {}, result)
         _stdout_metrics(repeat_dir, cell, result)
         apply_time_scale(repeat_dir, cell, result, _serving_kind)
@@ -127,17 +175,33 @@ class SglangBenchServing(BenchAdapter):
 def _serving_kind(metric: str) -> str | None:
     if metric.endswith("_ms") or metric == "duration":
         return "time"
-    if metric.endswith("_throughput"):
+    if metric.endswith(("_throughput", "_per_s")):
         return "rate"
     return None
+
+
+def retokenized_mismatch(metrics: Mapping[str, float]) -> str | None:
+    """A flag when the client's retokenized output differs from the server's token count by
+    more than `RETOKENIZED_TOLERANCE`: the two disagree on lengths (a server that ignores the
+    requested length, another tokenizer), so per-token figures of this run mislead."""
+    server = metrics.get("total_output_tokens")
+    client = metrics.get("total_output_tokens_retokenized")
+    if server is None or client is None or max(server, client) <= 0:
+        return None
+    off = abs(client - server) / max(server, client)
+    if off <= RETOKENIZED_TOLERANCE:
+        return None
+    return (
+        f"flag: retokenized output {client:g} tokens vs the server's {server:g} "
+        f"({off:.0%} apart, over {RETOKENIZED_TOLERANCE:.0%}): client and server disagree on "
+        "output lengths"
+    )
 
 
 def serving_metrics(row: Mapping[str, Any]) -> dict[str, float]:
     """orch metrics from one bench_serving result object (2025 or 2026 field set)."""
     out: dict[str, float] = {}
-    keys = list(_SERVING_SCALARS)
-    keys += [f"{stat}_{lat}_ms" for lat in _LATENCIES for stat in _STATS]
-    for key in keys:
+    for key in _SERVING_NAMES:
         value = finite_float(row.get(key))
         if value is not None:
             out[key] = value
@@ -326,6 +390,18 @@ _ONE_BATCH_FIELDS = {
 }
 
 
+_ONE_BATCH_SOURCE = "result.jsonl (last line per batch configuration)"
+ONE_BATCH_CATALOGUE = (
+    MetricInfo("latency", "s", "lower", _ONE_BATCH_SOURCE),
+    MetricInfo("input_throughput", "tok/s", "higher", _ONE_BATCH_SOURCE),
+    MetricInfo("output_throughput", "tok/s", "higher", _ONE_BATCH_SOURCE),
+    MetricInfo("overall_throughput", "tok/s", "higher", _ONE_BATCH_SOURCE),
+    MetricInfo("last_ttft", "s", "lower", _ONE_BATCH_SOURCE),
+    MetricInfo("last_gen_throughput", "tok/s", "higher", _ONE_BATCH_SOURCE + ", server's"),
+    MetricInfo("accept_length", "tokens/step", "higher", _ONE_BATCH_SOURCE + " acc_length"),
+)
+
+
 def one_batch_metrics(row: Mapping[str, Any]) -> dict[str, float]:
     """orch metrics from one bench_one_batch_server line; -1 and null mean "not measured"."""
     out: dict[str, float] = {}
@@ -340,6 +416,17 @@ class SglangBenchOneBatchServer(BenchAdapter):
     """`python -m sglang.bench_one_batch_server --base-url URL --result-filename F ...`."""
 
     name = "sglang.bench_one_batch_server"
+
+    def catalogue(self) -> tuple[MetricInfo, ...]:
+        """bench_one_batch_server's fields (with several batch configurations each name is
+        `<name>.bs<B>_in<I>_out<O>`)."""
+        return ONE_BATCH_CATALOGUE
+
+    def knows(self, name: str) -> bool:
+        """A catalogue name, alone or with a batch configuration suffix."""
+        base, _, suffix = name.partition(".")
+        known = any(info.name == base for info in ONE_BATCH_CATALOGUE)
+        return known and (not suffix or re.fullmatch(r"bs\w+_in\w+_out\w+", suffix) is not None)
 
     def build(self, section: Mapping[str, Any], server: ServerSpec | None) -> BenchSpec:
         """argv with the base URL and result file unless `args` names them itself."""

@@ -11,11 +11,12 @@ import re
 import statistics
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from orchestrator.adapters.base import (
     BenchAdapter,
     ListStyle,
+    MetricInfo,
     RepeatResult,
     ServerAdapter,
     apply_regex_metrics,
@@ -101,6 +102,10 @@ class VllmServer(ServerAdapter):
             **common_server_fields(section),
         )
 
+    def catalogue(self) -> tuple[MetricInfo, ...]:
+        """The server.log metrics `analyze` reports (every log line of the server's life)."""
+        return SERVER_CATALOGUE
+
     def reset_url(self, spec: ServerSpec) -> str | None:
         """vLLM's prefix-cache reset, POSTed between cells sharing one server.
 
@@ -144,6 +149,18 @@ class VllmServer(ServerAdapter):
         facts["nccl"], checks = analyze_nccl(log, cell.env)
         return {"metrics": metrics, "facts": facts, "checks": checks}
 
+
+_LOG = "server.log"
+SERVER_CATALOGUE = (
+    MetricInfo("log_accept_len", "tokens/step", "higher", _LOG + " SpecDecoding lines (mean)"),
+    MetricInfo(
+        "log_draft_acceptance_rate",
+        "fraction",
+        "higher",
+        _LOG + " SpecDecoding lines (accepted/drafted)",
+    ),
+    MetricInfo("log_gen_throughput", "tok/s", "higher", _LOG + " stats lines (median)"),
+)
 
 _SPEC_LINE = re.compile(r"SpecDecoding metrics: (.*)$")
 _SPEC_FIELDS = {
@@ -193,6 +210,17 @@ class VllmBenchServe(BenchAdapter):
     """`vllm bench serve --base-url URL ... --save-result --result-dir . --result-filename F`."""
 
     name = "vllm.bench_serve"
+    renamed: ClassVar[dict[str, str]] = {
+        "spec_decode_acceptance_rate": "draft_acceptance_rate (a fraction, no longer a percentage)"
+    }
+
+    def catalogue(self) -> tuple[MetricInfo, ...]:
+        """bench serve's result fields; percentiles beyond p99 follow --metric-percentiles."""
+        return BENCH_CATALOGUE
+
+    def knows(self, name: str) -> bool:
+        """A catalogue name, or any percentile `--metric-percentiles` may ask for."""
+        return super().knows(name) or _ORCH_LATENCY.fullmatch(name) is not None
 
     def build(self, section: Mapping[str, Any], server: ServerSpec | None) -> BenchSpec:
         """argv with the base URL and result file unless `args` names them itself."""
@@ -248,29 +276,68 @@ class VllmBenchServe(BenchAdapter):
 _VLLM_RENAMES = {
     "total_token_throughput": "total_throughput",
     "spec_decode_acceptance_length": "accept_length",
+    "spec_decode_acceptance_rate": "draft_acceptance_rate",
 }
 _VLLM_SCALARS = (
     "output_throughput",
     "request_throughput",
     "total_token_throughput",
+    "max_output_tokens_per_s",
+    "max_concurrent_requests",
     "completed",
     "failed",
     "duration",
+    "total_input_tokens",
+    "total_output_tokens",
     "spec_decode_acceptance_length",
     "spec_decode_acceptance_rate",
 )
-_VLLM_LATENCY = re.compile(r"^(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
+_PERCENT = {"spec_decode_acceptance_rate"}  # vLLM writes a percentage; orch keeps fractions
+_VLLM_LATENCY = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
+_ORCH_LATENCY = re.compile(r"(mean|median|std|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2e_latency)_ms")
+_RESULT = RESULT_FILE
+
+
+def _bench_catalogue() -> tuple[MetricInfo, ...]:
+    infos = [
+        MetricInfo("output_throughput", "tok/s", "higher", _RESULT),
+        MetricInfo("request_throughput", "req/s", "higher", _RESULT),
+        MetricInfo("total_throughput", "tok/s", "higher", _RESULT + " total_token_throughput"),
+        MetricInfo("max_output_tokens_per_s", "tok/s", "higher", _RESULT),
+        MetricInfo("max_concurrent_requests", "requests", "neither", _RESULT),
+        MetricInfo("completed", "requests", "higher", _RESULT),
+        MetricInfo("failed", "requests", "lower", _RESULT),
+        MetricInfo("duration", "s", "lower", _RESULT),
+        MetricInfo("total_input_tokens", "tokens", "neither", _RESULT),
+        MetricInfo("total_output_tokens", "tokens", "neither", _RESULT),
+        MetricInfo(
+            "accept_length", "tokens/step", "higher", _RESULT + " spec_decode_acceptance_length"
+        ),
+        MetricInfo(
+            "draft_acceptance_rate",
+            "fraction",
+            "higher",
+            _RESULT + " spec_decode_acceptance_rate ÷ 100",
+        ),
+    ]
+    for latency in ("ttft", "tpot", "itl", "e2e_latency"):
+        for stat in ("mean", "median", "std", "p99"):
+            infos.append(MetricInfo(f"{stat}_{latency}_ms", "ms", "lower", _RESULT))
+    return tuple(infos)
+
+
+BENCH_CATALOGUE = _bench_catalogue()
 
 
 def bench_serve_metrics(data: Mapping[str, Any]) -> dict[str, float]:
     """orch metrics from a `vllm bench serve` result: names aligned with sglang.bench_serving
-    (`total_throughput`, `e2e_latency`, `accept_length`); the acceptance rate keeps vLLM's name
-    and unit."""
+    (`total_throughput`, `e2e_latency`, `accept_length`); the acceptance rate is a fraction
+    (`draft_acceptance_rate`), as in the server log's."""
     out: dict[str, float] = {}
     for key in _VLLM_SCALARS:
         value = finite_float(data.get(key))
         if value is not None:
-            out[_VLLM_RENAMES.get(key, key)] = value
+            out[_VLLM_RENAMES.get(key, key)] = value / 100 if key in _PERCENT else value
     for key, raw in data.items():
         match = _VLLM_LATENCY.match(str(key))
         value = finite_float(raw)

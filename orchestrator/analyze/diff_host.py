@@ -266,6 +266,63 @@ def _topology_entries(a: Snapshot, b: Snapshot) -> list[Entry]:
     return entries
 
 
+# GPU memory readings closer than this are the same (allocator and driver noise), in MiB.
+_MEMORY_NOISE_MIB = 1024.0
+BUSY_BEFORE = "GPU processes before start"
+
+
+def _apps_before(snapshot: Snapshot) -> list[dict[str, Any]] | None:
+    """The compute apps the probe listed before the server started (None: not recorded)."""
+    if snapshot.absent(shape.COMPUTE_APPS) is not None:
+        return None
+    raw = snapshot.item(shape.COMPUTE_APPS)
+    if not isinstance(raw, list):
+        return None
+    return [app for app in raw if isinstance(app, dict)]
+
+
+def _apps_value(apps: list[dict[str, Any]]) -> str:
+    if not apps:
+        return "none"
+    total = sum(_number(app.get("used_memory_mib")) or 0.0 for app in apps)
+    listed = ", ".join(
+        f"pid {app.get('pid')} {app.get('process_name') or '?'} "
+        f"({show_value(app.get('used_memory_mib'))} MiB)"
+        for app in apps
+    )
+    return f"{len(apps)} holding {total:.0f} MiB: {listed}"
+
+
+def busy_entries(a: CellEvidence, b: CellEvidence) -> list[Entry]:
+    """GPU processes and memory in use before the server started (`snapshot.pre.json`): a stray
+    process holding memory or compute on the GPUs explains a slower run. Pids always differ, so
+    the process count and the memory they hold are compared."""
+    entries: list[Entry] = []
+    apps_a, apps_b = _apps_before(a.pre), _apps_before(b.pre)
+    if apps_a is not None and apps_b is not None:
+        held_a = sum(_number(x.get("used_memory_mib")) or 0.0 for x in apps_a)
+        held_b = sum(_number(x.get("used_memory_mib")) or 0.0 for x in apps_b)
+        if len(apps_a) != len(apps_b) or abs(held_a - held_b) > _MEMORY_NOISE_MIB:
+            entries.append(Entry(BUSY_BEFORE, _apps_value(apps_a), _apps_value(apps_b)))
+    indexed_a, indexed_b = _by_index(a.pre.gpus), _by_index(b.pre.gpus)
+    for index in indexed_a:
+        if index not in indexed_b:
+            continue
+        va, vb = indexed_a[index].get("memory.used"), indexed_b[index].get("memory.used")
+        na, nb = _number(va), _number(vb)
+        if na is None or nb is None or na == nb:
+            continue
+        entries.append(
+            Entry(
+                f"GPU {index} memory.used before start",
+                va,
+                vb,
+                within_tolerance=abs(na - nb) <= _MEMORY_NOISE_MIB,
+            )
+        )
+    return entries
+
+
 THROTTLED = "throttled during the run"
 
 
@@ -328,6 +385,7 @@ def hardware_section(a: CellEvidence, b: CellEvidence) -> Section:
     # first: a throttling episode during the bench explains a metric change better than any
     # snapshot reading taken before or after it
     section.entries += throttle_entries(a, b)
+    section.entries += busy_entries(a, b)
     gpus_a, gpus_b = a.pre.gpus, b.pre.gpus
     if len(gpus_a) != len(gpus_b):
         section.entries.append(Entry("GPU count", len(gpus_a), len(gpus_b)))

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from orchestrator.adapters import metric_unit
 from orchestrator.analyze import stats
 
 METRICS_SCHEMA_VERSION = 1
@@ -110,6 +111,31 @@ def metrics_document(
         "sources": dict(sources or {}),
         "expectations": [dict(e) for e in expectations or []],
     }
+
+
+def metric_units(
+    document: Mapping[str, Any], bench: str | None, server: str | None
+) -> dict[str, str | None]:
+    """{metric: unit} for every metric of a metrics.json document (repeats and the server
+    block), from the adapters' catalogues; None where no catalogue says (a regex metric)."""
+    names = metric_names(document.get("repeats") or [])
+    names += [n for n in document.get("server") or {} if n not in names]
+    return {name: metric_unit(name, bench, server) for name in names}
+
+
+def cell_metric_unit(cell: Mapping[str, Any], metrics: Mapping[str, Any], name: str) -> str | None:
+    """The unit of `name` in a recorded cell: metrics.json's `units`, else (a bundle from before
+    units were recorded) the catalogue of the cell's adapters."""
+    units = metrics.get("units")
+    if isinstance(units, Mapping) and name in units:
+        unit = units[name]
+        return unit if isinstance(unit, str) else None
+    bench, server = cell.get("bench"), cell.get("server")
+    return metric_unit(
+        name,
+        bench.get("adapter") if isinstance(bench, Mapping) else None,
+        server.get("adapter") if isinstance(server, Mapping) else None,
+    )
 
 
 def write_metrics_json(

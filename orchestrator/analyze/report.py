@@ -21,7 +21,7 @@ from tabulate import tabulate
 from orchestrator.analyze import stats
 from orchestrator.analyze.energy import read_telemetry
 from orchestrator.analyze.evidence import CellEvidence
-from orchestrator.analyze.metrics import HEADLINE_METRICS, format_number
+from orchestrator.analyze.metrics import HEADLINE_METRICS, cell_metric_unit, format_number
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
 from orchestrator.results.records import CellRecord
@@ -30,7 +30,7 @@ from orchestrator.runner.telemetry import TELEMETRY_CSV
 ReportFormat = Literal["table", "md", "csv", "json"]
 FORMATS: tuple[str, ...] = ("table", "md", "csv", "json")
 TIDY_FIXED = ("run_id", "cell_id", "host")
-_RESERVED = {*TIDY_FIXED, "repeat", "metric", "value"}
+_RESERVED = {*TIDY_FIXED, "repeat", "metric", "value", "unit"}
 OK_MARK, FAIL_MARK = "✓", "✗"
 ENERGY_METRICS = ("joules_per_output_token", "energy_j")  # the report's energy column, first found
 
@@ -266,7 +266,7 @@ def _footer(report: Report) -> list[str]:
 
 def tidy_rows(report: Report) -> list[dict[str, Any]]:
     """One row per cell × repeat × metric of `report.metrics`: run_id, cell_id, host, each axis,
-    repeat, metric, value.
+    repeat, metric, value, unit (None where no adapter catalogue says, e.g. a regex metric).
 
     An axis whose name clashes with a fixed column is written as `axis.<name>`.
     """
@@ -281,7 +281,10 @@ def tidy_rows(report: Report) -> list[dict[str, Any]]:
             base[column] = canonical_json(value) if isinstance(value, dict | list) else value
         for repeat, metric, value in cell.repeat_rows():
             if metric in chosen:
-                rows.append({**base, "repeat": repeat, "metric": metric, "value": value})
+                unit = cell_metric_unit(cell.cell, cell.metrics, metric)
+                rows.append(
+                    {**base, "repeat": repeat, "metric": metric, "value": value, "unit": unit}
+                )
     return rows
 
 
@@ -293,7 +296,7 @@ def render_report(report: Report, fmt: ReportFormat = "table") -> str:
             return json.dumps(rows, indent=2, default=str) + "\n"
         columns = list(TIDY_FIXED)
         columns += [f"axis.{a}" if a in _RESERVED else a for a in report.axes]
-        columns += ["repeat", "metric", "value"]
+        columns += ["repeat", "metric", "value", "unit"]
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
         writer.writeheader()

@@ -15,7 +15,7 @@ from orchestrator.analyze.energy import (
     throttle_episodes,
 )
 from orchestrator.analyze.expect import check_all
-from orchestrator.analyze.metrics import metrics_document, summarize
+from orchestrator.analyze.metrics import metric_units, metrics_document, summarize
 from orchestrator.cell import Cell
 from orchestrator.errors import OrchError
 from orchestrator.results.documents import read_json_noting
@@ -110,6 +110,8 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
     )
     if telemetry:
         metrics["telemetry"] = telemetry
+    server_name = cell.server.adapter if cell.server else None
+    metrics["units"] = metric_units(metrics, cell.bench.adapter, server_name)
     return Verdict(status=status, reason=reason, metrics=metrics, failed_step=failed_step)
 
 

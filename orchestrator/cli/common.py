@@ -218,6 +218,11 @@ class Planned:
                     hint=exc.hint,
                 ) from None
             raise
+        from orchestrator.plan.lint import expect_name_error
+
+        unknown = expect_name_error(self.playbook, self.cells)
+        if unknown is not None:
+            raise unknown
 
     @property
     def variables(self) -> dict[str, Any]:

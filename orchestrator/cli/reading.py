@@ -275,3 +275,62 @@ def audit(
         request, out=_echo_from_bundle, err=lambda line: _echo_from_bundle(line, err=True)
     )
     sys.exit(EXIT_OK if ok else EXIT_FAILED)
+
+
+@main.command(name="metrics")
+@click.argument("adapter")
+@click.option("--json", "as_json", is_flag=True, help="The catalogue as JSON.")
+@reports_errors
+def metrics_catalogue(adapter: str, as_json: bool) -> None:
+    """List the metrics ADAPTER reports: unit, which way is better, source, client versions.
+
+    ADAPTER is a bench adapter (what `expect:` may name; telemetry metrics come on top) or a
+    server adapter (metrics.json's `server` block).
+    """
+    import json
+
+    from orchestrator.adapters import (
+        BENCH_ADAPTERS,
+        SERVER_ADAPTERS,
+        TELEMETRY_CATALOGUE,
+        bench_adapter,
+        server_adapter,
+    )
+
+    if adapter not in BENCH_ADAPTERS and adapter not in SERVER_ADAPTERS:
+        import difflib
+
+        known = sorted(set(BENCH_ADAPTERS) | set(SERVER_ADAPTERS))
+        close = difflib.get_close_matches(adapter, known, n=1, cutoff=0.5)
+        raise InputError(
+            f"unknown adapter {adapter!r}",
+            hint=f"did you mean {close[0]!r}?" if close else "known: " + ", ".join(known),
+        )
+    sections = []
+    if adapter in BENCH_ADAPTERS:
+        bench = bench_adapter(adapter)
+        sections.append(("bench", bench.catalogue(), bench.open_ended))
+        sections.append(("telemetry", TELEMETRY_CATALOGUE, False))
+    if adapter in SERVER_ADAPTERS:
+        sections.append(("server", server_adapter(adapter).catalogue(), False))
+    if as_json:
+        doc = {
+            kind: {"open_ended": open_ended, "metrics": [i.to_json() for i in infos]}
+            for kind, infos, open_ended in sections
+        }
+        click.echo(json.dumps({"adapter": adapter, **doc}, indent=2))
+        return
+    for kind, infos, open_ended in sections:
+        if open_ended:
+            click.echo(
+                f"{kind}: open-ended: every number of the result file and each regex under "
+                "bench.metrics, units unknown"
+            )
+            continue
+        if not infos:
+            click.echo(f"{kind}: none")
+            continue
+        rows = [[i.name, i.unit, i.better, i.source, ", ".join(i.versions) or "all"] for i in infos]
+        click.echo(f"{kind}:")
+        click.echo(tabulate(rows, headers=["metric", "unit", "better", "source", "versions"]))
+        click.echo("")

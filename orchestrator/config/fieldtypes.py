@@ -188,6 +188,8 @@ TFetch = Annotated[Any, PlainValidator(one_of(*_FETCH)), _or_template(_enum(*_FE
 TVerifyEnv = Annotated[Any, PlainValidator(one_of(*_VERIFY_ENV)), _or_template(_enum(*_VERIFY_ENV))]
 _RESTART = ("per_config", "per_cell")
 TRestart = Annotated[Any, PlainValidator(one_of(*_RESTART)), _or_template(_enum(*_RESTART))]
+_GPUS_BUSY = ("refuse", "warn")
+TGpusBusy = Annotated[Any, PlainValidator(one_of(*_GPUS_BUSY)), _or_template(_enum(*_GPUS_BUSY))]
 TServerAdapter = Annotated[
     Any,
     PlainValidator(one_of(*SERVER_ADAPTER_NAMES)),

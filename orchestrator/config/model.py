@@ -21,6 +21,7 @@ from orchestrator.config.fieldtypes import (
     TEnv,
     TExtends,
     TFetch,
+    TGpusBusy,
     THttpStatus,
     TLauncher,
     TMatrix,
@@ -219,6 +220,13 @@ class TelemetrySection(_Section):
         return {"enabled": value} if isinstance(value, bool) else value
 
 
+class PreflightSection(_Section):
+    """What the runner checks before a server starts (not in the cell id): GPUs already busy
+    with other processes or memory refuse the cell, or only warn."""
+
+    gpus_busy: TGpusBusy = "refuse"
+
+
 class TimeoutsSection(_Section):
     """Seconds before a cell, the repo setup, readiness or one bench run is given up."""
 
@@ -253,6 +261,7 @@ class PlaybookModel(_Section):
     expect: dict[str, ExpectSection] | None = None
     snapshot: SnapshotSection | None = None
     telemetry: TelemetrySection | None = None
+    preflight: PreflightSection | None = None
     timeouts: TimeoutsSection | None = None
 
 
@@ -262,6 +271,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "bench": BenchSection,
     "snapshot": SnapshotSection,
     "telemetry": TelemetrySection,
+    "preflight": PreflightSection,
     "timeouts": TimeoutsSection,
 }
 

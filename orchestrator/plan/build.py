@@ -66,7 +66,8 @@ def cell_spec(cell: Cell) -> dict[str, Any]:
     cell, `masks` being the {value: name} of its secret values (none: no masks needed).
     """
     return cell.model_dump(
-        mode="json", exclude={"id", "playbook", "schema_version", "host", "snapshot", "telemetry"}
+        mode="json",
+        exclude={"id", "playbook", "schema_version", "host", "snapshot", "telemetry", "preflight"},
     )
 
 

@@ -6,6 +6,9 @@ these on stderr and exit as they would without them.
   name that only a template gives is checked as each cell renders it.
 - Secret values shorter than `MIN_SECRET_LENGTH`: redacted by name only (runner/redaction.py),
   so they stay visible inside logs. The names are listed, never the values.
+- One check that does refuse (exit 2): an `expect:` name the bench adapter's metric catalogue
+  does not have (`expect_name_error`), with the nearest known name; the generic adapter is
+  open-ended and regex metrics under `bench.metrics` count as known.
 - A server with no `ready:` check (a note, not a warning): it counts as ready once it has
   stayed up `UNCHECKED_SETTLE_SECONDS`.
 """
@@ -15,10 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from orchestrator.adapters import BENCH_ADAPTERS, unknown_metric_hint
 from orchestrator.cell import Cell
 from orchestrator.config.keypath import KeyPath
 from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.templates import has_template
+from orchestrator.errors import InputError
 from orchestrator.runner.redaction import MIN_SECRET_LENGTH, is_secret_name, short_secret_names
 from orchestrator.runner.server import UNCHECKED_SETTLE_SECONDS
 from orchestrator.sim.nccl_names import is_nccl_name, nearest_nccl_name
@@ -55,6 +60,28 @@ def nccl_name_warnings(playbook: LoadedPlaybook, cells: Sequence[Cell]) -> list[
             f"warning: {playbook.locate(path)}: env.{name}: NCCL does not know this variable{hint}"
         )
     return out
+
+
+def expect_name_error(playbook: LoadedPlaybook, cells: Sequence[Cell]) -> InputError | None:
+    """The first `expect:` name some cell's bench adapter cannot report, located, or None."""
+    written = playbook.data.get("expect")
+    for cell in cells:
+        if cell.bench.adapter not in BENCH_ADAPTERS:
+            continue
+        for name in cell.expect:
+            hint = unknown_metric_hint(cell.bench.adapter, name, cell.bench.metrics)
+            if hint is None:
+                continue
+            path: KeyPath = ("expect", name) if isinstance(written, Mapping) else ("expect",)
+            if isinstance(written, Mapping) and name not in written:
+                path = ("expect",)  # a name a template gave
+            return InputError(
+                f"{cell.bench.adapter} reports no metric {name!r}",
+                location=playbook.locate(path),
+                key_path=f"expect.{name}",
+                hint=hint,
+            )
+    return None
 
 
 def short_secret_warning(cells: Sequence[Cell], *var_sources: Mapping[str, Any]) -> str | None:

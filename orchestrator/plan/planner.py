@@ -287,6 +287,7 @@ class HostPlanner(SectionRenderer):
         host = self.host.name
         snapshot = self.snapshot()
         telemetry = self.telemetry()
+        preflight = self.preflight()
         out: list[tuple[Cell, MatrixPoint]] = []
         for point in points:
             values = point.values
@@ -344,6 +345,7 @@ class HostPlanner(SectionRenderer):
                     "cell_timeout": cell_timeout,
                     "snapshot": snapshot,
                     "telemetry": telemetry,
+                    "preflight": preflight,
                 }
             )
             out.append((cell, point))

@@ -20,6 +20,7 @@ from orchestrator.adapters import bench_adapter, server_adapter
 from orchestrator.cell import (
     BenchSpec,
     Expectation,
+    PreflightSpec,
     RepoPin,
     ServerSpec,
     SnapshotSpec,
@@ -207,6 +208,13 @@ class SectionRenderer:
         if isinstance(chosen.get("fields"), list):
             plain["fields"] = tuple(chosen["fields"])
         return TelemetrySpec(**plain)
+
+    def preflight(self) -> PreflightSpec:
+        """The `preflight:` options (plain values; a template keeps the default)."""
+        given = self.playbook.model.preflight
+        if given is None or given.gpus_busy not in ("refuse", "warn"):
+            return PreflightSpec()
+        return PreflightSpec(gpus_busy=given.gpus_busy)
 
 
 def _env_text(value: Any) -> str:

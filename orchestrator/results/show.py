@@ -131,6 +131,10 @@ def describe_cell(cell: CellRecord) -> str:
     for check in metrics.checks:
         if not check.get("ok", True):
             lines.append(f"check FAIL {check.get('name')}: {check.get('detail')}")
+    notes = (cell.metrics or {}).get("notes")
+    for note in notes if isinstance(notes, list) else ():
+        if isinstance(note, str) and note.startswith("flag: "):  # an adapter's doubt on its numbers
+            lines.append(note)
     env = cell.env_check or {}
     if env:
         lines.append(f"\nenv check {env.get('mode')}: {'ok' if env.get('ok') else 'MISMATCH'}")

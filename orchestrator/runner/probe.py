@@ -32,6 +32,7 @@ from orchestrator.runner.probe_parse import (
     find_nccl_versions,
     parse_compute_apps,
     parse_cpuinfo,
+    parse_gpu_apps,
     parse_gpu_csv,
     parse_loadavg,
     parse_meminfo,
@@ -203,6 +204,44 @@ def _compute_apps(smi: str) -> List[Dict[str, Any]]:
             "nvidia-smi --query-compute-apps failed (rc %d): %s" % (rc, short_tail(out + err))
         )
     return parse_compute_apps(out)
+
+
+def gpu_occupancy(smi: str) -> Dict[str, Any]:
+    """Who holds the GPUs now: {"gpus": [{index, uuid, memory_used_mib}], "apps": [{pid,
+    process_name, used_memory_mib, gpu}]}, each app's GPU as an index. Absent when nvidia-smi
+    cannot answer."""
+    argv = [smi, "--query-gpu=index,uuid,memory.used", "--format=csv,noheader,nounits"]
+    rc, out, err = run_command(argv, timeout=30)
+    if rc != 0:
+        raise Absent("nvidia-smi --query-gpu failed (rc %d): %s" % (rc, short_tail(out + err)))
+    gpus = parse_gpu_csv(out, ["index", "uuid", "memory.used"])
+    by_uuid = {str(g.get("uuid")): g.get("index") for g in gpus}
+    argv = [
+        smi,
+        "--query-compute-apps=gpu_uuid,pid,used_memory,process_name",
+        "--format=csv,noheader,nounits",
+    ]
+    rc, out, err = run_command(argv, timeout=30)
+    if rc != 0:
+        raise Absent(
+            "nvidia-smi --query-compute-apps failed (rc %d): %s" % (rc, short_tail(out + err))
+        )
+    apps = []
+    for app in parse_gpu_apps(out):
+        uuid = app.pop("gpu_uuid")
+        app["gpu"] = by_uuid.get(uuid, uuid)
+        apps.append(app)
+    return {
+        "gpus": [
+            {
+                "index": g.get("index"),
+                "uuid": g.get("uuid"),
+                "memory_used_mib": g.get("memory.used"),
+            }
+            for g in gpus
+        ],
+        "apps": apps,
+    }
 
 
 def _topo(smi: str) -> Dict[str, Any]:

@@ -138,6 +138,27 @@ def parse_compute_apps(text: str) -> List[Dict[str, Any]]:
     return apps
 
 
+def parse_gpu_apps(text: str) -> List[Dict[str, Any]]:
+    """`--query-compute-apps=gpu_uuid,pid,used_memory,process_name` CSV (noheader, nounits)
+    -> [{gpu_uuid, pid, used_memory_mib, process_name}]; the name last, as it may hold commas."""
+    apps = []
+    for line in text.splitlines():
+        if not line.strip() or line.lower().startswith("no running"):
+            continue
+        values = _split_csv_line(line)
+        if len(values) < 4:
+            raise ValueError("unexpected compute-apps line %r" % line)
+        apps.append(
+            {
+                "gpu_uuid": values[0].strip(),
+                "pid": parse_value("index", values[1]),
+                "used_memory_mib": parse_value("memory.used", values[2]),
+                "process_name": ",".join(values[3:]).strip(),
+            }
+        )
+    return apps
+
+
 _SMI_VERSION = re.compile(r"NVIDIA-SMI\s+([\w.\-]+)")
 _DRIVER_VERSION = re.compile(r"Driver Version:\s*([\w.\-]+)")
 _CUDA_VERSION = re.compile(r"CUDA Version:\s*([\w.\-]+)")

@@ -19,6 +19,7 @@ TOPO = "topo"  # {"text", "devices", "links": {dev: {dev: link}}, "affinity": {d
 TOPO_LINKS = "links"
 TOPO_AFFINITY = "affinity"
 GIT = "git"  # {"path", "head", "describe", "branch", "remote_url", "dirty", "status_porcelain"}
+COMPUTE_APPS = "compute_apps"  # [{"pid", "process_name", "used_memory_mib"}]: GPU processes
 PYTHON = "python"  # {"executable", "version", "implementation", "prefix", "requested"}
 
 # Labelled single readings: (label, path of keys from the snapshot's top level).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -14,6 +15,7 @@ import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
 from orchestrator.runner.context import CellContext
+from orchestrator.runner.probe import Absent, gpu_occupancy
 from orchestrator.runner.procs import (
     live_server_records,
     marked_processes,
@@ -41,6 +43,10 @@ from orchestrator.runner.protocol import (
 # A server with no `ready:` check counts as ready once it has stayed up this long: one that exits
 # at once (a bad flag, a missing model) fails at `ready` instead of passing a quick bench.
 UNCHECKED_SETTLE_SECONDS = 1.0
+
+# A GPU with more memory in use than this and no process listed on it is busy all the same (a
+# process of another container, which nvidia-smi cannot name): an idle GPU shows a few MiB.
+BUSY_MEMORY_MIB = 1024
 
 # The first readiness poll's wait; each next one waits 1.5x longer, up to ready.interval.
 FIRST_POLL = 0.02
@@ -135,6 +141,7 @@ class ServerSteps(CellContext):
         detail: Dict[str, Any] = {}
         self.clear_servers(detail)
         self.clear_orphans(detail)
+        self.check_gpus(detail)
         port = self.server.get("port") if self.server else None
         if port:
             why = port_in_use(int(port))
@@ -146,6 +153,65 @@ class ServerSteps(CellContext):
                 )
             detail["port"] = int(port)
         return detail
+
+    def cell_gpus(self) -> Optional[List[int]]:
+        """The GPU indices the cell's CUDA_VISIBLE_DEVICES names (None: all, or not indices)."""
+        raw = (self.cell.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
+        if raw is None:
+            return None
+        parts = [p.strip() for p in str(raw).split(",") if p.strip()]
+        if not all(p.isdigit() for p in parts):
+            return None  # UUIDs or MIG names: check every GPU
+        return [int(p) for p in parts]
+
+    def check_gpus(self, detail: Dict[str, Any]) -> None:
+        """Foreign processes or memory in use on the cell's GPUs refuse the cell, or only warn
+        with `preflight: {gpus_busy: warn}`; recorded in the detail either way. Run only before
+        a server of this cell's own starts: a session's kept server is not foreign."""
+        policy = str((self.cell.get("preflight") or {}).get("gpus_busy", "refuse"))
+        smi = shutil.which("nvidia-smi")
+        if smi is None:
+            detail["gpus"] = {"checked": False, "note": "nvidia-smi not found on PATH"}
+            return
+        try:
+            seen = gpu_occupancy(smi)
+        except Absent as exc:
+            detail["gpus"] = {"checked": False, "note": str(exc)}
+            return
+        wanted = self.cell_gpus()
+        gpus = [g for g in seen["gpus"] if wanted is None or g.get("index") in wanted]
+        indices = set(g.get("index") for g in gpus)
+        apps = [a for a in seen["apps"] if wanted is None or a.get("gpu") in indices]
+        held = set(a.get("gpu") for a in apps)
+        hidden = [
+            g
+            for g in gpus
+            if g.get("index") not in held
+            and isinstance(g.get("memory_used_mib"), (int, float))
+            and g["memory_used_mib"] > BUSY_MEMORY_MIB
+        ]
+        info: Dict[str, Any] = {"checked": True, "policy": policy, "gpus": gpus, "apps": apps}
+        if not apps and not hidden:
+            info["busy"] = False
+            detail["gpus"] = info
+            return
+        parts = [
+            "pid %s (%s) holds %s MiB on GPU %s"
+            % (a.get("pid"), a.get("process_name"), a.get("used_memory_mib"), a.get("gpu"))
+            for a in apps
+        ]
+        parts += [
+            "GPU %s has %s MiB in use by no listed process" % (g.get("index"), g["memory_used_mib"])
+            for g in hidden
+        ]
+        reason = "GPUs are busy before the server starts: %s" % "; ".join(parts)
+        info.update(busy=True, reason=reason)
+        detail["gpus"] = info
+        if policy != "warn":
+            raise StepFailed(
+                reason + "; stop those processes, or set `preflight: {gpus_busy: warn}` to go on"
+            )
+        self.emit({"event": "warning", "what": "gpus_busy", "detail": reason})
 
     def clear_servers(self, detail: Dict[str, Any]) -> None:
         """No live server may be left on this host before ours starts.

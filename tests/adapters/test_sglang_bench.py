@@ -112,7 +112,12 @@ def test_parse_2026_fields(tmp_path: Path) -> None:
         for stat in ("mean", "median", "p90", "p95", "p99"):
             assert f"{stat}_{lat}_ms" in m
     assert "request_rate" not in m  # Infinity is not a metric
-    assert "std_ttft_ms" not in m
+    # token totals, spreads and concurrency are kept (issue 11 item 9)
+    assert m["std_ttft_ms"] == pytest.approx(1.1688)
+    assert (m["total_input_tokens"], m["total_output_tokens"]) == (32768, 16384)
+    assert m["total_output_tokens_retokenized"] == 16379
+    assert m["concurrency"] == pytest.approx(0.99961)
+    assert m["max_output_tokens_per_s"] == 118.0 and m["max_concurrent_requests"] == 1
 
 
 def test_zero_accept_length_is_absent(tmp_path: Path) -> None:

@@ -107,6 +107,7 @@ def test_tidy_csv_and_json_have_one_row_per_cell_repeat_metric(tmp_path: Path) -
         "repeat",
         "metric",
         "value",
+        "unit",
     ]
     assert rows[0] == {
         "run_id": "20261130-142501-demo-3f9c",
@@ -117,9 +118,11 @@ def test_tidy_csv_and_json_have_one_row_per_cell_repeat_metric(tmp_path: Path) -
         "repeat": "1",
         "metric": "output_throughput",
         "value": "88.5",
+        "unit": "tok/s",
     }
     data = json.loads(render_report(report, "json"))
     assert len(data) == 24 and data[1]["metric"] == "median_ttft_ms" and data[1]["value"] == 39.5
+    assert data[1]["unit"] == "ms"
 
 
 def test_metric_choice_applies_to_csv_and_json_through_the_cli(tmp_path: Path) -> None:
