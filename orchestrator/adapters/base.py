@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
+from orchestrator.adapters.flags import scalar_text
 from orchestrator.cell import BenchSpec, Capture, Cell, ReadyCheck, ServerSpec
 from orchestrator.errors import InputError, is_known_secret
-
-ListStyle = Literal["nargs", "repeat", "csv", "json"]
 
 # Hosts a server binds to that are not addresses a client can connect to.
 _WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}
@@ -145,7 +144,7 @@ def split_command(value: Any, key_path: str) -> list[str]:
                     f"argv items must be scalars, got {type(item).__name__}",
                     key_path=f"{key_path}[{i}]",
                 )
-            argv.append(_scalar_text(item))
+            argv.append(scalar_text(item))
     else:
         raise InputError(
             f"expected a string or a list, got {type(value).__name__}", key_path=key_path
@@ -413,94 +412,6 @@ def regex_metrics(value: Any) -> dict[str, str]:
         except re.error as exc:
             raise InputError(f"invalid regex: {exc}", key_path=f"metrics.{name}") from None
     return {k: str(v) for k, v in metrics.items()}
-
-
-# --- flags -----------------------------------------------------------------------------------
-
-
-def normalize_flag(key: str) -> str:
-    """`tp_size`, `tp-size` and `--tp-size` all name the flag `tp-size`."""
-    return key.strip().lstrip("-").replace("_", "-")
-
-
-def _scalar_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _json_text(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def normalize_args(args: Mapping[str, Any], key_path: str = "args") -> dict[str, Any]:
-    """The flag mapping with normalized keys; two spellings of one flag are an error."""
-    out: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    for key, value in args.items():
-        flag = normalize_flag(str(key))
-        if not flag:
-            raise InputError("empty flag name", key_path=f"{key_path}.{key}")
-        if flag in out:
-            raise InputError(
-                f"{key!r} and {origin[flag]!r} are the same flag --{flag}",
-                key_path=f"{key_path}.{key}",
-            )
-        out[flag] = value
-        origin[flag] = str(key)
-    return out
-
-
-def flags_to_argv(
-    args: Mapping[str, Any],
-    *,
-    list_styles: Mapping[str, ListStyle] | None = None,
-    key_path: str = "args",
-) -> list[str]:
-    """A flag mapping as argv, in the mapping's order.
-
-    True -> `--flag`; False/None -> dropped; dict -> one JSON argument; list -> `--flag a b`
-    (argparse nargs, what SGLang and vLLM list flags take) unless `list_styles` names another
-    style for that flag: `repeat` (`--flag a --flag b`), `csv` (`--flag a,b`) or `json`.
-    Keys must already be normalized (see `normalize_args`).
-    """
-    styles = list_styles or {}
-    argv: list[str] = []
-    for flag, value in args.items():
-        kp = f"{key_path}.{flag}"
-        opt = f"--{flag}"
-        if value is None or value is False:
-            continue
-        if value is True:
-            argv.append(opt)
-        elif isinstance(value, Mapping):
-            argv += [opt, _json_text(value)]
-        elif isinstance(value, list | tuple):
-            if not value:
-                raise InputError(
-                    f"empty list for {opt}", key_path=kp, hint="use null to leave the flag out"
-                )
-            style = styles.get(flag, "nargs")
-            if style == "json":
-                argv += [opt, _json_text(list(value))]
-                continue
-            items: list[str] = []
-            for i, item in enumerate(value):
-                if isinstance(item, list | tuple) or item is None:
-                    raise InputError(
-                        "nested lists and nulls are not flag values", key_path=f"{kp}[{i}]"
-                    )
-                items.append(_json_text(item) if isinstance(item, Mapping) else _scalar_text(item))
-            if style == "repeat":
-                for item_text in items:
-                    argv += [opt, item_text]
-            elif style == "csv":
-                argv += [opt, ",".join(items)]
-            else:
-                argv += [opt, *items]
-        else:
-            argv += [opt, _scalar_text(value)]
-    return argv
 
 
 # --- parsing helpers -------------------------------------------------------------------------

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.adapters.base import (
-    ListStyle,
     MetricInfo,
     ServerAdapter,
     as_mapping,
@@ -24,15 +23,14 @@ from orchestrator.adapters.base import (
     build_ready,
     common_server_fields,
     finite_float,
-    flags_to_argv,
     get_port,
     get_str,
-    normalize_args,
     read_json,
     read_text,
     server_url,
     split_command,
 )
+from orchestrator.adapters.flags import ListStyle, flags_to_argv, normalize_args
 from orchestrator.adapters.nccl import analyze_nccl
 from orchestrator.cell import Cell, ServerSpec
 from orchestrator.errors import InputError

@@ -19,13 +19,12 @@ from orchestrator.adapters.base import (
     as_mapping,
     common_bench_fields,
     finite_float,
-    flags_to_argv,
-    normalize_args,
     read_json_lines,
     read_last_json_line,
     read_text,
     server_url,
 )
+from orchestrator.adapters.flags import flags_to_argv, normalize_args
 from orchestrator.adapters.sglang import (
     internal_states,
     launcher_argv,

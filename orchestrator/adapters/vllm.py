@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 
 from orchestrator.adapters.base import (
     BenchAdapter,
-    ListStyle,
     MetricInfo,
     RepeatResult,
     ServerAdapter,
@@ -26,14 +25,13 @@ from orchestrator.adapters.base import (
     common_bench_fields,
     common_server_fields,
     finite_float,
-    flags_to_argv,
     get_port,
-    normalize_args,
     read_json,
     read_text,
     server_url,
     split_command,
 )
+from orchestrator.adapters.flags import ListStyle, flags_to_argv, normalize_args
 from orchestrator.adapters.nccl import analyze_nccl
 from orchestrator.adapters.sglang import section_vs_args
 from orchestrator.adapters.sglang_bench import server_base_url

@@ -20,12 +20,12 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from orchestrator.runner.interpreters import cached_answers, remember_answers
 from orchestrator.runner.probe_parse import (
     GPU_FIELDS,
     LEGACY_FIELDS,
@@ -291,53 +291,6 @@ _PYTHON_INFO = (
     "'prefix': sys.prefix, 'path': sys.path}))"
 )
 
-# An interpreter's packages change only when its site directories do (pip writes there): within
-# one runner process (a host's queue of cells) the python, torch and pip-freeze answers are reused
-# while the interpreter and every directory on its sys.path keep their inode and mtime; the
-# snapshot lists what it reused (probe.reused). Importing torch costs seconds per snapshot.
-_INTERPRETERS = {}  # type: Dict[str, Dict[str, Any]]
-_INTERPRETERS_LOCK = threading.Lock()
-_REUSABLE = ("python", "torch", "pip_freeze")
-
-
-def _interpreter_state(python: str, paths: Sequence[str]) -> Tuple[Any, ...]:
-    """What must not change for an interpreter's cached answers to hold."""
-    state = []  # type: List[Tuple[str, Optional[int], Optional[int]]]
-    for path in [shutil.which(python) or python, *paths]:
-        try:
-            st = os.stat(path)
-            state.append((path, st.st_ino, st.st_mtime_ns))
-        except OSError:
-            state.append((path, None, None))
-    return tuple(state)
-
-
-def _cached_answers(python: str, pip_freeze: bool) -> Dict[str, Any]:
-    """The reusable items of an earlier snapshot of `python` that still hold, else {}."""
-    with _INTERPRETERS_LOCK:
-        entry = _INTERPRETERS.get(python)
-    if not entry or _interpreter_state(python, entry["paths"]) != entry["state"]:
-        return {}
-    answers = dict(entry["answers"])
-    if pip_freeze and not isinstance(answers.get("pip_freeze"), list):
-        answers.pop("pip_freeze", None)  # taken while pip_freeze was off: take it now
-    return answers
-
-
-def _remember_answers(python: str, results: Dict[str, Any], pip_freeze: bool) -> None:
-    info = results.get("python")
-    paths = info.get("path") if isinstance(info, dict) else None
-    if not isinstance(paths, list):
-        return
-    paths = [str(p) for p in paths if p]
-    answers = {k: results[k] for k in _REUSABLE if k != "pip_freeze" or pip_freeze}
-    with _INTERPRETERS_LOCK:
-        _INTERPRETERS[python] = {
-            "paths": paths,
-            "state": _interpreter_state(python, paths),
-            "answers": answers,
-        }
-
 
 _TORCH_INFO = r"""
 import json
@@ -520,7 +473,7 @@ def snapshot(
         "server_log_nccl": (lambda: _server_log_nccl(log)) if log else not_given("server log"),
         "env": lambda: collect_env(os.environ),
     }  # type: Dict[str, Callable[[], Any]]
-    reused = _cached_answers(py, pip_freeze)
+    reused = cached_answers(py, pip_freeze)
     # Items are independent and mostly wait on subprocesses: run them side by side.
     with ThreadPoolExecutor(max_workers=8) as pool:
         futures = {
@@ -530,7 +483,7 @@ def snapshot(
     results.update(reused)
     results = {name: results[name] for name in items}  # the declared order, reused or not
     if not reused:
-        _remember_answers(py, results, pip_freeze)
+        remember_answers(py, results, pip_freeze)
 
     torch_info = results["torch"]
     header = results["nvidia_smi"]

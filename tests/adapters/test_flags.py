@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from orchestrator.adapters.base import flags_to_argv, normalize_args
+from orchestrator.adapters.flags import flags_to_argv, normalize_args
 from orchestrator.errors import InputError
 
 
