@@ -4,29 +4,18 @@ results folder of every command: through the real CLI, on real files."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import run_orch
 
 
 def orch(
     cwd: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k != "ORCH_RESULTS"}
-    (cwd / "home").mkdir(exist_ok=True)
-    clean["HOME"] = str(cwd / "home")
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**clean, **(env or {})},
-    )
+    return run_orch(cwd, *args, home=cwd / "home", env=env)
 
 
 @pytest.mark.parametrize(

@@ -4,23 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_orch
 
 PLAYBOOK = "name: demo\nbench:\n  command: [echo, hi]\n"
 
 
-def orch(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+orch = run_orch
 
 
 @pytest.mark.parametrize(

@@ -5,12 +5,11 @@ the local connection, with a tiny generic bench."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
+from cli_helpers import run_orch
 
 # cell a=2 fails until MARK exists (it creates it): the first try fails, a retry passes
 BENCH = (
@@ -23,17 +22,7 @@ BENCH = (
 def orch(
     cwd: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k != "ORCH_RESULTS"}
-    (cwd / "home").mkdir(exist_ok=True)
-    clean["HOME"] = str(cwd / "home")
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**clean, **(env or {})},
-    )
+    return run_orch(cwd, *args, home=cwd / "home", env=env)
 
 
 def _playbook(tmp: Path) -> None:

@@ -9,10 +9,10 @@ a shadow-like file of our own (the real one is not readable everywhere).
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_orch
 
 TOKEN = "hf_ERRSECRET_5150abcdef"
 RAW = "RAWPIECE_77aa88bb99"  # not secret by name: a secret's template reads it
@@ -42,14 +42,7 @@ bench:
 """
 
 
-def _orch(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+_orch = run_orch
 
 
 def _playbook(tmp: Path, timeout: str = "30", head: str = "") -> Path:

@@ -3,12 +3,11 @@ and its hints lead to a fix that works (issue 16's example, through the real CLI
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_orch
 
 PLAYBOOK = """\
 name: tpl
@@ -25,15 +24,7 @@ bench: {{command: [echo, hi]}}
 
 
 def orch(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(cwd)}
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    return run_orch(cwd, *args, home=cwd)
 
 
 @pytest.mark.parametrize(

@@ -5,11 +5,10 @@ for the open-ended generic adapter."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_orch
 
 SERVING = """\
 name: m
@@ -24,15 +23,7 @@ expect:
 """
 
 
-def orch(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The real CLI as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+orch = run_orch
 
 
 def test_metrics_prints_the_catalogue(tmp_path: Path) -> None:

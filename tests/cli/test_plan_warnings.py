@@ -4,11 +4,10 @@ NCCL variables, secrets too short to hide inside logs, and a server with no read
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_orch
 
 NCCL_PLAYBOOK = """\
 name: nccl
@@ -26,15 +25,7 @@ bench:
 """
 
 
-def orch(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The real CLI as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+orch = run_orch
 
 
 @pytest.mark.parametrize("command", ["validate", "plan"])
