@@ -18,7 +18,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any, ClassVar
 
-from orchestrator.cell import BenchSpec, Capture, Cell, ReadyCheck, RepoPin, ServerSpec
+from orchestrator.cell import (
+    BenchSpec,
+    Capture,
+    Cell,
+    ReadyCheck,
+    RepoPin,
+    ServerSpec,
+    SnapshotSpec,
+)
 from orchestrator.execute.ship import runner_hash, write_runner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,8 +76,10 @@ def make_cell(
     repo: RepoPin | None = None,
     bench_argv: tuple[str, ...] | None = None,
     cell_timeout: float = 60.0,
+    full_snapshots: bool = False,
 ) -> dict[str, Any]:
-    """A Cell (validated by the real model) as the JSON the controller sends."""
+    """A Cell (validated by the real model) as the JSON the controller sends. Snapshots skip pip
+    freeze and topology unless `full_snapshots` (pip freeze costs a second per snapshot)."""
     server = None
     if port is not None:
         base = f"http://127.0.0.1:{port}"
@@ -106,6 +116,7 @@ def make_cell(
             result_file="result.json",
         ),
         cell_timeout=cell_timeout,
+        snapshot=SnapshotSpec(pip_freeze=full_snapshots, topo=full_snapshots),
     )
     return cell.model_dump(mode="json")
 

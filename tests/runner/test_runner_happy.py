@@ -126,6 +126,7 @@ def _happy_cell(port: int) -> dict[str, object]:
         warmup=1,
         repeats=2,
         ready_log="fired up and ready",
+        full_snapshots=True,
     )
 
 
@@ -134,6 +135,9 @@ def test_happy_path(home: Path) -> None:
     runner = run_cell(home, _happy_cell(port))
     assert runner.proc.returncode == 0, runner.stderr_text()
     _check_happy(home, runner, port)
+    # the full snapshot: the packages the server's interpreter has, before and after
+    for name in ("snapshot.pre.json", "snapshot.post.json"):
+        assert isinstance(load(cell_dir(home) / name)["pip_freeze"], list)
 
 
 @pytest.mark.skipif(_python38() is None, reason="no python3.8 on this machine")
