@@ -34,9 +34,15 @@ done
 good_cell=$(ls -d "$run"/cells/good-tuned-eagle3-2-* 2>/dev/null | head -n 1 || true)
 bad_cell=$(ls -d "$run"/cells/bad-tuned-eagle3-2-* 2>/dev/null | head -n 1 || true)
 r=$(quote "$run")
+title="Next, try:"
+if [ -n "${ORCH_SIM_STATE:-}" ]; then
+  # demo.sh put the simulated GPUs on PATH: audit's drift check and bisect need them too
+  title="Next, try (the first line puts the simulated GPUs on your PATH, as demo.sh did):
+  export PATH=$(quote "$(dirname "$ORCH_SIM_STATE")/bin"):\"\$PATH\" ORCH_SIM_STATE=$(quote "$ORCH_SIM_STATE")"
+fi
 cat <<NEXT
 
-Next, try:
+$title
   $orch show $r
   $orch report $r --by commit --format md
   $orch diff $(quote "${good_cell:-$run/cells/<a good cell>}") $(quote "${bad_cell:-$run/cells/<the same cell, bad>}")
