@@ -102,7 +102,7 @@ def plan(
     """Show the cells PLAYBOOK expands to: cells x axes x host. Secret values are hidden."""
     from orchestrator.plan.lint import unchecked_ready_note
     from orchestrator.plan.sessions import session_labels
-    from orchestrator.results.redact import redact_text
+    from orchestrator.results.redact import cell_json_by_name, redact_text
 
     planned = _planned(playbook, inventory, extra_vars, limit, cells_selector)
     planned.warn()
@@ -115,17 +115,18 @@ def plan(
         click.echo(redact_text(text, secrets))
 
     if as_json:
-        echo(json.dumps([_shown_cell(c) for c in cells], indent=2))
+        echo(json.dumps([cell_json_by_name(c) for c in cells], indent=2))
         return
     axes: list[str] = []
     for c in cells:
         axes.extend(a for a in c.axes if a not in axes)
     servers = session_labels(cells)
+    shown_axes = {c.id: cell_json_by_name(c)["axes"] for c in cells}  # secret axes by name
     rows = [
         [
             c.id,
             c.host,
-            *(_short(_shown_cell(c)["axes"].get(a, "")) for a in axes),
+            *(_short(shown_axes[c.id].get(a, "")) for a in axes),
             _version(c),
             servers[c.id],
         ]
@@ -178,20 +179,6 @@ def _pinned(
     return pin_refs(
         planned.cells, planned.inventory, earlier=earlier, ask_hosts=ask_hosts, location=location
     )
-
-
-def _shown_cell(cell: Cell) -> dict[str, Any]:
-    """A cell as `orch plan` shows it: env values and matrix values under a secret name hidden
-    by name (a short secret is no value the by-value sweep would find)."""
-    from orchestrator.runner.redaction import REDACTED, is_secret_name
-
-    data = cell.model_dump(mode="json")
-    for section in ("env", "axes"):
-        data[section] = {
-            k: (REDACTED if is_secret_name(k, cell.secrets) else v)
-            for k, v in data[section].items()
-        }
-    return data
 
 
 def _short(value: Any) -> str:

@@ -57,13 +57,13 @@ from orchestrator.results.layout import (
     RUN_JSON,
 )
 from orchestrator.results.redact import (
+    cell_json_by_name,
     redact_mapping,
     redact_text,
     redact_tree,
     redact_yaml_file,
 )
 from orchestrator.runner.protocol import SCHEMA_VERSION
-from orchestrator.runner.redaction import REDACTED, is_secret_name
 
 RUN_SCHEMA_VERSION = 1
 PROTOCOL_VERSION = SCHEMA_VERSION  # the runner protocol's, from the runner package itself
@@ -158,13 +158,7 @@ class Run:
         self._write_run_json("running")
 
     def _redacted_cell(self, cell: Cell) -> dict[str, Any]:
-        data = cell.model_dump(mode="json")
-        for section in ("env", "axes"):  # by name: a short secret is no value to sweep for
-            data[section] = {
-                k: (REDACTED if is_secret_name(k, cell.secrets) else v)
-                for k, v in data[section].items()
-            }
-        return data
+        return cell_json_by_name(cell)
 
     def _recorded_cell(self, cell: Cell) -> Cell:
         """`cell` as the bundle records it: secret env values and every known secret hidden.

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from orchestrator.cell import Cell
 from orchestrator.results.layout import PLAYBOOK_DIR
 from orchestrator.runner.redaction import MIN_SECRET_LENGTH as MIN_SECRET_LENGTH
 from orchestrator.runner.redaction import REDACTED as REDACTED
@@ -455,3 +456,15 @@ def redact_tree(root: Path, secret_values: Iterable[str]) -> RedactReport:
         report.files.append(Path(path))
         report.replacements += count
     return report
+
+
+def cell_json_by_name(cell: Cell) -> dict[str, Any]:
+    """A cell's JSON with the env values and matrix values under a secret name hidden by name:
+    a short secret is no value the by-value sweep would find. plan.json and `orch plan` alike."""
+    data = cell.model_dump(mode="json")
+    for section in ("env", "axes"):
+        data[section] = {
+            k: (REDACTED if is_secret_name(k, cell.secrets) else v)
+            for k, v in data[section].items()
+        }
+    return data

@@ -30,9 +30,7 @@ from orchestrator.runner.protocol import (
     with_tail,
     write_json,
 )
-from orchestrator.runner.server import ServerSteps, file_size, http_get
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+from orchestrator.runner.server import _OPENER, ServerSteps, file_size, http_get
 
 
 def http_post(url: str, timeout: float) -> Dict[str, Any]:
