@@ -152,8 +152,31 @@ class PreflightSpec(_Frozen):
     gpus_busy: Literal["refuse", "warn"] = "refuse"  # foreign GPU processes or memory in use
 
 
+class NodePart(_Frozen):
+    """One more node of a server that spans several hosts (`server.nodes`): its own part of the
+    server, rendered with that node's variables (`node_rank`...), started by its own runner."""
+
+    host: str  # inventory hostname
+    address: str  # as the other nodes reach it (ansible_host)
+    rank: int  # 1.. (the head, rank 0, is the cell's own host and server)
+    repo: RepoPin | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    server: ServerSpec | None = None
+
+
+class NodeRole(_Frozen):
+    """Set on the cell a node's runner gets for its part (never on a planned cell): which
+    cell's server it is a part of, and how it knows the head is up."""
+
+    of: str  # the multi-node cell's id
+    rank: int
+    head: str  # the head's inventory hostname
+    head_url: str | None = None  # the head's readiness URL, as this node reaches it
+    head_status: int = 200
+
+
 class Cell(_Frozen):
-    """One matrix point on one host, fully rendered."""
+    """One matrix point on one host (or, with `nodes`, a head host and more), fully rendered."""
 
     schema_version: int = CELL_SCHEMA_VERSION
     id: str
@@ -170,6 +193,30 @@ class Cell(_Frozen):
     snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
     telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
     preflight: PreflightSpec = Field(default_factory=PreflightSpec)
+    # A server over several hosts: the other nodes, by rank; `host` is the head (rank 0).
+    nodes: tuple[NodePart, ...] = ()
+    node: NodeRole | None = None  # only on a node's part, as sent to that node's runner
+
+    @model_serializer(mode="wrap")
+    def _without_single_node_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Left out when unused: a one-node cell's JSON (and so its id) is what it was before.
+        data = handler(self)
+        if isinstance(data, dict):
+            if not data.get("nodes"):
+                data.pop("nodes", None)
+            if data.get("node") is None:
+                data.pop("node", None)
+        return data
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Every host the cell's server runs on, head first."""
+        return (self.host, *(n.host for n in self.nodes))
+
+
+def part_id(cell_id: str, rank: int) -> str:
+    """The id of node `rank`'s part of a multi-node cell (its folder and lock on that host)."""
+    return f"{cell_id}.n{rank}"
 
 
 def canonical_json(data: Any) -> str:

@@ -371,6 +371,9 @@ def common_server_fields(section: Mapping[str, Any]) -> dict[str, Any]:
             raise InputError(f"expected strict, warn or off, got {verify!r}", key_path="verify_env")
         out["verify_env"] = verify
     restart = section.get("restart")
+    if node_of(section) is not None:
+        # Server sessions are one host's: a server over several hosts starts with each cell.
+        restart = "per_cell"
     if restart is not None:
         if restart not in ("per_config", "per_cell"):
             raise InputError(
@@ -505,3 +508,11 @@ def read_text(path: Path) -> str | None:
         return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
+
+
+def node_of(section: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The node variables of a server over several hosts (plan/nodes.py), else None."""
+    node = section.get("node")
+    if isinstance(node, Mapping) and int(node.get("nnodes", 1)) > 1:
+        return node
+    return None

@@ -25,6 +25,7 @@ from orchestrator.adapters.base import (
     finite_float,
     get_port,
     get_str,
+    node_of,
     read_json,
     read_text,
     server_url,
@@ -99,7 +100,18 @@ class SglangServer(ServerAdapter):
         port = get_port({"port": port_value}, "port", DEFAULT_PORT, "args.port")
         assert port is not None
         args["port"] = port  # always passed: readiness and the bench client rely on it
+        node = node_of(section)
+        if node is not None:
+            # SGLang's multi-node form (docs/FACTS.md): the same launch on every node; the
+            # head serves HTTP where the other nodes (and their runners) reach it.
+            args.setdefault("nnodes", node["nnodes"])
+            args.setdefault("node-rank", node["node_rank"])
+            args.setdefault("dist-init-addr", f"{node['head_host']}:{node['head_port']}")
+            if section.get("host") is None:
+                args.setdefault("host", "0.0.0.0")
         host = str(section_vs_args(section, args, "host", DEFAULT_HOST))
+        if host == "0.0.0.0":
+            host = DEFAULT_HOST  # listening everywhere: readiness and captures ask locally
         if section.get("launcher") is None and not (args.get("model-path") or args.get("model")):
             raise InputError(
                 "sglang needs the model to serve",

@@ -26,6 +26,7 @@ from orchestrator.adapters.base import (
     common_server_fields,
     finite_float,
     get_port,
+    node_of,
     read_json,
     read_text,
     server_url,
@@ -80,6 +81,19 @@ class VllmServer(ServerAdapter):
         port = get_port({"port": port_value}, "port", DEFAULT_PORT, "args.port")
         assert port is not None
         args["port"] = port  # always passed: readiness and the bench client rely on it
+        node = node_of(section)
+        if node is not None:
+            # Data parallel over nodes, vLLM's Ray-free form: one `vllm serve` per node, the
+            # others `--headless`. Tensor/pipeline parallel over nodes needs a Ray cluster
+            # orch does not start.
+            local = args.get("data-parallel-size-local") or 1
+            args.setdefault("data-parallel-size-local", local)
+            args.setdefault("data-parallel-size", int(local) * int(node["nnodes"]))
+            args.setdefault("data-parallel-address", node["head_host"])
+            args.setdefault("data-parallel-rpc-port", node["head_port"])
+            if node["node_rank"]:
+                args.setdefault("headless", True)
+                args.setdefault("data-parallel-start-rank", int(local) * int(node["node_rank"]))
         host_value = section_vs_args(section, args, "host", None)
         host = None if host_value is None else str(host_value)
         argv = [*_launcher(section, ["vllm", "serve"]), str(model)]

@@ -140,6 +140,8 @@ class ServerSection(_Section):
     verify_env: TVerifyEnv = "strict"
     restart: TRestart = "per_config"
     between: TCommand | None = None
+    nodes: TPositiveCount = 1  # hosts one server spans (plan/nodes.py)
+    dist_port: TPort | None = None  # the head's port for the nodes to join (head_port)
 
     @model_validator(mode="after")
     def _command_fits_adapter(self) -> ServerSection:

@@ -14,7 +14,20 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Names templates get from orch itself; a playbook var of the same name would hide them.
 RESERVED_VAR_NAMES = frozenset(
-    {"matrix", "inventory_hostname", "group_names", "groups", "hostvars", "orch_python"}
+    {
+        "matrix",
+        "inventory_hostname",
+        "group_names",
+        "groups",
+        "hostvars",
+        "orch_python",
+        # a server over several hosts (plan/nodes.py); a one-node cell sees rank 0 of 1
+        "node_rank",
+        "nnodes",
+        "head_host",
+        "head_port",
+        "node_hosts",
+    }
 )
 
 SERVER_ADAPTER_NAMES = ("sglang", "vllm", "generic")

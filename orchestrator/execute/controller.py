@@ -29,6 +29,7 @@ from orchestrator.errors import ConnectionFailure, ExecutionError, OrchError
 from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.interrupts import raise_on_sigterm, restore_sigterm, signals_deferred
 from orchestrator.execute.machine import machine_id
+from orchestrator.execute.nodes import NodeJoin, joined_verdict
 from orchestrator.execute.outcomes import (
     ApplyOptions,
     CellOutcome,
@@ -90,7 +91,7 @@ class Run:
         self.options = options
         self.stop = threading.Event()
         self.spacing = StartSpacing(self.options.connect_spacing)
-        used_hosts = {c.host for c in self.cells}
+        used_hosts = {h for c in self.cells for h in c.hosts}
         self.secrets = secret_values(
             self.cells,
             secret_vars or {},
@@ -124,7 +125,10 @@ class Run:
         self._playbook_dir = playbook_dir
         by_host: dict[str, int] = {}
         for c in self.cells:
-            by_host[c.host] = by_host.get(c.host, 0) + 1
+            for name in c.hosts:  # a node of a multi-node cell counts its part
+                by_host[name] = by_host.get(name, 0) + 1
+        self._nodes_tmp = Path(tempfile.mkdtemp(prefix="orch-nodes-"))
+        self.nodes = NodeJoin(self.cells, self._nodes_tmp)
         self.progress = progress or Progress(by_host)
         self._previous: dict[str, Any] = {}
         self._conns: set[Connection] = set()
@@ -144,7 +148,7 @@ class Run:
         hosts = {
             name: scrub(redact_mapping(_host_json(h), self._secret_names), self.secrets)
             for name, h in self.inventory.hosts.items()
-            if any(c.host == name for c in self.cells)
+            if any(name in c.hosts for c in self.cells)
         }
         if self.options.resume:
             # A resumed bundle may hold cells of other Runs (bisect adds one-cell Runs to one
@@ -233,6 +237,12 @@ class Run:
     def _record(self, outcome: CellOutcome) -> None:
         if outcome.reason:  # git/ssh errors can quote a URL or argv holding a secret
             outcome.reason = redact_text(outcome.reason, self.secrets)
+        if self.nodes.is_part(outcome.cell_id):  # a node's part: its head's cell answers
+            self.nodes.part_ended(outcome.cell_id, outcome)
+            self.progress.cell_done(outcome.host, outcome.cell_id, outcome.status, outcome.reason)
+            return
+        if outcome.cell_id in self.nodes.heads:
+            self.nodes.end_head(outcome.cell_id, outcome.reason or outcome.status)
         with self._lock:
             self.outcomes[outcome.cell_id] = outcome
         self.progress.cell_done(outcome.host, outcome.cell_id, outcome.status, outcome.reason)
@@ -246,6 +256,11 @@ class Run:
             return self._execute()
         finally:
             self.run_lock.release()
+            shutil.rmtree(self._nodes_tmp, ignore_errors=True)
+
+    def finished(self, cid: str) -> bool:
+        """Whether the cell (or node part) `cid` has its outcome."""
+        return cid in self.outcomes or self.nodes.part_finished(cid)
 
     def _execute(self) -> RunOutcome:
         self._write_start()
@@ -271,6 +286,10 @@ class Run:
             for c in cells:
                 sessions.setdefault(session_key(c), len(sessions))
             cells.sort(key=lambda c: (first[_checkout_key(c)], sessions[session_key(c)]))
+        if self.nodes:  # each node's parts, in its head's order: the nodes meet at each cell
+            heads = [c.id for cells in list(todo.values()) for c in cells if c.nodes]
+            for name, parts in self.nodes.part_cells(heads).items():
+                todo.setdefault(name, []).extend(parts)
         status = "failed"
         interrupted = False
         previous_term = raise_on_sigterm()
@@ -397,7 +416,7 @@ class Run:
                 if queue.facts is not None:
                     self.write_facts(host.name, queue.facts, conn)
                     want_facts = False
-                pending = [c for c in pending if c.id not in self.outcomes]
+                pending = [c for c in pending if not self.finished(c.id)]
                 if not lost or not pending or not queue.progressed:
                     queue.fail_rest(pending)
                     break
@@ -479,7 +498,12 @@ class Run:
             extract_archive(local, staged)
             # The host redacted its captures (server_info): compare what it reported with the
             # declared cell redacted the same way, as `orch report`/`audit` read them later.
+            nodes = self.nodes.join(cell, staged) if cell.nodes else None
             verdict = score_cell(staged, self._recorded_cell(cell))
+            if nodes is not None:
+                verdict.status, verdict.reason, verdict.failed_step = joined_verdict(
+                    verdict.status, verdict.reason, verdict.failed_step, nodes
+                )
             cell_json = read_json(staged / CELL_JSON, required=True)
             record_verdict(staged, verdict)
             self.writer.add_cell_dir(cell.id, staged, self.secrets)

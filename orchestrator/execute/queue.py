@@ -54,6 +54,7 @@ class HostQueue:
         self.busy = False  # reading a line (importing an archive can take a while)
         self.silent = False
         self.ended = threading.Event()  # run() has returned: later lines are ignored
+        self.invocation = run.nodes.invocation()  # end requests name it (execute/nodes.py)
 
     def payload(self) -> dict[str, Any]:
         """The runner's stdin line: every cell with its session key and the reset between."""
@@ -76,6 +77,7 @@ class HostQueue:
             "queue": queue,
             "stream": True,
             "heartbeat": self.heartbeat,
+            "invocation": self.invocation,
             # Values secret by name or listing, not only env: the runner scrubs them on the host.
             "secret_values": self.run_.secrets,
         }
@@ -86,7 +88,7 @@ class HostQueue:
         return payload
 
     def _outcome(self, outcome: CellOutcome) -> None:
-        if outcome.cell_id in self.run_.outcomes:
+        if self.run_.finished(outcome.cell_id):
             return
         self.progressed = True
         jobs = slurm_jobs(self.conn)
@@ -131,6 +133,8 @@ class HostQueue:
             return
         self.current = cid
         self.started.setdefault(cid, time.monotonic())
+        if self.run_.nodes:
+            self.run_.nodes.on_event(cid, event)
         if kind == "done":
             self.done[cid] = event
             if not event.get("archive"):
@@ -142,6 +146,11 @@ class HostQueue:
         host = self.conn.host.name
         if isinstance(archive, str):
             self._outcome(CellOutcome(cid, host, "failed", archive, "collect", self._seconds(cid)))
+            return
+        if self.run_.nodes.is_part(cid):  # joined into its head's cell folder there
+            self.progressed = True
+            self.run_.nodes.part_archived(cid, archive)
+            self.run_.progress.cell_done(host, cid, str(self.done.get(cid, {}).get("status")), None)
             return
         try:
             outcome = self.run_.import_archive(host, cell, archive, self._seconds(cid))
@@ -169,6 +178,7 @@ class HostQueue:
         ended = self.ended
         threading.Thread(target=self._watch, args=(ended,), daemon=True).start()
         argv, shipped = runner_invocation(host, "run")
+        self.run_.nodes.attach(self.conn, self.invocation, self.run_.run_id)
         with tempfile.TemporaryDirectory(prefix="orch-stream-") as tmp:
             stream = ArchiveStream(Path(tmp))
             try:
@@ -244,7 +254,7 @@ class HostQueue:
         host = self.conn.host.name
         tail = (self.stderr.strip() or "\n".join(self.noise))[-1500:]
         for cell in pending:
-            if cell.id in self.run_.outcomes:
+            if self.run_.finished(cell.id):
                 continue
             if self.run_.stop.is_set():
                 self.run_.record(CellOutcome(cell.id, host, "not-run", "interrupted"))

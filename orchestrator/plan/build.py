@@ -41,7 +41,8 @@ from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.patterns import select_hosts_checked
 from orchestrator.config.templates import Locate, TemplateEngine, has_template
 from orchestrator.errors import InputError
-from orchestrator.plan.matrix import MatrixPoint, parse_matrix
+from orchestrator.plan.matrix import Matrix, MatrixPoint, parse_matrix
+from orchestrator.plan.nodes import declared_nodes, dist_port, joined_cell, node_groups, node_vars
 from orchestrator.plan.planner import HostPlanner, raw_safe_axes
 
 
@@ -87,10 +88,41 @@ def _build_cells(playbook: LoadedPlaybook, inventory: Inventory, limit: str | No
     engine = TemplateEngine()
     _check_where_syntax(matrix.where, engine, locate)
     raw_safe = raw_safe_axes(data.get("matrix"), matrix)
-    planners = {
-        h: HostPlanner(playbook, inventory, inventory.hosts[h], engine, raw_safe) for h in hosts
-    }
+    nodes = declared_nodes(playbook)
+    groups = node_groups(hosts, nodes, playbook) if nodes > 1 else [[h] for h in hosts]
+    planners = {}
+    for group in groups:
+        members = [inventory.hosts[h] for h in group]
+        port = dist_port(playbook)
+        for rank, h in enumerate(group):
+            node = node_vars(members, rank, port) if nodes > 1 else None
+            planners[h] = HostPlanner(playbook, inventory, members[rank], engine, raw_safe, node)
+    if nodes > 1:
+        heads = [g[0] for g in groups]
+        return _joined_cells(groups, planners, _assign(heads, planners, matrix, strategy, locate))
 
+    assigned = _assign(hosts, planners, matrix, strategy, locate)
+    cells: list[Cell] = []
+    seen: dict[str, tuple[str, MatrixPoint]] = {}
+    for host in hosts:
+        host_cells = planners[host].cells(assigned[host])
+        for cell, point in host_cells:
+            other = seen.get(cell.id)
+            if other is not None:
+                raise _duplicate_error(cell, other[1], point, data.get("matrix"), locate)
+            seen[cell.id] = (host, point)
+        cells.extend(_group_by_repo([c for c, _ in host_cells]))
+    return cells
+
+
+def _assign(
+    hosts: list[str],
+    planners: dict[str, HostPlanner],
+    matrix: Matrix,
+    strategy: str,
+    locate: Locate,
+) -> dict[str, list[MatrixPoint]]:
+    """Which points each host (or each group's head) runs: every point, or spread round-robin."""
     assigned: dict[str, list[MatrixPoint]] = {h: [] for h in hosts}
     kept_total = 0
     if strategy == "spread":
@@ -112,17 +144,24 @@ def _build_cells(playbook: LoadedPlaybook, inventory: Inventory, limit: str | No
             assigned[host] = kept + matrix.includes
     if not any(assigned.values()):
         raise matrix.empty_error(kept_total, locate=locate)
+    return assigned
 
+
+def _joined_cells(
+    groups: list[list[str]],
+    planners: dict[str, HostPlanner],
+    assigned: dict[str, list[MatrixPoint]],
+) -> list[Cell]:
+    """Multi-node cells: each group renders its head's points on every node, joined by point."""
     cells: list[Cell] = []
-    seen: dict[str, tuple[str, MatrixPoint]] = {}
-    for host in hosts:
-        host_cells = planners[host].cells(assigned[host])
-        for cell, point in host_cells:
-            other = seen.get(cell.id)
-            if other is not None:
-                raise _duplicate_error(cell, other[1], point, data.get("matrix"), locate)
-            seen[cell.id] = (host, point)
-        cells.extend(_group_by_repo([c for c, _ in host_cells]))
+    for group in groups:
+        points = assigned[group[0]]
+        per_rank = [planners[h].cells(points) for h in group]
+        joined = []
+        for i, (head, _point) in enumerate(per_rank[0]):
+            parts = [(planners[h].host, per_rank[r][i][0]) for r, h in enumerate(group) if r]
+            joined.append(joined_cell(head, parts))
+        cells.extend(_group_by_repo(joined))
     return cells
 
 

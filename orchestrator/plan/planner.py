@@ -38,6 +38,7 @@ from orchestrator.config.templates import TemplateEngine, VarDecl, VariableScope
 from orchestrator.config.values import RESERVED_VAR_NAMES
 from orchestrator.errors import OrchError, SourceLocation
 from orchestrator.plan.matrix import Matrix, MatrixPoint
+from orchestrator.plan.nodes import single_node_vars
 from orchestrator.plan.sections import SectionRenderer
 from orchestrator.results.redact import secret_items_in
 from orchestrator.runner.redaction import is_secret_name
@@ -152,6 +153,7 @@ class HostPlanner(SectionRenderer):
         host: Host,
         engine: TemplateEngine,
         raw_safe: frozenset[str] = frozenset(),
+        node_vars: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(playbook, engine)
         self.raw_safe = raw_safe
@@ -167,6 +169,8 @@ class HostPlanner(SectionRenderer):
             },
             orch_python=sys.executable,
         )
+        self.node_vars = node_vars or single_node_vars(host)
+        fixed.update(self.node_vars)
         self.host_scope = VariableScope(engine, fixed, self.decls)
         self.var_axes = self._variable_axes()
         self.matrix_vars = frozenset(n for n, ax in self.var_axes.items() if ax is None or ax)
@@ -346,6 +350,8 @@ class HostPlanner(SectionRenderer):
                     "snapshot": snapshot,
                     "telemetry": telemetry,
                     "preflight": preflight,
+                    "nodes": (),
+                    "node": None,
                 }
             )
             out.append((cell, point))

@@ -51,6 +51,7 @@ class SectionRenderer:
         self.data = playbook.data
         self.locate = playbook.locate
         self.engine = engine
+        self.node_vars: dict[str, Any] | None = None  # a host planner's node variables
 
     def render(
         self, ps: ScopeSource, value: Any, path: KeyPath, shell: frozenset[KeyPath] = frozenset()
@@ -146,6 +147,9 @@ class SectionRenderer:
         if self.data.get("server") is None:
             return None
         adapter, section = self._section(ps, "server", ServerSection, "ready", timeouts)
+        nodes = self.node_vars
+        if nodes is not None and nodes["nnodes"] > 1:  # the adapter adds its multi-node flags
+            section = {**section, "node": nodes}
         try:
             return server_adapter(adapter).build(section)
         except InputError as exc:

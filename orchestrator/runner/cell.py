@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from orchestrator.runner.bench import BenchStep
 from orchestrator.runner.envcheck import EnvCheckStep
+from orchestrator.runner.node import NodeSteps
 from orchestrator.runner.protocol import (
     RUNNER_PATH,
     SCHEMA_VERSION,
@@ -40,7 +41,14 @@ from orchestrator.runner.telemetry import TelemetryStep
 
 
 class CellRunner(
-    RepoSteps, SessionSteps, BenchStep, EnvCheckStep, SnapshotStep, StopStep, TelemetryStep
+    RepoSteps,
+    SessionSteps,
+    NodeSteps,
+    BenchStep,
+    EnvCheckStep,
+    SnapshotStep,
+    StopStep,
+    TelemetryStep,
 ):
     """Runs one cell: the steps of ARCHITECTURE.md, then the cell directory and its archive."""
 
@@ -89,18 +97,23 @@ class CellRunner(
                 self.skipped_step("server_start", self.do_server_shared())
             else:
                 self.step("server_start", self.do_server_start, bool(server))
-            self.step("ready", self.do_ready_shared if shared else self.do_ready, bool(server))
+            part = self.node_role is not None  # a node's part of a server over several hosts
+            if part:
+                ready = self.do_ready_part
+            else:
+                ready = self.do_ready_shared if shared else self.do_ready
+            self.step("ready", ready, bool(server))
             self.step(
                 "capture_ready",
                 lambda: self.capture("ready"),
-                bool(server and server.get("captures")),
+                bool(server and server.get("captures") and not part),
             )
             self.step(
                 "verify_env",
                 self.do_verify_env,
                 bool(server and server.get("verify_env", "strict") != "off"),
             )
-            self.step("bench", self.do_bench, True)
+            self.step("bench", self.do_hold if part else self.do_bench, True)
         except StepFailed as exc:
             self.status, self.reason, self.failed_step = "failed", exc.reason, self.current_step
         except Interrupted as exc:

@@ -126,6 +126,9 @@ class Control:
             signal.signal(sig, on_signal)
 
 
+END_SUFFIX = ".end"  # runs/<run>/.<cell>.end: the controller asks the cell to end (node.py)
+
+
 class CellContext:
     """One cell's state: the payload, where its files go, its deadline and its event stream."""
 
@@ -176,6 +179,8 @@ class CellContext:
         self.archive = self.final + ".tar.gz"
         self.servers_dir = os.path.join(self.workdir, "servers")
         self.lock_path = os.path.join(self.run_dir, "." + self.cell_id + ".lock")
+        # Which runner invocation this is: the controller's end requests name it (node.py).
+        self.invocation = str(payload.get("invocation") or "")
         self.lock_fd: Optional[int] = None  # held (flock) for the runner's whole life
         self.dir = self.partial  # where files go now; becomes self.final after the rename
 
@@ -280,11 +285,38 @@ class CellContext:
             return
         if self.stop_event.is_set():
             raise Interrupted(self.stop_reason)
+        aborted = self.aborted()
+        if aborted:
+            raise StepFailed(aborted)
         if now() > self.deadline:
             raise StepFailed(
                 "cell timeout (%gs) reached during step %s"
                 % (self.deadline - self.t0, self.current_step)
             )
+
+    def end_path(self) -> str:
+        """Where the controller asks this cell to end."""
+        return os.path.join(self.run_dir, "." + self.cell_id + END_SUFFIX)
+
+    def end_request(self) -> Optional[Dict[str, Any]]:
+        """The controller's end request for this invocation of the cell, if it made one."""
+        if not self.invocation or not (self.cell.get("nodes") or self.cell.get("node")):
+            return None  # only the cells of a server over several hosts are ended this way
+        try:
+            with open(self.end_path(), encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("invocation") != self.invocation:
+            return None
+        return data
+
+    def aborted(self) -> Optional[str]:
+        """Why the controller aborted this cell (a node of its server failed), else None."""
+        request = self.end_request()
+        if request is not None and request.get("kind") == "abort":
+            return str(request.get("reason") or "ended by the controller")
+        return None
 
     def remaining(self) -> float:
         """Seconds left before the cell timeout (at least 1)."""
@@ -338,6 +370,8 @@ class CellContext:
                 why = "cell timeout"
             elif now() > deadline:
                 timed_out = True
+            elif not self.cleaning and self.aborted():
+                why = "aborted"
             elif also is not None:
                 why = also()
             if why or timed_out:
@@ -354,8 +388,8 @@ class CellContext:
         kill_group(proc.pid, signal.SIGKILL)
         if why == "interrupted":
             raise Interrupted(self.stop_reason)
-        if why == "cell timeout":
-            self.check()  # raises StepFailed("cell timeout ...")
+        if why in ("cell timeout", "aborted"):
+            self.check()  # raises StepFailed("cell timeout ..." or the abort's reason)
         return proc.returncode, timed_out, why
 
     def run_cmd(

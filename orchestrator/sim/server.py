@@ -29,9 +29,11 @@ from orchestrator.sim import model as m
 from orchestrator.sim import state as st
 from orchestrator.sim.api import SimHTTPServer, make_handler
 from orchestrator.sim.engine import Engine, Request
+from orchestrator.sim.nodes import HeadJoin, internode_factor, join_head
 
 SIM_VERSION = "0.4.10.post2+sim"
 READY_LINE = "The server is fired up and ready to roll!"
+NODE_JOIN_TIMEOUT = 600.0  # seconds the head waits for the other nodes, and they for it
 
 
 def time_scale_default() -> float:
@@ -52,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
     p.add_argument("--dp-size", type=int, default=1)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--dist-init-addr", default=None)
     p.add_argument("--speculative-algorithm", default=None)
     p.add_argument("--speculative-draft-model-path", default=None)
     p.add_argument("--speculative-num-steps", type=int, default=None)
@@ -136,6 +141,8 @@ class SimServer:
             disable_custom_all_reduce=args.disable_custom_all_reduce,
             disable_cuda_graph=args.disable_cuda_graph,
         )
+        self.nnodes = max(1, int(args.nnodes))
+        self.local_tp = max(1, self.cfg.tp // self.nnodes)  # this node's TP ranks
         self.workers: list[Worker] = []
         self.effective_env: dict[str, str] = {}
         self.clock = m.clock_factor(self.state, self.cfg.tp)
@@ -152,7 +159,8 @@ class SimServer:
         bugs = self.params.get("bugs") or {}
         drop = [str(v) for v in bugs.get("drop_env") or []]
         drop_ranks = bugs.get("drop_env_ranks")
-        for rank in range(self.cfg.tp):
+        first = self.args.node_rank * self.local_tp
+        for rank in range(first, first + self.local_tp):
             env = dict(os.environ)
             if drop and (drop_ranks is None or rank in drop_ranks):
                 # The injected bug: this rank is started with a "clean" environment.
@@ -175,7 +183,8 @@ class SimServer:
         self.step = m.step_cost(self.params, self.cfg, self.effective_env, self.clock)
         used = int(self.state["memory_total_mib"] * self.args.mem_fraction_static)
         for worker in self.workers:
-            st.register_app(self.state_path, worker.proc.pid, worker.rank, used, "python")
+            gpu = worker.rank - first  # this node's own GPU index
+            st.register_app(self.state_path, worker.proc.pid, gpu, used, "python")
         self.loaded_at = time.time()  # a throttle episode `after_load` counts from here
         threading.Thread(target=self._watch_workers, daemon=True, name="watch").start()
 
@@ -195,6 +204,26 @@ class SimServer:
 
     fatal = False
     loaded_at: float | None = None
+
+    def join_nodes(self, join: HeadJoin) -> None:
+        """Every node joined: the model sees all workers' envs and charges the link."""
+        local = [w.report.get("env", {}) for w in self.workers]
+        per_node = [local] + [join.envs[r] for r in sorted(join.envs)]
+        self.effective_env = m.common_env([e for envs in per_node for e in envs])
+        self.internode = internode_factor(per_node)
+        self.step = m.step_cost(
+            self.params, self.cfg, self.effective_env, self.clock / self.internode
+        )
+
+        def lost(rank: int) -> None:
+            if not self.stopping.is_set():
+                self.log(f"node rank {rank} went away: NCCL communicator aborted", "TP0")
+                self.fatal = True
+                self.stopping.set()
+
+        join.watch(lost)
+
+    internode = 1.0
 
     def throttle_slowdown(self, now: float) -> float:
         """How much longer a step takes now than at start: a scheduled throttle episode (the
@@ -339,13 +368,18 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
     if not srv.model_file.exists():
         log(f"WARNING: sim: no {srv.model_file} here; using the built-in performance model")
     gpus = int(srv.state["gpu_count"])
-    if srv.cfg.tp > gpus:
+    if srv.local_tp > gpus:
         log(
-            f"RuntimeError: CUDA error: invalid device ordinal (tp-size {srv.cfg.tp} needs "
-            f"{srv.cfg.tp} GPUs, this host has {gpus})",
+            f"RuntimeError: CUDA error: invalid device ordinal (tp-size {srv.cfg.tp} over "
+            f"{srv.nnodes} node(s) needs {srv.local_tp} GPUs per node, this host has {gpus})",
             "TP0",
         )
         return 1
+    if srv.nnodes > 1 and not args.dist_init_addr:
+        log("ValueError: --nnodes > 1 needs --dist-init-addr HEAD:PORT", "TP0")
+        return 1
+    if srv.nnodes > 1 and args.node_rank > 0:
+        return serve_node(srv, args, log)
     crash = (srv.params.get("bugs") or {}).get("crash_on_start")
     if crash:
         log(f"Scheduler hit an exception: {crash}", "TP0")
@@ -360,6 +394,14 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
         return 1
     http_thread = threading.Thread(target=httpd.serve_forever, daemon=True, name="http")
     http_thread.start()
+    join: HeadJoin | None = None
+    if srv.nnodes > 1:
+        try:
+            join = HeadJoin(str(args.dist_init_addr), srv.nnodes, log)
+        except OSError as exc:
+            log(f"ERROR: cannot listen on the dist-init address {args.dist_init_addr}: {exc}")
+            httpd.server_close()
+            return 1
 
     # The handler only writes a byte, and a thread sets the event: Event.set() takes a lock, and
     # a second SIGTERM (the runner signals the group, then each pid) arriving inside it deadlocked.
@@ -380,6 +422,12 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
     rc = 0
     try:
         srv.start_workers()
+        if join is not None:
+            log(f"waiting for {srv.nnodes - 1} more node(s) on {args.dist_init_addr}", "TP0")
+            if not join.wait_all(srv.stopping, NODE_JOIN_TIMEOUT):
+                log(f"RuntimeError: not every node joined within {NODE_JOIN_TIMEOUT:g} s", "TP0")
+                return 1
+            srv.join_nodes(join)
         # Simulated seconds: weights load for 60% of the start-up, CUDA graph capture for 40%.
         startup = srv.startup_s * srv.time_scale
         log(f"Load weight begin. avail mem={srv.state['memory_total_mib'] / 1024:.2f} GB", "TP0")
@@ -434,9 +482,54 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
         srv.engine.stop()
         httpd.shutdown()
         httpd.server_close()
+        if join is not None:
+            join.close()
         srv.stop_workers()
         log("Server stopped.")
     return rc
+
+
+def serve_node(srv: SimServer, args: argparse.Namespace, log: Logger) -> int:
+    """A node other than the head: its TP workers, joined to the head until the head closes."""
+    rank = int(args.node_rank)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(OSError):
+            os.write(wake_w, b"x")
+
+    def relay_signals() -> None:
+        os.read(wake_r, 1)
+        srv.stopping.set()
+
+    threading.Thread(target=relay_signals, daemon=True, name="signals").start()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        srv.start_workers()
+        envs = [w.report.get("env", {}) for w in srv.workers]
+        conn = join_head(str(args.dist_init_addr), rank, envs, srv.stopping, NODE_JOIN_TIMEOUT, log)
+        if conn is None:
+            return 0 if srv.stopping.is_set() else 1
+        closed = threading.Event()
+
+        def follow() -> None:
+            with contextlib.suppress(OSError):
+                while conn.recv(1024):
+                    pass
+            closed.set()
+            srv.stopping.set()
+
+        threading.Thread(target=follow, daemon=True, name="head").start()
+        srv.stopping.wait()
+        if closed.is_set():
+            log("the head closed the connection: stopping this node")
+        conn.close()
+        return 0
+    finally:
+        srv.stop_workers()
+        log("Node stopped.")
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,276 @@
+"""Multi-node cells at run time: each node's part in its host's queue, the nodes tied together,
+their results joined into the one cell folder.
+
+A cell with `nodes` runs on its head host's queue as usual; every other node gets a part cell
+(`<id>.n<rank>`, `Cell.node` set) in its own host's queue, in the same order, so the nodes of a
+group reach a cell together (runner/node.py says what a part does). The controller ties them:
+
+- the head's `stop` step (or any end of the head's cell) releases every part still holding;
+- a part that fails before the head's cell ended aborts the head's cell, with the node and the
+  reason, so its bench stops at once and the server is stopped on every node;
+- the head's archive waits for the parts' archives; the cell folder gets each node's folder under
+  `nodes/<host>/` and `nodes.json`, and the cell fails when any node failed, naming it.
+
+End requests are a file the runner polls (`runs/<run>/.<cell>.end`), written by one short
+command on the node's connection: no second channel into the runner is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import shutil
+import tarfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.cell import Cell, NodePart, NodeRole, part_id
+from orchestrator.errors import OrchError
+from orchestrator.results.archive import extract_archive
+
+if TYPE_CHECKING:
+    from orchestrator.execute.connection import Connection
+
+NODES_DIR = "nodes"
+NODES_JSON = "nodes.json"
+PART_WAIT_MARGIN = 120.0  # seconds a head's archive waits for its parts beyond their stop grace
+
+# Written on the node with its own python: atomic, the directory made if the cell has none yet.
+_WRITE_END = (
+    "import json,os,sys\n"
+    "p=sys.argv[1]\n"
+    "os.makedirs(os.path.dirname(p),exist_ok=True)\n"
+    "t=p+'.%d.tmp'%os.getpid()\n"
+    "open(t,'w').write(sys.argv[2])\n"
+    "os.replace(t,p)\n"
+)
+
+
+def part_cell(head: Cell, node: NodePart) -> Cell:
+    """What node `node.rank`'s runner gets: its own env, repo and server, the head's URL."""
+    url = head.server.ready.url if head.server is not None else None
+    head_url = None
+    if url:
+        head_url = url.replace("//127.0.0.1:", f"//{head_address(head)}:", 1)
+        head_url = head_url.replace("//localhost:", f"//{head_address(head)}:", 1)
+    status = head.server.ready.status if head.server is not None else 200
+    return head.model_copy(
+        update={
+            "id": part_id(head.id, node.rank),
+            "host": node.host,
+            "repo": node.repo,
+            "env": dict(node.env),
+            "server": node.server,
+            "nodes": (),
+            "node": NodeRole(
+                of=head.id, rank=node.rank, head=head.host, head_url=head_url, head_status=status
+            ),
+            "expect": {},
+        }
+    )
+
+
+def head_address(head: Cell) -> str:
+    """The head as its nodes reach it (the address rank 1 was told: `head_host`)."""
+    node = head.nodes[0] if head.nodes else None
+    if node is not None and node.server is not None:
+        addr = node.server.args.get("dist-init-addr") or node.server.args.get(
+            "data-parallel-address"
+        )
+        if addr:
+            return str(addr).rsplit(":", 1)[0] if ":" in str(addr) else str(addr)
+    return head.host
+
+
+@dataclass
+class _Part:
+    head: str
+    host: str
+    rank: int
+    cell: Cell
+    archive: Path | None = None
+    outcome: Any = None  # a CellOutcome when it ended without an archive
+    released: bool = False
+    done: dict[str, Any] = field(default_factory=dict)
+
+
+class NodeJoin:
+    """The run's multi-node cells: their parts, the end requests between nodes, the join."""
+
+    def __init__(self, cells: list[Cell], tmp: Path) -> None:
+        self.heads = {c.id: c for c in cells if c.nodes}
+        self.parts: dict[str, _Part] = {}
+        for head in self.heads.values():
+            for node in head.nodes:
+                cell = part_cell(head, node)
+                self.parts[cell.id] = _Part(head.id, node.host, node.rank, cell)
+        self.tmp = tmp
+        self.cond = threading.Condition()
+        self.queues: dict[str, tuple[Connection, str, str]] = {}  # host -> (conn, invocation, run)
+        self.head_ended: dict[str, str] = {}
+        self.aborted: set[str] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.heads)
+
+    def part_cells(self, head_ids: list[str]) -> dict[str, list[Cell]]:
+        """Each node host's part cells, in the order of `head_ids`."""
+        out: dict[str, list[Cell]] = {}
+        for hid in head_ids:
+            for node in self.heads[hid].nodes:
+                out.setdefault(node.host, []).append(self.parts[part_id(hid, node.rank)].cell)
+        return out
+
+    def attach(self, conn: Connection, invocation: str, run_id: str) -> None:
+        """A host's runner invocation started: end requests reach its cells through `conn`."""
+        with self.cond:
+            self.queues[conn.host.name] = (conn, invocation, run_id)
+
+    @staticmethod
+    def invocation() -> str:
+        """A fresh invocation token (a runner ignores end requests meant for another)."""
+        return secrets.token_hex(8)
+
+    # -- events ----------------------------------------------------------------------------
+
+    def on_event(self, cid: str, event: dict[str, Any]) -> None:
+        """A runner event of a head or a part: release or abort the other nodes."""
+        kind = event.get("event")
+        if cid in self.heads:
+            ending = kind == "done" or (
+                kind == "step" and event.get("step") == "stop" and event.get("status") == "start"
+            )
+            if ending:
+                self.end_head(cid, str(event.get("reason") or "the head's cell ended"))
+        elif cid in self.parts and kind == "done":
+            part = self.parts[cid]
+            part.done = event
+            if event.get("status") != "passed":
+                self.part_failed(cid, str(event.get("reason") or event.get("status")))
+
+    def end_head(self, head_id: str, why: str) -> None:
+        """The head's cell is ending: release its parts still holding."""
+        with self.cond:
+            if head_id in self.head_ended:
+                return
+            self.head_ended[head_id] = why
+            parts = [p for p in self.parts.values() if p.head == head_id and not p.released]
+            for p in parts:
+                p.released = True
+        for p in parts:
+            self._send(p.host, p.cell.id, "release", "the head's cell ended")
+
+    def part_failed(self, cid: str, reason: str) -> None:
+        """A node's part failed: abort the head's cell unless it already ended."""
+        part = self.parts[cid]
+        head = self.heads[part.head]
+        with self.cond:
+            if part.head in self.head_ended or part.head in self.aborted:
+                return
+            self.aborted.add(part.head)
+        why = f"node {part.host} (rank {part.rank}) failed: {reason}"
+        self._send(head.host, head.id, "abort", why)
+
+    def _send(self, host: str, cid: str, kind: str, reason: str) -> None:
+        with self.cond:
+            found = self.queues.get(host)
+        if found is None:
+            return  # that host's runner is not running: nothing there to end
+        conn, invocation, run_id = found
+        path = f"{conn.host.workdir}/runs/{run_id}/.{cid}.end"
+        text = json.dumps({"kind": kind, "reason": reason, "invocation": invocation})
+
+        def send() -> None:
+            with contextlib.suppress(OrchError):  # a lost node's runner ends its part on EOF
+                conn.run([conn.host.python, "-c", _WRITE_END, path, text], timeout=60)
+
+        threading.Thread(target=send, daemon=True, name=f"end-{cid}").start()
+
+    # -- archives --------------------------------------------------------------------------
+
+    def is_part(self, cid: str) -> bool:
+        """Whether `cid` is a node's part (never a cell of the run on its own)."""
+        return cid in self.parts
+
+    def part_finished(self, cid: str) -> bool:
+        """Whether the part `cid` sent its archive or ended without one."""
+        part = self.parts.get(cid)
+        return part is not None and (part.archive is not None or part.outcome is not None)
+
+    def part_archived(self, cid: str, archive: Path) -> None:
+        """A part's archive arrived: kept until its head's archive joins it."""
+        keep = self.tmp / f"{cid}.tar.gz"
+        shutil.move(str(archive), keep)
+        with self.cond:
+            self.parts[cid].archive = keep
+            self.cond.notify_all()
+
+    def part_ended(self, cid: str, outcome: Any) -> None:
+        """A part ended without an archive (its host was lost, its runner failed)."""
+        with self.cond:
+            part = self.parts[cid]
+            if part.outcome is not None or part.archive is not None:
+                return
+            part.outcome = outcome
+            self.cond.notify_all()
+        self.part_failed(cid, str(getattr(outcome, "reason", "") or "no result"))
+
+    def join(self, head: Cell, staged: Path) -> list[dict[str, Any]]:
+        """Wait for every part of `head`, put each under `nodes/<host>/` of the staged cell
+        folder, and say what each node did (also written as nodes.json)."""
+        self.end_head(head.id, "the head's cell ended")
+        parts = [self.parts[part_id(head.id, n.rank)] for n in head.nodes]
+        grace = max((n.server.stop_grace if n.server else 15.0) for n in head.nodes)
+        with self.cond:
+            self.cond.wait_for(
+                lambda: all(p.archive is not None or p.outcome is not None for p in parts),
+                timeout=grace + PART_WAIT_MARGIN,
+            )
+        summary: list[dict[str, Any]] = []
+        for p in parts:
+            entry: dict[str, Any] = {"host": p.host, "rank": p.rank, "part": p.cell.id}
+            if p.archive is not None:
+                dest = staged / NODES_DIR / p.host
+                try:
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    extract_archive(p.archive, dest)
+                    doc = json.loads((dest / "cell.json").read_text())
+                except (OrchError, OSError, ValueError, tarfile.TarError) as exc:
+                    entry.update(status="failed", reason=f"its results are unreadable: {exc}")
+                else:
+                    entry.update(
+                        status=doc.get("status"),
+                        reason=doc.get("reason") or None,
+                        failed_step=doc.get("failed_step"),
+                        hold=(doc.get("steps") or {}).get("bench", {}).get("detail"),
+                    )
+            elif p.outcome is not None:
+                entry.update(status="failed", reason=p.outcome.reason, failed_step=p.outcome.step)
+            else:
+                entry.update(status="failed", reason="its result never arrived")
+            summary.append(entry)
+        (staged / NODES_JSON).write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+
+def joined_verdict(
+    status: str, reason: str | None, step: str | None, nodes: list[dict[str, Any]]
+) -> tuple[str, str | None, str | None]:
+    """The cell's (status, reason, failed step) over the head's and every node's: a failed node
+    fails the cell and is named first."""
+    failed = [n for n in nodes if n.get("status") != "passed"]
+    if not failed:
+        return status, reason, step
+    said = [
+        f"node {n['host']} (rank {n['rank']}): "
+        + (f"{n['failed_step']}: " if n.get("failed_step") else "")
+        + str(n.get("reason") or n.get("status"))
+        for n in failed
+    ]
+    if status != "passed" and reason and "failed: " not in reason[:200]:
+        said.append(f"head: {reason}")
+    status = "interrupted" if status == "interrupted" else "failed"
+    return status, "; ".join(said), failed[0].get("failed_step") or step

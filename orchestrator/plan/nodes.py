@@ -1,0 +1,125 @@
+"""Multi-node cells, as planned: `server.nodes: N` makes one server span N hosts.
+
+The play's hosts (inventory order, after `--limit`) are cut into consecutive groups of N; the
+first host of a group is its head (rank 0, serves HTTP, runs the bench). Every host of a group
+renders the same points with its own variables plus the node variables below, so each node's
+env and server argv are its own; the head's cell carries the others as `Cell.nodes`.
+
+Node variables, seen by every template (a one-node cell sees rank 0 of 1):
+`node_rank`, `nnodes`, `head_host` (the head's address as the other nodes reach it:
+`ansible_host`), `head_port` (`server.dist_port`, default the server's port + 100) and
+`node_hosts` (the group's inventory names, head first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from orchestrator.cell import Cell, NodePart, canonical_json
+from orchestrator.config.host import Host
+from orchestrator.config.loaded import LoadedPlaybook
+from orchestrator.config.templates import has_template
+from orchestrator.errors import InputError
+
+NODE_VAR_NAMES = ("node_rank", "nnodes", "head_host", "head_port", "node_hosts")
+DIST_PORT_OFFSET = 100  # the default head_port: the server's port + this
+DEFAULT_DIST_PORT = 30100  # when the server's port is not a plain number
+
+
+def declared_nodes(playbook: LoadedPlaybook) -> int:
+    """`server.nodes` as a plain count (1 without it): it decides which hosts form a server,
+    so it is read before any template is rendered and may not be one."""
+    server = playbook.data.get("server")
+    raw = server.get("nodes", 1) if isinstance(server, Mapping) else 1
+    where = playbook.locate(("server", "nodes"))
+    if isinstance(raw, str) and has_template(raw):
+        raise InputError(
+            "server.nodes must be a number, not a template: it decides which hosts form one "
+            "server before anything is rendered",
+            location=where,
+            key_path="server.nodes",
+            hint="write nodes: 2, and one playbook per node count",
+        )
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise InputError(
+            f"server.nodes must be a whole number of hosts, at least 1 (got {raw!r})",
+            location=where,
+            key_path="server.nodes",
+        )
+    return raw
+
+
+def dist_port(playbook: LoadedPlaybook) -> int:
+    """`server.dist_port`, else the server's port + 100 when it is a plain number."""
+    server = playbook.data.get("server")
+    if not isinstance(server, Mapping):
+        return DEFAULT_DIST_PORT
+    declared = server.get("dist_port")
+    if isinstance(declared, int) and not isinstance(declared, bool):
+        return declared
+    port = server.get("port")
+    args = server.get("args")
+    if port is None and isinstance(args, Mapping):
+        port = args.get("port")
+    if isinstance(port, int) and not isinstance(port, bool):
+        return port + DIST_PORT_OFFSET
+    return DEFAULT_DIST_PORT
+
+
+def node_groups(hosts: Sequence[str], nodes: int, playbook: LoadedPlaybook) -> list[list[str]]:
+    """The play's hosts cut into consecutive groups of `nodes`, head first; a count that is not
+    a multiple of `nodes` is refused with the hosts found."""
+    if len(hosts) % nodes:
+        raise InputError(
+            f"server.nodes is {nodes}, but the play selects {len(hosts)} host"
+            f"{'' if len(hosts) == 1 else 's'} ({', '.join(hosts)}): not a multiple of {nodes}",
+            location=playbook.locate(("server", "nodes")),
+            key_path="server.nodes",
+            hint=f"select a multiple of {nodes} hosts (hosts: / --limit); each {nodes} "
+            "consecutive hosts in inventory order form one server, the first its head",
+        )
+    return [list(hosts[i : i + nodes]) for i in range(0, len(hosts), nodes)]
+
+
+def single_node_vars(host: Host) -> dict[str, Any]:
+    """The node variables of a one-node cell: rank 0 of 1, the host its own head."""
+    return {
+        "node_rank": 0,
+        "nnodes": 1,
+        "head_host": host.target,
+        "head_port": DEFAULT_DIST_PORT,
+        "node_hosts": [host.name],
+    }
+
+
+def node_vars(group: Sequence[Host], rank: int, port: int) -> dict[str, Any]:
+    """The node variables of rank `rank` in `group` (head first)."""
+    return {
+        "node_rank": rank,
+        "nnodes": len(group),
+        "head_host": group[0].target,
+        "head_port": port,
+        "node_hosts": [h.name for h in group],
+    }
+
+
+def joined_cell(head: Cell, parts: Sequence[tuple[Host, Cell]]) -> Cell:
+    """The head's cell with the other nodes' parts; its id hashes theirs (each part's own id
+    already hashes its host, env and server, secrets as placeholders)."""
+    nodes = tuple(
+        NodePart(
+            host=cell.host,
+            address=host.target,
+            rank=rank,
+            repo=cell.repo,
+            env=dict(cell.env),
+            server=cell.server,
+        )
+        for rank, (host, cell) in enumerate(parts, start=1)
+    )
+    slug, _, _ = head.id.rpartition("-")
+    text = canonical_json([head.id, [[c.host, c.id] for _, c in parts]])
+    ident = f"{slug}-{hashlib.sha256(text.encode()).hexdigest()[:8]}" if slug else head.id
+    return head.model_copy(update={"id": ident, "nodes": nodes})

@@ -1,0 +1,127 @@
+"""A node's part of a server over several hosts, and the end requests that tie the nodes.
+
+The runner on a node other than the head gets a cell with `node` set ({of, rank, head,
+head_url}): it pins the repo, starts its part of the server like any server, and then:
+
+- `ready` waits until the head's readiness URL answers (the head serves only when every node
+  joined), while its own part stays alive;
+- `verify_env` checks its own processes, as on the head;
+- `bench` is the hold: the part keeps running until the controller releases it (the head's cell
+  ended) or it exits by itself (which fails it: the node's part died).
+
+The controller ends a cell on any host by writing `runs/<run>/.<cell>.end` ({"kind": "release" |
+"abort", "reason", "invocation"}): `abort` fails the cell now, with that reason (a node's part
+died, so the head's bench must stop); `release` ends a node's hold. A request from another
+invocation of the runner (an earlier attempt) is ignored.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional
+
+from orchestrator.runner.protocol import StepFailed, now
+from orchestrator.runner.server import FIRST_POLL, http_get
+
+PART_EXIT_GRACE = 5.0  # seconds a part that exited waits for its release (the head stopping)
+
+
+class NodeSteps:
+    """The part-of-a-server steps (mixed into CellRunner, which provides the rest)."""
+
+    cell: Dict[str, Any]
+    server: Optional[Dict[str, Any]]
+    run_dir: str
+    cell_id: str
+    invocation: str
+    proc: Any
+    deadline: float
+    stop_event: Any
+    server_log_path: str
+    ready_info: Dict[str, Any]
+    startup_end: int
+
+    def check(self) -> None:  # CellContext's
+        raise NotImplementedError
+
+    def end_request(self) -> Optional[Dict[str, Any]]:  # CellContext's
+        raise NotImplementedError
+
+    def server_exit_reason(self, rc: int, when: str) -> str:  # CellContext's
+        raise NotImplementedError
+
+    @property
+    def node_role(self) -> Optional[Dict[str, Any]]:
+        """{of, rank, head, head_url} when this cell is a node's part, else None."""
+        role = self.cell.get("node")
+        return role if isinstance(role, dict) else None
+
+    def do_ready_part(self) -> Dict[str, Any]:
+        """Wait until the head answers on its readiness URL while this part stays alive."""
+        role = self.node_role or {}
+        url = role.get("head_url")
+        want = int(role.get("head_status", 200))
+        ready = (self.server or {}).get("ready") or {}
+        timeout = float(ready.get("timeout", 600.0))
+        declared = max(0.05, float(ready.get("interval", 0.5)))
+        interval = min(FIRST_POLL, declared)
+        start = now()
+        deadline = min(start + timeout, self.deadline)
+        last = "no HTTP request made yet"
+        while True:
+            self.check()
+            rc = self.proc.poll()
+            if rc is not None:
+                raise StepFailed(self.server_exit_reason(rc, "before the head was ready"))
+            request = self.end_request()
+            if request is not None:
+                raise StepFailed(
+                    "the head's cell ended before it was ready: %s" % request.get("reason", "")
+                )
+            if not url:
+                break  # no URL to ask: the part only has to be running
+            status, _body, err = http_get(str(url), max(0.5, min(5.0, deadline - now())))
+            if status == want:
+                break
+            last = ("last HTTP status %s" % status) if status is not None else err
+            if now() >= deadline:
+                raise StepFailed(
+                    "the head %s was not ready after %gs (%s from %s)"
+                    % (role.get("head"), round(now() - start, 1), last, url)
+                )
+            self.stop_event.wait(interval)
+            interval = min(declared, interval * 1.5)
+        self.startup_end = os.path.getsize(self.server_log_path) if self.proc else 0
+        self.ready_info = {"seconds": round(now() - start, 3), "url": url, "head": role.get("head")}
+        return {"seconds": self.ready_info["seconds"], "head": role.get("head"), "url": url}
+
+    def do_hold(self) -> Dict[str, Any]:
+        """Keep this part running until the controller releases it; its own exit fails it."""
+        start = now()
+        while True:
+            self.check()
+            request = self.end_request()
+            if request is not None:
+                return {
+                    "role": "node",
+                    "held_seconds": round(now() - start, 3),
+                    "released": str(request.get("reason") or ""),
+                }
+            rc = self.proc.poll()
+            if rc is not None and rc < 0:  # killed: this node's part died
+                raise StepFailed(self.server_exit_reason(rc, "while the head served"))
+            if rc is not None:
+                # The head stopping ends a part by itself too: wait a moment for the release.
+                until = now() + PART_EXIT_GRACE
+                while now() < until:
+                    request = self.end_request()
+                    if request is not None and request.get("kind") == "release":
+                        return {
+                            "role": "node",
+                            "held_seconds": round(now() - start, 3),
+                            "released": str(request.get("reason") or ""),
+                            "part_exited": rc,
+                        }
+                    self.stop_event.wait(0.1)
+                raise StepFailed(self.server_exit_reason(rc, "while the head served"))
+            self.stop_event.wait(0.2)
