@@ -125,7 +125,7 @@ def plan(
     rows = [
         [
             c.id,
-            c.host,
+            "+".join(c.hosts),  # a server over several hosts: its nodes, head first
             *(_short(shown_axes[c.id].get(a, "")) for a in axes),
             _version(c),
             servers[c.id],
@@ -133,8 +133,14 @@ def plan(
         for c in cells
     ]
     echo(tabulate(rows, headers=["cell", "host", *axes, "repo version", "server"]))
-    hosts = sorted({c.host for c in cells})
+    hosts = sorted({h for c in cells for h in c.hosts})
     echo(f"\n{len(cells)} cells on {len(hosts)} host(s): {', '.join(hosts)}")
+    multi = [c for c in cells if c.nodes]
+    if multi:
+        echo(
+            f"{len(multi)} cell(s) run one server over {len(multi[0].hosts)} nodes: the first "
+            "host is the head (rank 0, serves HTTP, runs the bench)"
+        )
     for res in resolutions:
         echo(f"repo.version {res.describe()}")
     with_server = [c for c in cells if c.server is not None]
@@ -156,6 +162,10 @@ def plan(
                 echo(f"  env {k}={shlex.quote(shown)}")
             if c.server is not None:
                 echo(f"  server: {shlex.join(redact_text(a, secrets) for a in c.server.argv)}")
+            for n in c.nodes:
+                if n.server is not None:
+                    argv = shlex.join(redact_text(a, secrets) for a in n.server.argv)
+                    echo(f"  node {n.rank} ({n.host}): {argv}")
             echo(f"  bench:  {shlex.join(redact_text(a, secrets) for a in c.bench.argv)}")
             echo(f"  repeats: {c.bench.warmup} warmup + {c.bench.repeats}")
 

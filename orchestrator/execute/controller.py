@@ -474,6 +474,8 @@ class Run:
                 status = items.get(cid, {}).get("status")
                 wanted_now = cid in wanted and cid not in done and status != "interrupted"
                 wanted_now = wanted_now and cid not in self.retrying
+                # A multi-node cell is whole only with every node's part: it runs again.
+                wanted_now = wanted_now and not (cid in self.nodes.heads or self.nodes.is_part(cid))
                 if wanted_now and isinstance(archive, Path):
                     self._record(self.import_archive(conn.host.name, wanted[cid], archive, 0))
                     done.add(cid)

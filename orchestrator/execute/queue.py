@@ -85,6 +85,12 @@ class HostQueue:
             payload["facts"] = {}
         if self.run_.retrying:  # the runner reruns these instead of reusing its failed copy
             payload["rerun_failed"] = sorted(self.run_.retrying)
+        # The nodes of a server meet at each cell: none may reuse a copy another did not keep.
+        together = [
+            c for c in self.order if c in self.run_.nodes.heads or self.run_.nodes.is_part(c)
+        ]
+        if together:
+            payload["rerun"] = together
         return payload
 
     def _outcome(self, outcome: CellOutcome) -> None:

@@ -65,6 +65,8 @@ class CellRunner(
         previous = self.finished_result()
         if previous is not None and self.rerun_failed and previous.get("status") == "failed":
             previous = None  # the controller set the failed attempt aside: this one replaces it
+        if self.rerun:
+            previous = None
         if previous is not None:
             # Finished by an earlier runner after the controller's collect: not run twice.
             status = str(previous["status"])

@@ -148,6 +148,8 @@ class CellContext:
         self.cell_id = str(self.cell["id"])
         # `apply --retry-failed`: a failed copy of these cells here is run again, not reused
         self.rerun_failed = self.cell_id in (payload.get("rerun_failed") or ())
+        # a node of a multi-node cell: never reuse an earlier copy (the others run it again)
+        self.rerun = self.cell_id in (payload.get("rerun") or ())
         self.env: Dict[str, str] = {str(k): str(v) for k, v in self.cell.get("env", {}).items()}
         self.secret_names = set(str(s) for s in self.cell.get("secrets", ()))
         secret_values = [v for k, v in self.env.items() if self.is_secret(k)]

@@ -20,35 +20,17 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional
 
+from orchestrator.runner.context import CellContext
 from orchestrator.runner.protocol import StepFailed, now
 from orchestrator.runner.server import FIRST_POLL, http_get
 
 PART_EXIT_GRACE = 5.0  # seconds a part that exited waits for its release (the head stopping)
 
 
-class NodeSteps:
-    """The part-of-a-server steps (mixed into CellRunner, which provides the rest)."""
+class NodeSteps(CellContext):
+    """The part-of-a-server steps (mixed into CellRunner)."""
 
-    cell: Dict[str, Any]
-    server: Optional[Dict[str, Any]]
-    run_dir: str
-    cell_id: str
-    invocation: str
     proc: Any
-    deadline: float
-    stop_event: Any
-    server_log_path: str
-    ready_info: Dict[str, Any]
-    startup_end: int
-
-    def check(self) -> None:  # CellContext's
-        raise NotImplementedError
-
-    def end_request(self) -> Optional[Dict[str, Any]]:  # CellContext's
-        raise NotImplementedError
-
-    def server_exit_reason(self, rc: int, when: str) -> str:  # CellContext's
-        raise NotImplementedError
 
     @property
     def node_role(self) -> Optional[Dict[str, Any]]:

@@ -1,0 +1,243 @@
+"""Multi-node cells on the real sshd test hosts: one simulated SGLang server over host1 (the head)
+and host2, joined over real TCP between their network namespaces (loopback otherwise)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sim_helpers import BENCH, SERVE, free_port, load, only_run, orch
+from sshhosts import SSHTestHost, SSHTestHosts
+
+from orchestrator.sim import model as m
+
+pytestmark = [pytest.mark.slow, pytest.mark.ssh]
+
+TP = 2  # one TP rank per node
+NCCL = {"NCCL_ALGO": "Ring", "NCCL_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "INFO"}
+
+
+def _playbook(path: Path, *, prompts: int = 2, output_len: int = 32) -> Path:
+    data: dict[str, Any] = {
+        "name": "two-node",
+        "hosts": "host1,host2",
+        "matrix": {"spec": ["off"]},
+        "env": [{"ORCH_SIM_TIME_SCALE": "0.02", "ORCH_SIM_SEED": "7"}, NCCL],
+        "server": {
+            "adapter": "sglang",
+            "launcher": SERVE,
+            "nodes": 2,
+            "dist_port": "{{ dist_port }}",
+            "args": {
+                "model-path": "/models/Kimi-K2.5",
+                "port": "{{ srv_port }}",
+                "tp-size": TP,
+                "sim-model": "{{ sim_model }}",
+            },
+            "ready": {"timeout": 60},
+            "stop_grace": 5,
+        },
+        "bench": {
+            "adapter": "sglang.bench_serving",
+            "launcher": BENCH,
+            "args": {
+                "dataset-name": "random-ids",
+                "random-input-len": 64,
+                "random-output-len": output_len,
+                "random-range-ratio": 1,
+                "num-prompts": prompts,
+                "max-concurrency": 1,
+            },
+            "repeats": 1,
+            "timeout": 120,
+        },
+        "snapshot": {"pip_freeze": False, "topo": False},
+        "telemetry": False,
+        "timeouts": {"cell": 180},
+    }
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def two_nodes(ssh_hosts: SSHTestHosts, tmp_path: Path) -> Iterator[tuple[SSHTestHosts, Path]]:
+    """An inventory where host1 and host2 can form one server; each host's model file."""
+    hosts = ssh_hosts
+    port, dist = free_port(), free_port()
+    host_vars: dict[str, dict[str, Any]] = {}
+    for host in hosts.hosts:
+        model = tmp_path / f"model-{host.name}.json"
+        model.write_text(m.dump_params(m.model_params()))
+        host_vars[host.name] = {"srv_port": port, "dist_port": dist, "sim_model": str(model)}
+        if not hosts.isolated:  # hosts share one $HOME: keep their runner state apart
+            host_vars[host.name]["orch_workdir"] = f".orch-mn-e2e/{host.name}"
+    inventory = hosts.write_inventory(tmp_path / "hosts.yml", extra_host_vars=host_vars)
+    link = _link(hosts.host("host1"), hosts.host("host2"))
+    try:
+        yield hosts, inventory
+    finally:
+        if link is not None:
+            subprocess.run(["ip", "-n", link, "link", "del", "mn-a"], check=False)
+        for host in hosts.hosts:
+            shutil.rmtree(host.home / ".orch-mn-e2e", ignore_errors=True)
+
+
+def _link(a: SSHTestHost, b: SSHTestHost) -> str | None:
+    """A cable between two namespaced hosts (each reaches the other's address over it), as the
+    nodes of a cluster reach each other; None in loopback mode, where they share one network."""
+    if a.namespace is None or b.namespace is None:
+        return None
+
+    def ip(*argv: str) -> None:
+        subprocess.run(["ip", *argv], check=True, capture_output=True)
+
+    ip("-n", a.namespace, "link", "add", "mn-a", "type", "veth", "peer", "name", "mn-b")
+    ip("-n", a.namespace, "link", "set", "mn-b", "netns", b.namespace)
+    ip("-n", a.namespace, "link", "set", "mn-a", "up")
+    ip("-n", b.namespace, "link", "set", "mn-b", "up")
+    ip("-n", a.namespace, "route", "add", f"{b.address}/32", "dev", "mn-a")
+    ip("-n", b.namespace, "route", "add", f"{a.address}/32", "dev", "mn-b")
+    return a.namespace
+
+
+def _sim_processes(marker: str) -> list[int]:
+    """Simulator processes (servers and workers) of this test's run still alive, by marker."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"orchestrator.sim" in cmd and marker.encode() in env:
+            found.append(int(pid))
+    return found
+
+
+def _apply(tmp_path: Path, inventory: Path, playbook: Path) -> subprocess.CompletedProcess[str]:
+    return orch(
+        "apply", str(playbook), "-i", str(inventory), "--results", str(tmp_path / "results"),
+        cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+
+
+def test_a_two_node_cell_passes_with_every_node_checked(
+    two_nodes: tuple[SSHTestHosts, Path], tmp_path: Path
+) -> None:
+    hosts, inventory = two_nodes
+    plan = orch("plan", str(_playbook(tmp_path / "pb.yml")), "-i", str(inventory), cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr
+    assert "host1+host2" in plan.stdout, plan.stdout
+
+    proc = _apply(tmp_path, inventory, tmp_path / "pb.yml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = only_run(tmp_path / "results")
+    cells = load(run / "run.json")["cells"]
+    assert len(cells) == 1
+    (cid,) = cells
+    cell_dir = run / "cells" / cid
+    assert load(cell_dir / "cell.json")["status"] == "passed"
+    nodes = load(cell_dir / "nodes.json")
+    assert [(n["host"], n["rank"], n["status"]) for n in nodes] == [("host2", 1, "passed")]
+    assert nodes[0]["hold"]["released"], nodes  # held until the head's cell ended
+    # each node checked its own processes: the server and its one TP worker
+    for folder in (cell_dir, cell_dir / "nodes" / "host2"):
+        check = load(folder / "env_check.json")
+        assert check["ok"] and len(check["processes"]) == 2, check
+        assert all(p["vars"]["NCCL_ALGO"]["observed"] == "Ring" for p in check["processes"])
+    head_log = (cell_dir / "server.log").read_text()
+    assert "node rank 1 joined" in head_log and "--node-rank" not in head_log
+    node_log = (cell_dir / "nodes" / "host2" / "server.log").read_text()
+    assert "node rank 1 joined the head" in node_log
+    assert (cell_dir / "nodes" / "host2" / "snapshot.pre.json").is_file()
+    metrics = load(cell_dir / "metrics.json")
+    assert metrics["summary"]["output_throughput"]["median"] > 0
+    # the argv each node ran: SGLang's multi-node flags, filled in by the adapter
+    argv = load(cell_dir / "nodes" / "host2" / "cell.json")["cell"]["server"]["argv"]
+    assert argv[argv.index("--node-rank") + 1] == "1" and "--nnodes" in argv
+    assert _sim_processes(load(run / "run.json")["run_id"]) == []
+
+
+def test_a_variable_dropped_on_node_1_only_is_named_with_its_node(
+    two_nodes: tuple[SSHTestHosts, Path], tmp_path: Path
+) -> None:
+    hosts, inventory = two_nodes
+    # host2's launcher starts its worker without NCCL_ALGO (the seed's failure, one node only)
+    model = yaml.safe_load(inventory.read_text())["all"]["hosts"]["host2"]["sim_model"]
+    params = m.model_params()
+    params["bugs"] = {"drop_env": ["NCCL_ALGO"]}
+    Path(model).write_text(m.dump_params(params))
+    proc = _apply(tmp_path, inventory, _playbook(tmp_path / "pb.yml"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run = only_run(tmp_path / "results")
+    (entry,) = load(run / "run.json")["cells"].values()
+    assert entry["status"] == "failed"
+    assert "node host2 (rank 1)" in entry["reason"] and "NCCL_ALGO" in entry["reason"], entry
+    assert entry["failed_step"] == "verify_env"
+    (cid,) = load(run / "run.json")["cells"]
+    cell_dir = run / "cells" / cid
+    assert load(cell_dir / "env_check.json")["ok"] is True  # the head's processes had it
+    node_check = load(cell_dir / "nodes" / "host2" / "env_check.json")
+    assert [x["name"] for x in node_check["mismatches"]] == ["NCCL_ALGO"]
+    assert _sim_processes(load(run / "run.json")["run_id"]) == []
+
+
+def test_killing_node_1_mid_bench_fails_the_cell_and_leaves_nothing_running(
+    two_nodes: tuple[SSHTestHosts, Path], tmp_path: Path
+) -> None:
+    hosts, inventory = two_nodes
+    playbook = _playbook(tmp_path / "pb.yml", prompts=40, output_len=256)
+    killed: list[int] = []
+
+    def kill_node_part() -> None:
+        # host2's server part, once the head's bench client runs
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            procs = _processes()
+            if any(b"orchestrator.sim bench" in cmd for cmd in procs.values()):
+                for pid, cmd in procs.items():
+                    if b"orchestrator.sim serve" in cmd and b"--node-rank 1" in cmd:
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_node_part, daemon=True)
+    killer.start()
+    proc = _apply(tmp_path, inventory, playbook)
+    killer.join(5)
+    assert killed, "the node's part was never seen running"
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run = only_run(tmp_path / "results")
+    (entry,) = load(run / "run.json")["cells"].values()
+    assert entry["status"] == "failed"
+    assert entry["reason"].startswith("node host2 (rank 1)"), entry
+    assert "rc -9" in entry["reason"], entry
+    (cid,) = load(run / "run.json")["cells"]
+    head = load(run / "cells" / cid / "cell.json")
+    assert head["steps"]["bench"]["status"] == "failed", head["steps"]
+    assert _sim_processes(load(run / "run.json")["run_id"]) == []
+
+
+def _processes() -> dict[int, bytes]:
+    out = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            out[int(pid)] = cmd
+    return out
+
+
