@@ -11,14 +11,21 @@ lack the NCCL_ALGO the head's have, slows the whole server.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import os
+import signal
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    from orchestrator.sim.server import SimServer
+
+JOIN_TIMEOUT = 600.0  # seconds the head waits for the other nodes, and they for it
 INTERNODE_BASE = 0.12  # step time added per extra node on a well-configured fabric
 NO_FABRIC = 0.6  # a node with neither NCCL_IB_HCA nor NCCL_SOCKET_IFNAME: slow sockets
 ALGO_MISMATCH = 0.25  # a node without the NCCL_ALGO the head runs with
@@ -130,3 +137,46 @@ def join_head(
         log(f"node rank {rank} joined the head at {addr}")
         return conn
     return None
+
+
+def serve_node(srv: SimServer, args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """A node other than the head: its TP workers, joined to the head until the head closes."""
+    rank = int(args.node_rank)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(OSError):
+            os.write(wake_w, b"x")
+
+    def relay_signals() -> None:
+        os.read(wake_r, 1)
+        srv.stopping.set()
+
+    threading.Thread(target=relay_signals, daemon=True, name="signals").start()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        srv.start_workers()
+        envs = [w.report.get("env", {}) for w in srv.workers]
+        conn = join_head(str(args.dist_init_addr), rank, envs, srv.stopping, JOIN_TIMEOUT, log)
+        if conn is None:
+            return 0 if srv.stopping.is_set() else 1
+        closed = threading.Event()
+
+        def follow() -> None:
+            with contextlib.suppress(OSError):
+                while conn.recv(1024):
+                    pass
+            closed.set()
+            srv.stopping.set()
+
+        threading.Thread(target=follow, daemon=True, name="head").start()
+        srv.stopping.wait()
+        if closed.is_set():
+            log("the head closed the connection: stopping this node")
+        conn.close()
+        return 0
+    finally:
+        srv.stop_workers()
+        log("Node stopped.")

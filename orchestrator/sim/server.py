@@ -29,11 +29,10 @@ from orchestrator.sim import model as m
 from orchestrator.sim import state as st
 from orchestrator.sim.api import SimHTTPServer, make_handler
 from orchestrator.sim.engine import Engine, Request
-from orchestrator.sim.nodes import HeadJoin, internode_factor, join_head
+from orchestrator.sim.nodes import JOIN_TIMEOUT, HeadJoin, internode_factor, serve_node
 
 SIM_VERSION = "0.4.10.post2+sim"
 READY_LINE = "The server is fired up and ready to roll!"
-NODE_JOIN_TIMEOUT = 600.0  # seconds the head waits for the other nodes, and they for it
 
 
 def time_scale_default() -> float:
@@ -424,8 +423,8 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
         srv.start_workers()
         if join is not None:
             log(f"waiting for {srv.nnodes - 1} more node(s) on {args.dist_init_addr}", "TP0")
-            if not join.wait_all(srv.stopping, NODE_JOIN_TIMEOUT):
-                log(f"RuntimeError: not every node joined within {NODE_JOIN_TIMEOUT:g} s", "TP0")
+            if not join.wait_all(srv.stopping, JOIN_TIMEOUT):
+                log(f"RuntimeError: not every node joined within {JOIN_TIMEOUT:g} s", "TP0")
                 return 1
             srv.join_nodes(join)
         # Simulated seconds: weights load for 60% of the start-up, CUDA graph capture for 40%.
@@ -487,49 +486,6 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
         srv.stop_workers()
         log("Server stopped.")
     return rc
-
-
-def serve_node(srv: SimServer, args: argparse.Namespace, log: Logger) -> int:
-    """A node other than the head: its TP workers, joined to the head until the head closes."""
-    rank = int(args.node_rank)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        with contextlib.suppress(OSError):
-            os.write(wake_w, b"x")
-
-    def relay_signals() -> None:
-        os.read(wake_r, 1)
-        srv.stopping.set()
-
-    threading.Thread(target=relay_signals, daemon=True, name="signals").start()
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    try:
-        srv.start_workers()
-        envs = [w.report.get("env", {}) for w in srv.workers]
-        conn = join_head(str(args.dist_init_addr), rank, envs, srv.stopping, NODE_JOIN_TIMEOUT, log)
-        if conn is None:
-            return 0 if srv.stopping.is_set() else 1
-        closed = threading.Event()
-
-        def follow() -> None:
-            with contextlib.suppress(OSError):
-                while conn.recv(1024):
-                    pass
-            closed.set()
-            srv.stopping.set()
-
-        threading.Thread(target=follow, daemon=True, name="head").start()
-        srv.stopping.wait()
-        if closed.is_set():
-            log("the head closed the connection: stopping this node")
-        conn.close()
-        return 0
-    finally:
-        srv.stop_workers()
-        log("Node stopped.")
 
 
 def main(argv: list[str]) -> int:

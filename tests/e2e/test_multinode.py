@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -69,7 +70,7 @@ def _playbook(path: Path, *, prompts: int = 2, output_len: int = 32) -> Path:
 
 
 @pytest.fixture
-def two_nodes(ssh_hosts: SSHTestHosts, tmp_path: Path) -> Iterator[tuple[SSHTestHosts, Path]]:
+def two_nodes(ssh_hosts: SSHTestHosts, tmp_path: Path) -> Iterator[Path]:
     """An inventory where host1 and host2 can form one server; each host's model file."""
     hosts = ssh_hosts
     port, dist = free_port(), free_port()
@@ -83,7 +84,7 @@ def two_nodes(ssh_hosts: SSHTestHosts, tmp_path: Path) -> Iterator[tuple[SSHTest
     inventory = hosts.write_inventory(tmp_path / "hosts.yml", extra_host_vars=host_vars)
     link = _link(hosts.host("host1"), hosts.host("host2"))
     try:
-        yield hosts, inventory
+        yield inventory
     finally:
         if link is not None:
             subprocess.run(["ip", "-n", link, "link", "del", "mn-a"], check=False)
@@ -132,10 +133,8 @@ def _apply(tmp_path: Path, inventory: Path, playbook: Path) -> subprocess.Comple
     )  # fmt: skip
 
 
-def test_a_two_node_cell_passes_with_every_node_checked(
-    two_nodes: tuple[SSHTestHosts, Path], tmp_path: Path
-) -> None:
-    hosts, inventory = two_nodes
+def test_a_two_node_cell_passes_with_every_node_checked(two_nodes: Path, tmp_path: Path) -> None:
+    inventory = two_nodes
     plan = orch("plan", str(_playbook(tmp_path / "pb.yml")), "-i", str(inventory), cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr
     assert "host1+host2" in plan.stdout, plan.stdout
@@ -170,9 +169,9 @@ def test_a_two_node_cell_passes_with_every_node_checked(
 
 
 def test_a_variable_dropped_on_node_1_only_is_named_with_its_node(
-    two_nodes: tuple[SSHTestHosts, Path], tmp_path: Path
+    two_nodes: Path, tmp_path: Path
 ) -> None:
-    hosts, inventory = two_nodes
+    inventory = two_nodes
     # host2's launcher starts its worker without NCCL_ALGO (the seed's failure, one node only)
     model = yaml.safe_load(inventory.read_text())["all"]["hosts"]["host2"]["sim_model"]
     params = m.model_params()
@@ -194,9 +193,9 @@ def test_a_variable_dropped_on_node_1_only_is_named_with_its_node(
 
 
 def test_killing_node_1_mid_bench_fails_the_cell_and_leaves_nothing_running(
-    two_nodes: tuple[SSHTestHosts, Path], tmp_path: Path
+    two_nodes: Path, tmp_path: Path
 ) -> None:
-    hosts, inventory = two_nodes
+    inventory = two_nodes
     playbook = _playbook(tmp_path / "pb.yml", prompts=40, output_len=256)
     killed: list[int] = []
 
@@ -241,3 +240,54 @@ def _processes() -> dict[int, bytes]:
     return out
 
 
+def test_a_killed_controller_then_resume_and_replay(two_nodes: Path, tmp_path: Path) -> None:
+    inventory = two_nodes
+    playbook = _playbook(tmp_path / "pb.yml", prompts=20, output_len=128)
+    data = yaml.safe_load(playbook.read_text())
+    data["matrix"] = {"spec": ["a", "b"]}  # two cells; the kill lands in one of them
+    playbook.write_text(yaml.safe_dump(data, sort_keys=False))
+    results = tmp_path / "results"
+    argv = [sys.executable, "-m", "orchestrator", "apply", str(playbook), "-i", str(inventory)]
+    log = (tmp_path / "err.log").open("w")
+    proc = subprocess.Popen(
+        [*argv, "--results", str(results)], cwd=tmp_path, stdout=log, stderr=log
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if any(b"orchestrator.sim bench" in cmd for cmd in _processes().values()):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("no bench ever ran")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    run = only_run(results)
+    run_id = load(run / "run.json")["run_id"]
+    # the runners read EOF: every node's part and the head stop by themselves
+    deadline = time.monotonic() + 30
+    while _sim_processes(run_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _sim_processes(run_id) == []
+
+    again = orch(
+        "apply", "--resume", run_id, "-i", str(inventory), "--results", str(results),
+        cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    cells = load(run / "run.json")["cells"]
+    assert len(cells) == 2 and {c["status"] for c in cells.values()} == {"passed"}, cells
+    for cid in cells:
+        assert load(run / "cells" / cid / "nodes.json")[0]["status"] == "passed"
+
+    cid = sorted(cells)[0]
+    replay = orch(
+        "replay", f"{run_id}/{cid}", "-i", str(inventory), "--results", str(results), "--yes",
+        cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    runs = [p for p in results.iterdir() if p.is_dir() and p != run]
+    assert len(runs) == 1
+    (entry,) = load(runs[0] / "run.json")["cells"].values()
+    assert entry["status"] == "passed"
+    assert (runs[0] / "cells" / cid / "nodes" / "host2" / "env_check.json").is_file()
+    assert _sim_processes(run_id) == []

@@ -1,0 +1,170 @@
+"""Multi-node cells as planned (plan/nodes.py): host groups, node variables, adapters' flags."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.cell import Cell
+from orchestrator.config.inventory import load_inventory
+from orchestrator.config.playbook import load_playbook
+from orchestrator.errors import InputError
+from orchestrator.execute.nodes import joined_verdict, part_cell
+from orchestrator.plan.build import build_cells
+
+INVENTORY = """
+all:
+  hosts:
+    gpu1: {ansible_host: 10.0.0.1, nic: eth0}
+    gpu2: {ansible_host: 10.0.0.2, nic: eth1}
+    gpu3: {ansible_host: 10.0.0.3, nic: eth2}
+    gpu4: {ansible_host: 10.0.0.4, nic: eth3}
+"""
+
+SGLANG = """
+name: two-node
+hosts: all
+matrix:
+  steps: [1, 2]
+env:
+  NCCL_SOCKET_IFNAME: "{{ nic }}"
+  RANK_SEEN: "{{ node_rank }}/{{ nnodes }} head={{ head_host }}:{{ head_port }}"
+  NODES: "{{ node_hosts | join(',') }}"
+server:
+  adapter: sglang
+  nodes: 2
+  args:
+    model-path: /models/Kimi-K2.5
+    tp-size: 16
+    port: 30000
+    speculative-num-steps: "{{ matrix.steps }}"
+bench:
+  adapter: sglang.bench_serving
+"""
+
+
+def plan(tmp_path: Path, playbook: str, limit: str | None = None) -> list[Cell]:
+    (tmp_path / "playbook.yml").write_text(textwrap.dedent(playbook))
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(textwrap.dedent(INVENTORY))
+    return build_cells(
+        load_playbook(tmp_path / "playbook.yml", {}), load_inventory(inv), limit=limit
+    )
+
+
+def flag(argv: tuple[str, ...], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_consecutive_hosts_form_each_server_head_first(tmp_path: Path) -> None:
+    cells = plan(tmp_path, SGLANG)
+    assert [c.hosts for c in cells] == [("gpu1", "gpu2")] * 2 + [("gpu3", "gpu4")] * 2
+    head = cells[0]
+    assert head.server is not None and head.server.restart == "per_cell"
+    assert flag(head.server.argv, "--node-rank") == "0"
+    assert flag(head.server.argv, "--nnodes") == "2"
+    assert flag(head.server.argv, "--dist-init-addr") == "10.0.0.1:30100"
+    assert flag(head.server.argv, "--host") == "0.0.0.0"
+    assert head.server.ready.url == "http://127.0.0.1:30000/health_generate"
+    (node,) = head.nodes
+    assert (node.host, node.address, node.rank) == ("gpu2", "10.0.0.2", 1)
+    assert node.server is not None
+    assert flag(node.server.argv, "--node-rank") == "1"
+    assert flag(node.server.argv, "--dist-init-addr") == "10.0.0.1:30100"
+    # every node renders with its own host vars and its node variables
+    assert head.env["NCCL_SOCKET_IFNAME"] == "eth0" and node.env["NCCL_SOCKET_IFNAME"] == "eth1"
+    assert head.env["RANK_SEEN"] == "0/2 head=10.0.0.1:30100"
+    assert node.env["RANK_SEEN"] == "1/2 head=10.0.0.1:30100"
+    assert head.env["NODES"] == node.env["NODES"] == "gpu1,gpu2"
+    assert cells[2].env["RANK_SEEN"] == "0/2 head=10.0.0.3:30100"
+
+
+def test_a_cell_id_covers_every_node(tmp_path: Path) -> None:
+    ids = [c.id for c in plan(tmp_path, SGLANG)]
+    assert len(set(ids)) == 4
+    assert ids == [c.id for c in plan(tmp_path, SGLANG)]  # stable
+    changed = SGLANG.replace('"{{ nic }}"', "\"{{ nic if node_rank == 0 else 'ib0' }}\"")
+    assert plan(tmp_path, changed)[0].id != ids[0]  # only node 1's env differs
+
+
+def test_one_node_keeps_the_ids_of_a_playbook_without_nodes(tmp_path: Path) -> None:
+    single = SGLANG.replace("  nodes: 2\n", "").replace("RANK_SEEN", "R").replace("NODES", "N")
+    one = SGLANG.replace("  nodes: 2\n", "  nodes: 1\n").replace("RANK_SEEN", "R")
+    one = one.replace("NODES", "N")
+    assert [c.id for c in plan(tmp_path, single)] == [c.id for c in plan(tmp_path, one)]
+    cells = plan(tmp_path, single)
+    assert all(c.nodes == () and c.hosts == (c.host,) for c in cells)
+    assert "nodes" not in cells[0].model_dump(mode="json")
+    assert cells[0].env["R"] == "0/1 head=10.0.0.1:30100"
+
+
+def test_a_host_count_that_is_not_a_multiple_is_refused_with_the_hosts(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as err:
+        plan(tmp_path, SGLANG, limit="gpu1,gpu2,gpu3")
+    assert err.value.exit_code == 2
+    assert err.value.key_path == "server.nodes"
+    assert "3 hosts (gpu1, gpu2, gpu3)" in err.value.message
+    line = textwrap.dedent(SGLANG).splitlines().index("  nodes: 2") + 1
+    assert err.value.location is not None and err.value.location.line == line
+
+
+@pytest.mark.parametrize("value", ['"{{ 2 }}"', "0", "two"])
+def test_nodes_must_be_a_plain_count(tmp_path: Path, value: str) -> None:
+    with pytest.raises(InputError) as err:
+        plan(tmp_path, SGLANG.replace("nodes: 2", f"nodes: {value}"))
+    assert err.value.key_path.startswith("server.nodes"), err.value.render()
+
+
+def test_node_variables_are_reserved(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as err:
+        plan(tmp_path, SGLANG.replace("matrix:", "vars:\n  node_rank: 3\nmatrix:", 1))
+    assert "node_rank" in err.value.render()
+
+
+def test_vllm_spans_nodes_in_its_data_parallel_form(tmp_path: Path) -> None:
+    playbook = """
+    name: dp
+    hosts: all
+    server:
+      adapter: vllm
+      nodes: 2
+      dist_port: 13345
+      args: {model: /models/m, data-parallel-size-local: 4}
+    bench:
+      adapter: vllm.bench_serve
+    """
+    cells = plan(tmp_path, playbook, limit="gpu1,gpu2")
+    head = cells[0]
+    assert head.server is not None
+    argv = head.server.argv
+    assert flag(argv, "--data-parallel-size") == "8"
+    assert flag(argv, "--data-parallel-address") == "10.0.0.1"
+    assert flag(argv, "--data-parallel-rpc-port") == "13345"
+    assert "--headless" not in argv
+    node_server = head.nodes[0].server
+    assert node_server is not None
+    assert "--headless" in node_server.argv
+    assert flag(node_server.argv, "--data-parallel-start-rank") == "4"
+
+
+def test_a_part_is_what_its_node_runs(tmp_path: Path) -> None:
+    head = plan(tmp_path, SGLANG)[0]
+    part = part_cell(head, head.nodes[0])
+    assert part.id == head.id + ".n1" and part.host == "gpu2"
+    assert part.node is not None and part.node.of == head.id and part.node.head == "gpu1"
+    assert part.node.head_url == "http://10.0.0.1:30000/health_generate"
+    assert part.env == dict(head.nodes[0].env) and part.nodes == ()
+
+
+def test_a_failed_node_fails_the_cell_and_is_named_first() -> None:
+    nodes: list[dict[str, Any]] = [
+        {"host": "gpu2", "rank": 1, "status": "failed", "reason": "rc -9", "failed_step": "bench"}
+    ]
+    status, reason, step = joined_verdict("failed", "server exited during bench", "bench", nodes)
+    assert status == "failed" and step == "bench"
+    assert reason == "node gpu2 (rank 1): bench: rc -9; head: server exited during bench"
+    ok = [{"host": "gpu2", "rank": 1, "status": "passed"}]
+    assert joined_verdict("passed", None, None, ok) == ("passed", None, None)
