@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from orchestrator.analyze.diff_host import hardware_section, packages_section, system_section
 from orchestrator.analyze.diff_model import (
+    MISSING,
     REPEATS_NOTE,
     SECTION_TITLES,
     UNSET,
@@ -38,6 +39,7 @@ from orchestrator.analyze.diff_model import (
     metric_deltas,
     same,
 )
+from orchestrator.analyze.diff_nodes import node_label, paired_nodes
 from orchestrator.analyze.evidence import CellEvidence, load_cells
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
@@ -348,14 +350,18 @@ def diff_cells(
     (`metric_deltas`); the cells' host load beside them.
     """
     deciding, deciding_from = deciding_metrics(a, b)
+    nodes = _node_sections(a, b)
     sections = [
         _code_section(a, b, repo_path),
         packages_section(a, b),
         _environment_section(a, b),
+        *nodes["environment"],
         _server_section(a, b),
         _bench_section(a, b),
         system_section(a, b),
+        *nodes["system"],
         hardware_section(a, b),
+        *nodes["hardware"],
         _metrics_section(a, b, deciding, ratio_threshold, alpha),
     ]
     return CellDiff(
@@ -367,6 +373,29 @@ def diff_cells(
         deciding_from=deciding_from,
         load=host_load(a, b),
     )
+
+
+def _node_sections(a: CellEvidence, b: CellEvidence) -> dict[str, list[Section]]:
+    """The environment, system and hardware of two multi-node cells, node by node."""
+    out: dict[str, list[Section]] = {"environment": [], "system": [], "hardware": []}
+    for rank, na, nb in paired_nodes(a, b):
+        label = node_label(rank, na, nb)
+        if na is None or nb is None:
+            section = Section("environment", f"{SECTION_TITLES['environment']}, {label}")
+            section.entries.append(
+                Entry("node", "present" if na else MISSING, "present" if nb else MISSING)
+            )
+            out["environment"].append(section)
+            continue
+        for name, make in (
+            ("environment", _environment_section),
+            ("system", system_section),
+            ("hardware", hardware_section),
+        ):
+            section = make(na, nb)
+            section.title = f"{section.title}, {label}"
+            out[name].append(section)
+    return out
 
 
 def _pair_key(cell: CellEvidence) -> str:

@@ -57,13 +57,15 @@ def part_cell(head: Cell, node: NodePart) -> Cell:
         head_url = url.replace("//127.0.0.1:", f"//{head_address(head)}:", 1)
         head_url = head_url.replace("//localhost:", f"//{head_address(head)}:", 1)
     status = head.server.ready.status if head.server is not None else 200
+    # A node's part serves no HTTP: its runner neither checks nor waits for the head's port.
+    server = node.server.model_copy(update={"port": None}) if node.server is not None else None
     return head.model_copy(
         update={
             "id": part_id(head.id, node.rank),
             "host": node.host,
             "repo": node.repo,
             "env": dict(node.env),
-            "server": node.server,
+            "server": server,
             "nodes": (),
             "node": NodeRole(
                 of=head.id, rank=node.rank, head=head.host, head_url=head_url, head_status=status

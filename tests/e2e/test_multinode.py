@@ -172,14 +172,18 @@ def test_a_variable_dropped_on_node_1_only_is_named_with_its_node(
     two_nodes: Path, tmp_path: Path
 ) -> None:
     inventory = two_nodes
+    playbook = _playbook(tmp_path / "pb.yml")
+    good = _apply(tmp_path, inventory, playbook)
+    assert good.returncode == 0, good.stdout + good.stderr
+    good_run = only_run(tmp_path / "results")
     # host2's launcher starts its worker without NCCL_ALGO (the seed's failure, one node only)
     model = yaml.safe_load(inventory.read_text())["all"]["hosts"]["host2"]["sim_model"]
     params = m.model_params()
     params["bugs"] = {"drop_env": ["NCCL_ALGO"]}
     Path(model).write_text(m.dump_params(params))
-    proc = _apply(tmp_path, inventory, _playbook(tmp_path / "pb.yml"))
+    proc = _apply(tmp_path, inventory, playbook)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    run = only_run(tmp_path / "results")
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir() and p != good_run]
     (entry,) = load(run / "run.json")["cells"].values()
     assert entry["status"] == "failed"
     assert "node host2 (rank 1)" in entry["reason"] and "NCCL_ALGO" in entry["reason"], entry
@@ -190,6 +194,17 @@ def test_a_variable_dropped_on_node_1_only_is_named_with_its_node(
     node_check = load(cell_dir / "nodes" / "host2" / "env_check.json")
     assert [x["name"] for x in node_check["mismatches"]] == ["NCCL_ALGO"]
     assert _sim_processes(load(run / "run.json")["run_id"]) == []
+
+    # orch diff compares node by node: the variable is named with its node, the head unchanged
+    diff = orch(
+        "diff", good_run.name, run.name, "--results", str(tmp_path / "results"), cwd=tmp_path
+    )
+    text = diff.stdout
+    assert diff.returncode in (0, 1), diff.stderr
+    node_env = text.index("environment (as the server processes saw it), node 1 (host2)")
+    assert "NCCL_ALGO" in text[node_env:].split("\n[", 1)[0], text
+    head_env = text.find("[environment] environment (as the server processes saw it)\n")
+    assert head_env == -1 or "NCCL_ALGO" not in text[head_env:node_env], text
 
 
 def test_killing_node_1_mid_bench_fails_the_cell_and_leaves_nothing_running(
