@@ -285,8 +285,8 @@ def test_a_killed_controller_then_resume_and_replay(two_nodes: Path, tmp_path: P
     assert _sim_processes(run_id) == []
 
     again = orch(
-        "apply", "--resume", run_id, "-i", str(inventory), "--results", str(results),
-        cwd=tmp_path, timeout=300,
+        "apply", str(playbook), "--resume", run_id, "-i", str(inventory),
+        "--results", str(results), cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr
     cells = load(run / "run.json")["cells"]
