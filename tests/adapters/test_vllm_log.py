@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -26,7 +26,7 @@ from orchestrator.adapters.vllm_log import (
     window_metrics,
 )
 from orchestrator.analyze.verdict import score_cell
-from orchestrator.cell import BenchSpec, Cell
+from orchestrator.cell import Cell
 
 from .cells import FIXTURES, make_cell
 
@@ -143,18 +143,16 @@ def test_no_value_rather_than_a_wrong_one(tmp_path: Path) -> None:
     assert not any(k.startswith("log_") for k in result.metrics)
     assert any("no whole vLLM stats interval" in n for n in result.notes), result.notes
     # the clock an hour off (the offset of another zone): the windows miss the lines
-    wrong = _cell_dir(tmp_path / "wrong", zone=timezone.utc)
+    wrong = _cell_dir(tmp_path / "wrong", zone=UTC)
     result = bench_adapter("vllm.bench_serve").parse_repeat_with_sources(wrong / "bench/1", _cell())
     assert not any(k.startswith("log_") for k in result.metrics)
 
 
 def test_the_year_is_the_one_nearest_the_window() -> None:
-    new_year = Window(_epoch("00:00:05", timezone.utc, "2026-01-01"), 0.0, timezone.utc)
+    new_year = Window(_epoch("00:00:05", UTC, "2026-01-01"), 0.0, UTC)
     eve = stamp_epoch(Stamp(12, 31, 23 * 3600 + 59 * 60 + 58, 1.0), new_year)
-    assert eve == _epoch("23:59:58", timezone.utc, "2025-12-31")
-    assert stamp_epoch(Stamp(1, 1, 3, 1.0), new_year) == _epoch(
-        "00:00:03", timezone.utc, "2026-01-01"
-    )
+    assert eve == _epoch("23:59:58", UTC, "2025-12-31")
+    assert stamp_epoch(Stamp(1, 1, 3, 1.0), new_year) == _epoch("00:00:03", UTC, "2026-01-01")
 
 
 def test_engines_are_summed_and_milliseconds_read() -> None:
@@ -171,8 +169,8 @@ def test_engines_are_summed_and_milliseconds_read() -> None:
     )  # fmt: skip
     intervals, _ = parse_intervals(text)
     assert intervals[2].stamp == Stamp(3, 2, 8 * 3600 + 10.1, 0.001)
-    window = Window(_epoch("08:00:00.05", timezone.utc, "2026-03-02"), 0.0, timezone.utc)
-    window = Window(window.start, window.start + 20.1, timezone.utc)
+    window = Window(_epoch("08:00:00.05", UTC, "2026-03-02"), 0.0, UTC)
+    window = Window(window.start, window.start + 20.1, UTC)
     metrics, detail = window_metrics(intervals, window)
     assert detail == {"intervals": 4, "engines": 2, "spec_lines": 0}
     assert metrics == {"log_gen_throughput": pytest.approx(405.0 + 305.0)}
