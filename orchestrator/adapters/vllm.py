@@ -37,12 +37,13 @@ from orchestrator.adapters.nccl import analyze_nccl
 from orchestrator.adapters.sglang import section_vs_args
 from orchestrator.adapters.sglang_bench import server_base_url
 from orchestrator.adapters.vllm_log import (
+    ServerLog,
     Window,
     acceptance,
     inside,
-    parse_intervals,
-    read_intervals,
-    repeat_window,
+    parse_log,
+    placed_window,
+    read_log,
     utc_text,
     window_metrics,
 )
@@ -133,13 +134,14 @@ class VllmServer(ServerAdapter):
         if log is None:
             facts["server_log"] = "missing"
             log = ""
-        intervals, spec = parse_intervals(log)
-        facts["spec_decoding"] = whole_life_spec(spec)
+        parsed = parse_log(log)
+        intervals = parsed.intervals
+        facts["spec_decoding"] = whole_life_spec(parsed.spec)
         gen = [i.gen_throughput for i in intervals if i.gen_throughput > 0]
         if gen:
             # the server's whole life (idle, ramp-up, warm-ups): for reading, not comparing
             facts["generation_throughput"] = {"lines": len(gen), "median": statistics.median(gen)}
-        windows = measured_windows(cell_dir, cell)
+        windows = measured_windows(cell_dir, cell, parsed)
         facts["log_windows"] = [w.detail for w in windows]
         chosen = [i for i in intervals if any(w.window and inside(i, w.window) for w in windows)]
         if chosen:
@@ -174,12 +176,12 @@ SERVER_CATALOGUE = (
 
 def parse_spec_decoding(text: str) -> list[dict[str, Any]]:
     """Every `SpecDecoding metrics:` line as a dict (rates as fractions, counts as floats)."""
-    return parse_intervals(text)[1]
+    return parse_log(text).spec
 
 
 def parse_generation_throughput(text: str) -> list[float]:
     """`Avg generation throughput: X tokens/s` values of vLLM's periodic stats lines."""
-    return [i.gen_throughput for i in parse_intervals(text)[0]]
+    return [i.gen_throughput for i in parse_log(text).intervals]
 
 
 def whole_life_spec(spec: list[dict[str, Any]]) -> dict[str, Any]:
@@ -211,15 +213,16 @@ class MeasuredWindow:
     detail: dict[str, Any]
 
 
-def measured_windows(cell_dir: Path, cell: Cell) -> list[MeasuredWindow]:
+def measured_windows(cell_dir: Path, cell: Cell, log: ServerLog) -> list[MeasuredWindow]:
     """Each measured repeat's window on the server's log clock (bench/<n>/exit.json)."""
     out: list[MeasuredWindow] = []
+    cell_doc, _ = read_json(cell_dir / "cell.json")
     for record in CellRecord(cell_dir).repeats:
         try:
             exit_doc = record.exit
         except OrchError:  # a damaged exit.json: the verdict names it elsewhere
             exit_doc = None
-        window, how = repeat_window(exit_doc, cell.env)
+        window, how = placed_window(exit_doc, cell.env, log, cell_doc)
         detail: dict[str, Any] = {"n": record.n, "clock": how}
         if window is not None:
             detail.update(start=utc_text(window.start), end=utc_text(window.end))
@@ -234,16 +237,21 @@ def repeat_log_metrics(repeat_dir: Path, cell: Cell, result: RepeatResult) -> No
         return
     if not repeat_dir.name.isdigit():
         return  # a warm-up: never compared
-    parsed = read_intervals(repeat_dir.parent.parent / "server.log")
-    if parsed is None:
+    cell_dir = repeat_dir.parent.parent
+    log = read_log(cell_dir / "server.log")
+    if log is None:
         result.notes.append("server.log is missing: log_* metrics not read")
         return
     exit_doc, _ = read_json(repeat_dir / "exit.json")
-    window, how = repeat_window(exit_doc, cell.env)
+    cell_doc, _ = read_json(cell_dir / "cell.json")
+    window, how = placed_window(exit_doc, cell.env, log, cell_doc)
     if window is None:
         result.notes.append(f"log_* metrics not read: {how}")
         return
-    values, detail = window_metrics(parsed[0], window)
+    if not log.intervals:
+        result.notes.append("log_* metrics: server.log has no vLLM stats lines (log stats off?)")
+        return
+    values, detail = window_metrics(log.intervals, window)
     if not detail["intervals"]:
         result.notes.append(
             "log_* metrics: no whole vLLM stats interval inside a repeat's window "

@@ -11,6 +11,10 @@ The timestamp is the server's local wall-clock time (Python logging's `%m-%d %H:
 no zone, truncated to the second. The runner records each repeat's start and end as epoch
 seconds and the host's UTC offset then (exit.json `utc_offset_s`, `utc_offset_end_s`); the year
 is the one, of the window's year and its neighbours, that puts the line nearest the window.
+A server in another zone than the runner (TZ in the cell's env is honoured; a container on UTC
+is not known) is caught by a check: the cell's own log lines must lie within the cell's start
+and finish (cell.json), else no log metric is read at all. A repeat during which the host's
+offset changed (DST) gives none either.
 
 An interval counts for a repeat only when it surely lies inside the window: the engine's
 previous stats line is at or after the start, and the line's own second ends by the end. The
@@ -49,6 +53,7 @@ _DRAFT_RATE = re.compile(r"Draft acceptance rate: ([\d.]+)(%?)")
 _PER_POSITION = re.compile(r"Per-position acceptance rate: ([\d.]+(?:, [\d.]+)*)")
 
 LOG_METRICS = ("log_gen_throughput", "log_accept_len", "log_draft_acceptance_rate")
+SESSION_MARK = "[orch] start-up above"  # runner/session.py: a session cell's own part follows
 
 
 @dataclass(frozen=True)
@@ -100,23 +105,47 @@ def _stamp(line: str) -> Stamp | None:
     return Stamp(month, day, second, resolution)
 
 
-def parse_intervals(text: str) -> tuple[list[Interval], list[dict[str, Any]]]:
-    """Every stats line as an Interval (its SpecDecoding line attached), and every
-    SpecDecoding line's fields in log order (those without a stats line before them too)."""
-    intervals: list[Interval] = []
-    spec_rows: list[dict[str, Any]] = []
+@dataclass
+class ServerLog:
+    """What a server.log says in time: its stats intervals, every SpecDecoding line, and the
+    first and last timestamped lines of the cell's own part (after a session's start-up)."""
+
+    intervals: list[Interval] = field(default_factory=list)
+    spec: list[dict[str, Any]] = field(default_factory=list)
+    first: Stamp | None = None
+    last: Stamp | None = None
+
+
+def _same_tick(a: Stamp | None, b: Stamp | None) -> bool:
+    """Two lines of one log call (their seconds may straddle a tick of the clock)."""
+    return (
+        a is not None
+        and b is not None
+        and (a.month, a.day) == (b.month, b.day)
+        and abs(a.second - b.second) <= 1.0
+    )
+
+
+def parse_log(text: str) -> ServerLog:
+    """Every stats line as an Interval (the SpecDecoding line vLLM writes right after it, for
+    the same interval, attached) and every SpecDecoding line's fields, in log order."""
+    log = ServerLog()
     last: dict[str, Stamp | None] = {}
-    for raw in text.splitlines():
+    lines = text.splitlines()
+    own = 0  # a session cell's server.log: the start-up part, the marker, then its own part
+    for i, raw in enumerate(lines):
+        if SESSION_MARK in raw:
+            own = i + 1
         if "throughput" not in raw and "SpecDecoding" not in raw:
             continue  # most lines: skip the regexes
         line = _ANSI.sub("", raw)
         spec = _SPEC_LINE.search(line)
         if spec is not None:
             row = parse_spec_body(spec.group(1))
-            spec_rows.append(row)
-            # vLLM logs it right after its engine's stats line, for the same interval
-            if intervals and not intervals[-1].spec:
-                intervals[-1].spec = row
+            log.spec.append(row)
+            latest = log.intervals[-1] if log.intervals else None
+            if latest is not None and not latest.spec and _same_tick(latest.stamp, _stamp(line)):
+                latest.spec = row
             continue
         stats = _STATS.search(line)
         if stats is None:
@@ -124,9 +153,12 @@ def parse_intervals(text: str) -> tuple[list[Interval], list[dict[str, Any]]]:
         engine_match = _ENGINE.search(line)
         engine = engine_match.group(1) if engine_match else ""
         stamp = _stamp(line)
-        intervals.append(Interval(engine, stamp, last.get(engine), float(stats.group(1))))
+        log.intervals.append(Interval(engine, stamp, last.get(engine), float(stats.group(1))))
         last[engine] = stamp
-    return intervals, spec_rows
+    log.first = next((st for ln in lines[own:] if (st := _stamp(_ANSI.sub("", ln)))), None)
+    tail = reversed(lines[own:])
+    log.last = next((st for ln in tail if (st := _stamp(_ANSI.sub("", ln)))), None)
+    return log
 
 
 @dataclass(frozen=True)
@@ -168,6 +200,44 @@ def repeat_window(exit_doc: Any, env: Mapping[str, str]) -> tuple[Window | None,
     if zone is None:
         return None, how
     return Window(float(start), float(end), zone), how
+
+
+CLOCK_SLACK = 2.0  # seconds: a line logged as the runner read the time
+
+
+def clock_problem(log: ServerLog, zone: tzinfo, started: float, finished: float) -> str | None:
+    """Why the log's clock, read in `zone`, disagrees with the runner's, or None: the cell's
+    own part of the log must lie within the cell's time (a server in another zone than the
+    runner, e.g. a container on UTC, puts it hours away)."""
+    span = Window(started, finished, zone)
+    first = stamp_epoch(log.first, span) if log.first else None
+    last = stamp_epoch(log.last, span) if log.last else None
+    if first is None or last is None:
+        return "server.log has no timestamped lines (VLLM_CONFIGURE_LOGGING=0?)"
+    assert log.last is not None
+    if first < started - CLOCK_SLACK or last + log.last.resolution > finished + CLOCK_SLACK:
+        return (
+            f"server.log's clock read as {zone} puts its lines at {utc_text(first)} to "
+            f"{utc_text(last)}, outside the cell's {utc_text(started)} to {utc_text(finished)}: "
+            "the server logs in another time zone than the runner (set TZ in the cell's env)"
+        )
+    return None
+
+
+def placed_window(
+    exit_doc: Any, env: Mapping[str, str], log: ServerLog, cell_doc: Any
+) -> tuple[Window | None, str]:
+    """A measured repeat's Window once the log's clock is checked against the cell's start
+    and finish (cell.json), or None and the reason."""
+    window, how = repeat_window(exit_doc, env)
+    if window is None:
+        return None, how
+    started = cell_doc.get("started") if isinstance(cell_doc, Mapping) else None
+    finished = cell_doc.get("finished") if isinstance(cell_doc, Mapping) else None
+    if not isinstance(started, int | float) or not isinstance(finished, int | float):
+        return None, "cell.json records no start and finish to check the log's clock against"
+    problem = clock_problem(log, window.zone, float(started), float(finished))
+    return (None, problem) if problem else (window, how)
 
 
 def stamp_epoch(stamp: Stamp, window: Window) -> float | None:
@@ -241,18 +311,18 @@ def acceptance(rows: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-_CACHE: dict[tuple[str, int, int], tuple[list[Interval], list[dict[str, Any]]]] = {}
+_CACHE: dict[tuple[str, int, int], ServerLog] = {}
 
 
-def read_intervals(path: Path) -> tuple[list[Interval], list[dict[str, Any]]] | None:
-    """parse_intervals of a server.log, parsed once per file version (each repeat reads it)."""
+def read_log(path: Path) -> ServerLog | None:
+    """parse_log of a server.log, parsed once per file version (each repeat reads it)."""
     try:
         stat = path.stat()
         key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
         if key not in _CACHE:
             text = path.read_text(encoding="utf-8", errors="replace")
             _CACHE.clear()  # one log at a time: cells are scored one after another
-            _CACHE[key] = parse_intervals(text)
+            _CACHE[key] = parse_log(text)
         return _CACHE[key]
     except OSError:
         return None

@@ -21,7 +21,7 @@ from orchestrator.adapters import bench_adapter, server_adapter
 from orchestrator.adapters.vllm_log import (
     Stamp,
     Window,
-    parse_intervals,
+    parse_log,
     stamp_epoch,
     window_metrics,
 )
@@ -51,18 +51,20 @@ def _cell(env: dict[str, str] | None = None) -> Cell:
 
 
 def _cell_dir(
-    tmp_path: Path, zone: Any = PLUS_ONE, offsets: bool = True, windows: Any = WINDOWS
+    tmp_path: Path, zone: Any = PLUS_ONE, offset: int | None = 3600, windows: Any = WINDOWS
 ) -> Path:
+    """A cell directory as the runner leaves it; `offset` is what the runner recorded."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     shutil.copy(LOG, tmp_path / "server.log")
-    (tmp_path / "cell.json").write_text(json.dumps({"status": "passed"}))
+    times = {"started": _epoch("10:02:10", zone), "finished": _epoch("10:08:15", zone)}
+    (tmp_path / "cell.json").write_text(json.dumps({"status": "passed", **times}))
     for name, start, end in windows:
         rdir = tmp_path / "bench" / name
         rdir.mkdir(parents=True)
         shutil.copy(FIXTURES / "vllm" / "bench_serve.eagle3.json", rdir / "result.json")
         doc: dict[str, Any] = {"rc": 0, "start": _epoch(start, zone), "end": _epoch(end, zone)}
-        if offsets:
-            doc.update(utc_offset_s=3600, utc_offset_end_s=3600)
+        if offset is not None:
+            doc.update(utc_offset_s=offset, utc_offset_end_s=offset)
         (rdir / "exit.json").write_text(json.dumps(doc))
     return tmp_path
 
@@ -94,7 +96,7 @@ def test_each_repeat_gets_the_log_lines_of_its_own_window(tmp_path: Path) -> Non
         assert result.sources["log_accept_len"] == "server.log inside the repeat's window"
         assert result.metrics["output_throughput"] == pytest.approx(90.4983)  # the file's too
     # the whole life's median (warm-up, ramp-ups and tails included) is far from both
-    whole = [i.gen_throughput for i in parse_intervals(LOG.read_text())[0] if i.gen_throughput]
+    whole = [i.gen_throughput for i in parse_log(LOG.read_text()).intervals if i.gen_throughput]
     assert statistics.median(whole) == 640.5
     # and the whole life's acceptance (cold warm-up included) is lower than either repeat's
     spec = server_adapter("vllm").analyze(cell_dir, cell)["facts"]["spec_decoding"]
@@ -120,7 +122,7 @@ def test_the_verdict_keeps_them_per_repeat_with_units(tmp_path: Path) -> None:
 def test_the_cells_tz_decides_the_servers_clock(tmp_path: Path) -> None:
     """A server given TZ in the cell's env logs in that zone: the runner's offset is not it."""
     new_york = ZoneInfo("America/New_York")
-    cell_dir = _cell_dir(tmp_path, zone=new_york, offsets=False)
+    cell_dir = _cell_dir(tmp_path, zone=new_york, offset=None)
     cell = _cell(env={"TZ": "America/New_York"})
     result = bench_adapter("vllm.bench_serve").parse_repeat_with_sources(cell_dir / "bench/1", cell)
     assert result.metrics["log_gen_throughput"] == 812.4
@@ -132,7 +134,7 @@ def test_the_cells_tz_decides_the_servers_clock(tmp_path: Path) -> None:
 
 def test_no_value_rather_than_a_wrong_one(tmp_path: Path) -> None:
     # a runner from before utc_offset_s: the lines cannot be placed
-    old = _cell_dir(tmp_path / "old", offsets=False)
+    old = _cell_dir(tmp_path / "old", offset=None)
     result = bench_adapter("vllm.bench_serve").parse_repeat_with_sources(old / "bench/1", _cell())
     assert not any(k.startswith("log_") for k in result.metrics)
     assert any("no utc_offset_s" in n for n in result.notes), result.notes
@@ -142,10 +144,42 @@ def test_no_value_rather_than_a_wrong_one(tmp_path: Path) -> None:
     result = bench_adapter("vllm.bench_serve").parse_repeat_with_sources(short / "bench/1", _cell())
     assert not any(k.startswith("log_") for k in result.metrics)
     assert any("no whole vLLM stats interval" in n for n in result.notes), result.notes
-    # the clock an hour off (the offset of another zone): the windows miss the lines
-    wrong = _cell_dir(tmp_path / "wrong", zone=UTC)
-    result = bench_adapter("vllm.bench_serve").parse_repeat_with_sources(wrong / "bench/1", _cell())
+    # the server's clock in another zone than the runner's (here a minute off: the windows
+    # would fall on the next repeat's lines and give repeat 1 repeat 2's numbers)
+    skew = _cell_dir(tmp_path / "skew", offset=3660)
+    result = bench_adapter("vllm.bench_serve").parse_repeat_with_sources(skew / "bench/1", _cell())
     assert not any(k.startswith("log_") for k in result.metrics)
+    (note,) = [n for n in result.notes if "clock" in n]
+    assert "outside the cell's 2026-01-14T09:02:10+00:00 to 2026-01-14T09:08:15" in note, note
+    assert "set TZ in the cell's env" in note
+    assert score_cell(skew, _cell()).metrics["server"] == {}
+    unchecked = Window(
+        _epoch("10:06:00.5"), _epoch("10:06:42.3"), timezone(timedelta(seconds=3660))
+    )
+    assert (
+        window_metrics(parse_log(LOG.read_text()).intervals, unchecked)[0]["log_gen_throughput"]
+        == 795.0
+    )  # what the check keeps out
+    # no cell.json times: the clock cannot be checked
+    (skew / "cell.json").write_text(json.dumps({"status": "passed"}))
+    result = bench_adapter("vllm.bench_serve").parse_repeat_with_sources(skew / "bench/1", _cell())
+    assert any("cell.json records no start and finish" in n for n in result.notes)
+
+
+def test_a_session_cells_own_part_of_the_log_is_checked(tmp_path: Path) -> None:
+    """A cell sharing a session's server: its server.log is the start-up part (from before the
+    cell started), the runner's marker, then the cell's own part."""
+    cell_dir = _cell_dir(tmp_path)
+    lines = LOG.read_text().splitlines(keepends=True)
+    cut = next(i for i, ln in enumerate(lines) if "10:05:33" in ln) + 1
+    marker = "[orch] start-up above (server started by cell a-1); this cell's part below\n"
+    (cell_dir / "server.log").write_text("".join([*lines[:12], marker, *lines[cut:]]))
+    times = {"started": _epoch("10:05:50"), "finished": _epoch("10:08:15")}
+    (cell_dir / "cell.json").write_text(json.dumps({"status": "passed", **times}))
+    result = bench_adapter("vllm.bench_serve").parse_repeat_with_sources(
+        cell_dir / "bench/1", _cell()
+    )
+    assert result.metrics["log_gen_throughput"] == 812.4, result.notes
 
 
 def test_the_year_is_the_one_nearest_the_window() -> None:
@@ -167,7 +201,7 @@ def test_engines_are_summed_and_milliseconds_read() -> None:
             (20, 100, 0, 410.0), (20, 120, 1, 310.0),
         ]
     )  # fmt: skip
-    intervals, _ = parse_intervals(text)
+    intervals = parse_log(text).intervals
     assert intervals[2].stamp == Stamp(3, 2, 8 * 3600 + 10.1, 0.001)
     window = Window(_epoch("08:00:00.05", UTC, "2026-03-02"), 0.0, UTC)
     window = Window(window.start, window.start + 20.1, UTC)
