@@ -3,6 +3,8 @@
 Facts in docs/FACTS.md (vLLM section): `/health` is 200 once the engine is up (connection refused
 while booting); `--speculative-config` takes one JSON argument; `vllm bench serve --save-result`
 writes one JSON object; spec-decode stats appear as `SpecDecoding metrics: ...` log lines.
+The log metrics (`log_*`) are per repeat: only the stats intervals inside a measured repeat's
+window count (vllm_log.py); the server's whole life is kept as facts.
 """
 
 from __future__ import annotations
@@ -380,15 +382,20 @@ def _bench_catalogue() -> tuple[MetricInfo, ...]:
             _RESULT + " spec_decode_acceptance_rate ÷ 100",
         ),
         # per repeat, from a vllm server's log: v0.10.x writes no spec_decode_* keys
-        MetricInfo("log_gen_throughput", "tok/s", "higher", _REPEAT_LOG + " (median)"),
         MetricInfo(
-            "log_accept_len", "tokens/step", "higher", _REPEAT_LOG + " (SpecDecoding lines)"
+            "log_gen_throughput", "tok/s", "higher", _REPEAT_LOG + " (median; server: vllm)"
+        ),
+        MetricInfo(
+            "log_accept_len",
+            "tokens/step",
+            "higher",
+            _REPEAT_LOG + " (SpecDecoding, weighted by drafted tokens; server: vllm)",
         ),
         MetricInfo(
             "log_draft_acceptance_rate",
             "fraction",
             "higher",
-            _REPEAT_LOG + " (SpecDecoding accepted/drafted)",
+            _REPEAT_LOG + " (SpecDecoding accepted/drafted; server: vllm)",
         ),
     ]
     for latency in ("ttft", "tpot", "itl", "e2e_latency"):
