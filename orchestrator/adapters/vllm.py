@@ -41,8 +41,8 @@ from orchestrator.adapters.sglang_bench import server_base_url
 from orchestrator.adapters.vllm_log import (
     ServerLog,
     Window,
-    acceptance,
     inside,
+    interval_metrics,
     parse_log,
     placed_window,
     read_log,
@@ -116,7 +116,7 @@ class VllmServer(ServerAdapter):
         )
 
     def catalogue(self) -> tuple[MetricInfo, ...]:
-        """The server.log metrics `analyze` reports (every log line of the server's life)."""
+        """The server.log metrics `analyze` reports (the measured repeats' windows together)."""
         return SERVER_CATALOGUE
 
     def reset_url(self, spec: ServerSpec) -> str | None:
@@ -146,11 +146,7 @@ class VllmServer(ServerAdapter):
         windows = measured_windows(cell_dir, cell, parsed)
         facts["log_windows"] = [w.detail for w in windows]
         chosen = [i for i in intervals if any(w.window and inside(i, w.window) for w in windows)]
-        if chosen:
-            gen_in = [i.gen_throughput for i in chosen if i.gen_throughput > 0]
-            if gen_in:
-                metrics["log_gen_throughput"] = statistics.median(gen_in)
-            metrics.update(acceptance([i.spec for i in chosen if i.spec]))
+        metrics.update(interval_metrics(chosen)[0])
         facts["nccl"], checks = analyze_nccl(log, cell.env)
         return {"metrics": metrics, "facts": facts, "checks": checks}
 
@@ -162,7 +158,7 @@ SERVER_CATALOGUE = (
         "log_accept_len",
         "tokens/step",
         "higher",
-        _LOG + " SpecDecoding lines" + _WINDOWS + " (mean weighted by drafted tokens)",
+        _LOG + " SpecDecoding lines" + _WINDOWS + " (weighted by drafted tokens)",
     ),
     MetricInfo(
         "log_draft_acceptance_rate",
@@ -171,7 +167,10 @@ SERVER_CATALOGUE = (
         _LOG + " SpecDecoding lines" + _WINDOWS + " (accepted/drafted)",
     ),
     MetricInfo(
-        "log_gen_throughput", "tok/s", "higher", _LOG + " stats lines" + _WINDOWS + " (median)"
+        "log_gen_throughput",
+        "tok/s",
+        "higher",
+        _LOG + " stats lines" + _WINDOWS + " (median, summed over engines)",
     ),
 )
 
@@ -226,8 +225,10 @@ def measured_windows(cell_dir: Path, cell: Cell, log: ServerLog) -> list[Measure
             exit_doc = None
         window, how = placed_window(exit_doc, cell.env, log, cell_doc)
         detail: dict[str, Any] = {"n": record.n, "clock": how}
-        if window is not None:
-            detail.update(start=utc_text(window.start), end=utc_text(window.end))
+        if window is not None:  # per repeat whatever the bench (vllm.bench_serve's own too)
+            values, counts = window_metrics(log.intervals, window)
+            detail.update(start=utc_text(window.start), end=utc_text(window.end), **counts)
+            detail.update(values)
         out.append(MeasuredWindow(record.n, window, detail))
     return out
 

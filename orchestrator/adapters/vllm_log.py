@@ -274,7 +274,11 @@ def window_metrics(
     """log_gen_throughput (median over the window's intervals with generation, summed over
     engines), log_accept_len (drafted-weighted mean of its SpecDecoding lines) and
     log_draft_acceptance_rate (accepted / drafted), and what they were made of."""
-    chosen = [i for i in intervals if inside(i, window)]
+    return interval_metrics([i for i in intervals if inside(i, window)])
+
+
+def interval_metrics(chosen: list[Interval]) -> tuple[dict[str, float], dict[str, Any]]:
+    """The log_* metrics of some intervals (see `window_metrics`), and what they came from."""
     metrics: dict[str, float] = {}
     detail: dict[str, Any] = {"intervals": len(chosen)}
     by_engine: dict[str, list[float]] = {}

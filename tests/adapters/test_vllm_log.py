@@ -117,6 +117,9 @@ def test_the_verdict_keeps_them_per_repeat_with_units(tmp_path: Path) -> None:
     assert [w["n"] for w in facts["log_windows"]] == [1, 2]
     assert facts["log_windows"][0]["clock"] == "the host's UTC offset, 3600s"
     assert facts["log_windows"][0]["start"] == "2026-01-14T09:06:00+00:00"
+    # per repeat in the facts too, whatever the bench
+    assert facts["log_windows"][1]["log_gen_throughput"] == 795.0
+    assert facts["log_windows"][1]["intervals"] == 3
 
 
 def test_the_cells_tz_decides_the_servers_clock(tmp_path: Path) -> None:
