@@ -94,6 +94,7 @@ def show(ref: str, results_dir: Path) -> None:
 
     REF is a run (directory, .tar.gz or id) or a cell (its directory or RUN/CELL-ID-PREFIX).
     """
+    from orchestrator.analyze.metrics import cell_metric_unit
     from orchestrator.analyze.starts import run_starts
     from orchestrator.results.read import RunBundle, open_run_or_cell
     from orchestrator.results.show import describe_cell, describe_run
@@ -102,9 +103,13 @@ def show(ref: str, results_dir: Path) -> None:
     if isinstance(opened, RunBundle):
         starts = run_starts(opened)
         text = starts.text() if starts.cells else None
-        _echo_from_bundle(describe_run(opened, starts=text, host_starts=starts.host_texts()))
+        _echo_from_bundle(
+            describe_run(
+                opened, starts=text, host_starts=starts.host_texts(), unit_of=cell_metric_unit
+            )
+        )
     else:
-        _echo_from_bundle(describe_cell(opened))
+        _echo_from_bundle(describe_cell(opened, unit_of=cell_metric_unit))
 
 
 @main.command()
@@ -126,6 +131,12 @@ def show(ref: str, results_dir: Path) -> None:
     multiple=True,
     help="Metrics to show (repeatable). Default: the headline ones; `all` for every metric.",
 )
+@click.option(
+    "--baseline",
+    default=None,
+    help="A Δ%% column against these cells (commit=good: each cell vs the same configuration at "
+    "commit=good), or one cell id.",
+)
 @reports_errors
 def report(
     ref: str,
@@ -134,23 +145,20 @@ def report(
     fmt: str,
     plot: Path | None,
     metrics: tuple[str, ...],
+    baseline: str | None,
 ) -> None:
-    """Cells x metrics (median and spread over repeats), optionally pivoted by an axis.
+    """Cells x metrics (median and spread over repeats, with units), optionally pivoted by an
+    axis, with a Δ% against a baseline.
 
     CSV and JSON are tidy: one row per cell x repeat x metric.
     """
     from orchestrator.analyze.evidence import load_cells
-    from orchestrator.analyze.report import (
-        build_report,
-        chosen_metrics,
-        plot_report,
-        plot_telemetry,
-        render_report,
-    )
+    from orchestrator.analyze.plot import plot_report, plot_telemetry
+    from orchestrator.analyze.report import build_report, chosen_metrics, render_report
     from orchestrator.results.read import local_path
 
     bundle = local_path(ref, results_dir)
-    rep = build_report(load_cells(bundle), by=by)
+    rep = build_report(load_cells(bundle), by=by, baseline=baseline)
     if metrics or fmt in ("table", "md"):  # CSV and JSON keep every metric unless asked
         rep.metrics = chosen_metrics(rep, metrics)
     _echo_from_bundle(render_report(rep, fmt))  # type: ignore[arg-type]
