@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from orchestrator.analyze.energy import read_telemetry
-from orchestrator.analyze.report import MetricStats, Report, as_float, axis_text
+from orchestrator.analyze.pareto import SweepView
+from orchestrator.analyze.report import MetricStats, Report, ReportRow, as_float, axis_text
 from orchestrator.errors import InputError
 from orchestrator.results.records import CellRecord
 from orchestrator.runner.telemetry import TELEMETRY_CSV
@@ -51,12 +53,45 @@ def _check_plot_path(path: Path) -> Path:
     return path
 
 
-def plot_report(report: Report, axis: str, path: Path) -> Path:
-    """Draw each metric's median (with min-max bars) against `axis`, one line per other point.
+ERROR_BARS = "points: median of the measured repeats; error bars: min to max"
 
-    `path` must end in .png, .svg or .pdf and its folder must exist (InputError otherwise).
-    """
-    path = _check_plot_path(Path(path))
+
+def series_colours(labels: Iterable[str]) -> dict[str, str]:
+    """One colour per series label, the same in every panel: the labels sorted, then given the
+    palette's colours in turn (a series missing from one panel shifts no other's colour)."""
+    ordered = sorted(set(labels))
+    palette = _TAB10 if len(ordered) <= len(_TAB10) else _TAB20
+    return {label: palette[i % len(palette)] for i, label in enumerate(ordered)}
+
+
+# matplotlib's tab10 and tab20, spelled out so the colours do not depend on its style settings
+_TAB10 = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)  # fmt: skip
+_TAB20 = (
+    "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896",
+    "#9467bd", "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#c7c7c7",
+    "#bcbd22", "#dbdb8d", "#17becf", "#9edae5",
+)  # fmt: skip
+
+
+def figure_title(report: Report) -> str:
+    """`RUN-ID · started 2026-12-01T21:33:10+00:00`: which run a picture shows, and when."""
+    parts = [report.run_id or "orch report"]
+    if report.started:
+        parts.append(f"started {report.started}")
+    return "  ·  ".join(parts)
+
+
+def _series_name(row: ReportRow, others: Sequence[str]) -> str:
+    name = ", ".join(f"{a}={axis_text(row.cell.axes.get(a))}" for a in others)
+    return f"{name} @ {row.cell.host}" if name else str(row.cell.host)
+
+
+def draw_report(report: Report, axis: str, sweep: SweepView | None = None) -> Any:
+    """The figure `plot_report` saves: one panel per metric against `axis` (and, for a sweep,
+    one per latency against throughput), one legend, one colour per series in every panel."""
     if axis not in report.axes:
         close = difflib.get_close_matches(axis, report.axes, n=1)
         raise InputError(
@@ -79,35 +114,71 @@ def plot_report(report: Report, axis: str, path: Path) -> Path:
         for i, (label, number) in enumerate(zip(labels, numeric, strict=True))
     }
     others = [a for a in report.axes if a != axis]
+    names = [_series_name(row, others) for row in report.rows]
+    if sweep is not None:
+        names += [p.series for p in sweep.points]
+    colours = series_colours(names)
+    panels = len(report.metrics) + (len(sweep.latencies) if sweep is not None else 0)
     fig, subplots = plt.subplots(
-        len(report.metrics), 1, figsize=(8, 3.2 * len(report.metrics)), squeeze=False
+        panels, 1, figsize=(8, 3.2 * panels + 1.2), squeeze=False, layout="constrained"
     )
-    for metric, ax in zip(report.metrics, [s[0] for s in subplots], strict=True):
+    handles: dict[str, Any] = {}
+    for metric, ax in zip(report.metrics, [s[0] for s in subplots], strict=False):
         series: dict[str, list[tuple[float, MetricStats]]] = {}
-        for row in report.rows:
+        for row, name in zip(report.rows, names, strict=False):
             stat = row.metrics.get(metric)
             if stat is None:
                 continue
-            name = ", ".join(f"{a}={axis_text(row.cell.axes.get(a))}" for a in others)
-            name = f"{name} @ {row.cell.host}" if name else str(row.cell.host)
             x = positions[axis_text(row.cell.axes.get(axis))]
             series.setdefault(name, []).append((x, stat))
-        for name, points in series.items():
-            points.sort(key=lambda p: p[0])
-            xs = [p[0] for p in points]
-            ys = [p[1].median for p in points]
+        for name in sorted(series):
+            points = sorted(series[name], key=lambda p: p[0])
             err = [
                 [p[1].median - p[1].min for p in points],
                 [p[1].max - p[1].median for p in points],
             ]
-            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=name)
+            drawn = ax.errorbar(
+                [p[0] for p in points],
+                [p[1].median for p in points],
+                yerr=err,
+                marker="o",
+                capsize=3,
+                color=colours[name],
+                label=name,
+            )
+            handles.setdefault(name, drawn)
         ax.set_title(metric)
         ax.set_xlabel(axis)
+        ax.set_ylabel(report.unit(metric) or "value (no unit recorded)")
         if not use_numbers:
             ax.set_xticks([positions[label] for label in labels], labels)
-        if len(series) > 1:
-            ax.legend(fontsize="small")
-    fig.tight_layout()
+    if sweep is not None:
+        from orchestrator.analyze.plot_sweep import draw_sweep
+
+        rest = [s[0] for s in subplots][len(report.metrics) :]
+        handles.update(draw_sweep(sweep, report, rest, colours, handles))
+    fig.suptitle(figure_title(report))
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="outside lower center",
+        ncols=min(3, len(handles)) or 1,
+        fontsize="small",
+        title=ERROR_BARS,
+        title_fontsize="small",
+    )
+    return fig
+
+
+def plot_report(report: Report, axis: str, path: Path, sweep: SweepView | None = None) -> Path:
+    """Draw each metric's median (with min-max bars) against `axis`, one line per other point,
+    units on the axes, the run and its date in the title, one legend for the figure.
+
+    `path` must end in .png, .svg or .pdf and its folder must exist (InputError otherwise).
+    """
+    path = _check_plot_path(Path(path))
+    fig = draw_report(report, axis, sweep)
+    plt = _import_pyplot()
     try:
         fig.savefig(path)
     except OSError as exc:  # e.g. no permission to write there
@@ -135,7 +206,9 @@ def plot_telemetry(report: Report, path: Path) -> Path | None:
         return None
     out = _check_plot_path(Path(path)).with_name(f"{Path(path).stem}-telemetry{Path(path).suffix}")
     plt = _import_pyplot()
-    fig, subplots = plt.subplots(len(strips), 1, figsize=(10, 2.6 * len(strips)), squeeze=False)
+    fig, subplots = plt.subplots(
+        len(strips), 1, figsize=(10, 2.6 * len(strips) + 0.6), squeeze=False, layout="constrained"
+    )
     nan = float("nan")
     for (row, tel), ax in zip(strips, [s[0] for s in subplots], strict=True):
         t0 = min(s.t[0] for s in tel.gpus.values())
@@ -160,7 +233,7 @@ def plot_telemetry(report: Report, path: Path) -> Path | None:
         power.set_ylabel("power (W, dashed)")
         if len(tel.gpus) > 1:
             ax.legend(fontsize="x-small", loc="lower left")
-    fig.tight_layout()
+    fig.suptitle(figure_title(report))
     try:
         fig.savefig(out)
     except OSError as exc:

@@ -14,16 +14,18 @@ import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from tabulate import tabulate
 
 from orchestrator.analyze import stats
 from orchestrator.analyze.baseline import baseline_cells
-from orchestrator.analyze.evidence import CellEvidence
+from orchestrator.analyze.evidence import CellEvidence, load_cells, load_run
 from orchestrator.analyze.metrics import HEADLINE_METRICS, cell_metric_unit, format_number
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
+from orchestrator.results.layout import CELLS_DIR
 
 ReportFormat = Literal["table", "md", "csv", "json"]
 FORMATS: tuple[str, ...] = ("table", "md", "csv", "json")
@@ -214,6 +216,19 @@ def build_report(
         rep.baseline = baseline
         rep.baselines = {cid: by_id[b] if b else None for cid, b in bases.items()}
     return rep
+
+
+def load_report(path: Path, *, by: str | None = None, baseline: str | None = None) -> Report:
+    """`build_report` over a run directory's cells (with its run id and start time for titles),
+    or over one cell directory."""
+    path = Path(path)
+    if (path / CELLS_DIR).is_dir():
+        run = load_run(path)
+        started = run.run.get("started")
+        return build_report(
+            run.cells, by=by, baseline=baseline, started=str(started) if started else None
+        )
+    return build_report(load_cells(path), by=by, baseline=baseline)
 
 
 # --- human formats ------------------------------------------------------------------------------

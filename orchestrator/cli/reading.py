@@ -152,13 +152,12 @@ def report(
 
     CSV and JSON are tidy: one row per cell x repeat x metric.
     """
-    from orchestrator.analyze.evidence import load_cells
     from orchestrator.analyze.plot import plot_report, plot_telemetry
-    from orchestrator.analyze.report import build_report, chosen_metrics, render_report
+    from orchestrator.analyze.report import chosen_metrics, load_report, render_report
     from orchestrator.results.read import local_path
 
     bundle = local_path(ref, results_dir)
-    rep = build_report(load_cells(bundle), by=by, baseline=baseline)
+    rep = load_report(bundle, by=by, baseline=baseline)
     if metrics or fmt in ("table", "md"):  # CSV and JSON keep every metric unless asked
         rep.metrics = chosen_metrics(rep, metrics)
     _echo_from_bundle(render_report(rep, fmt))  # type: ignore[arg-type]
