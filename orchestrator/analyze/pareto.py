@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from tabulate import tabulate
 
 from orchestrator.analyze.metrics import format_number
-from orchestrator.analyze.report import Report, ReportRow, as_float, axis_text
+from orchestrator.analyze.report import Report, as_float, series_label
 from orchestrator.errors import InputError
 
 # Axis names a sweep goes along (the bench client's flags, in either spelling).
@@ -99,13 +99,6 @@ def sweep_axis(report: Report, asked: str | None = None) -> str | None:
     return None
 
 
-def _series(row: ReportRow, others: Sequence[str], hosts: int) -> str:
-    name = ", ".join(f"{a}={axis_text(row.cell.axes.get(a))}" for a in others)
-    if hosts > 1 or not name:
-        return f"{name} @ {row.cell.host}" if name else str(row.cell.host)
-    return name
-
-
 def build_sweep(report: Report, axis: str) -> SweepView | None:
     """The sweep's points and fronts; None when the cells report no throughput or no latency."""
     measured = {m for row in report.rows for m in row.metrics}
@@ -123,7 +116,7 @@ def build_sweep(report: Report, axis: str) -> SweepView | None:
             continue
         latency = {m: row.metrics[m].median for m in latencies if m in row.metrics}
         points.append(
-            SweepPoint(_series(row, others, hosts), level, row.cell.id, tput.median, latency)
+            SweepPoint(series_label(row, others, hosts), level, row.cell.id, tput.median, latency)
         )
     points.sort(key=lambda p: (p.series, p.level))
     view = SweepView(axis, throughput, latencies, points)
@@ -134,26 +127,45 @@ def build_sweep(report: Report, axis: str) -> SweepView | None:
     return view
 
 
-def render_sweep(view: SweepView, report: Report, fmt: str = "table") -> str:
-    """A small table: one row per point, each latency marked ★ where the point is on its front."""
-    headers = ["configuration", view.axis, report.label(view.throughput)]
-    headers += [report.label(m) for m in view.latencies]
+def _label(report: Report, metric: str, two_lines: bool) -> str:
+    unit = report.unit(metric)
+    return f"{metric}\n{unit}" if two_lines and unit else report.label(metric)
+
+
+def sweep_cells(
+    view: SweepView, report: Report, *, two_lines: bool = True
+) -> tuple[list[str], list[list[str]]]:
+    """The sweep table as headers and rows of text: one row per point, each latency marked ★
+    where the point is on that latency's front; units as in `report.table_cells`."""
+    headers = ["configuration", view.axis, _label(report, view.throughput, two_lines)]
+    headers += [_label(report, m, two_lines) for m in view.latencies]
     body = []
     for i, point in enumerate(view.points):
-        line = [point.series, format_number(point.level), format_number(point.throughput)]
+        line = [point.series, f"{point.level:g}", format_number(point.throughput)]
         for metric in view.latencies:
             value = point.latency.get(metric)
             mark = f" {FRONT_MARK}" if i in view.front[metric] else ""
             line.append("-" if value is None else format_number(value) + mark)
         body.append(line)
+    return headers, body
+
+
+def front_note(view: SweepView) -> str:
+    """What ★ means."""
+    return (
+        f"{FRONT_MARK}: on the Pareto front of that latency: no point of any configuration has "
+        f"both more {view.throughput} and less latency (medians over the repeats)"
+    )
+
+
+def render_sweep(view: SweepView, report: Report, fmt: str = "table") -> str:
+    """The sweep table in a terminal (`table`) or markdown (`md`), with what ★ means."""
+    headers, body = sweep_cells(view, report, two_lines=fmt != "md")
     table = tabulate(
         body, headers=headers, tablefmt="github" if fmt == "md" else "simple", disable_numparse=True
     )
     title = f"throughput–latency over {view.axis}"
-    note = (
-        f"{FRONT_MARK}: on the Pareto front of that latency: no point of any configuration has "
-        f"both more {view.throughput} and less latency (medians over the repeats)"
-    )
+    note = front_note(view)
     if fmt == "md":
         return f"**{title}**\n\n{table}\n\n- {note}\n"
     return f"{title}\n\n{table}\n\n{note}\n"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from orchestrator.analyze.energy import read_telemetry
 from orchestrator.analyze.pareto import SweepView
-from orchestrator.analyze.report import MetricStats, Report, ReportRow, as_float, axis_text
+from orchestrator.analyze.report import MetricStats, Report, as_float, axis_text, series_label
 from orchestrator.errors import InputError
 from orchestrator.results.records import CellRecord
 from orchestrator.runner.telemetry import TELEMETRY_CSV
@@ -84,11 +84,6 @@ def figure_title(report: Report) -> str:
     return "  ·  ".join(parts)
 
 
-def _series_name(row: ReportRow, others: Sequence[str]) -> str:
-    name = ", ".join(f"{a}={axis_text(row.cell.axes.get(a))}" for a in others)
-    return f"{name} @ {row.cell.host}" if name else str(row.cell.host)
-
-
 def draw_report(report: Report, axis: str, sweep: SweepView | None = None) -> Any:
     """The figure `plot_report` saves: one panel per metric against `axis` (and, for a sweep,
     one per latency against throughput), one legend, one colour per series in every panel."""
@@ -114,7 +109,8 @@ def draw_report(report: Report, axis: str, sweep: SweepView | None = None) -> An
         for i, (label, number) in enumerate(zip(labels, numeric, strict=True))
     }
     others = [a for a in report.axes if a != axis]
-    names = [_series_name(row, others) for row in report.rows]
+    hosts = len({row.cell.host for row in report.rows})
+    names = [series_label(row, others, hosts) for row in report.rows]
     if sweep is not None:
         names += [p.series for p in sweep.points]
     colours = series_colours(names)

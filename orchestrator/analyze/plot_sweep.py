@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestrator.analyze.metrics import format_number
 from orchestrator.analyze.pareto import SweepView
 from orchestrator.analyze.report import Report
 
@@ -38,7 +37,7 @@ def draw_sweep(
             )
             for p in points:  # which concurrency / rate each point is
                 ax.annotate(
-                    format_number(p.level),
+                    f"{p.level:g}",
                     (p.latency[metric], p.throughput),
                     textcoords="offset points",
                     xytext=(4, 4),

@@ -117,6 +117,15 @@ def axis_text(value: Any) -> str:
     return str(value)
 
 
+def series_label(row: ReportRow, others: Sequence[str], hosts: int) -> str:
+    """A plotted series' name: `nccl=tuned, spec=off`, with `@ host` when the report has
+    several hosts (or no other axis)."""
+    name = ", ".join(f"{a}={axis_text(row.cell.axes.get(a))}" for a in others)
+    if hosts > 1 or not name:
+        return f"{name} @ {row.cell.host}" if name else str(row.cell.host)
+    return name
+
+
 def _expectation_marks(cell: CellEvidence) -> dict[str, ExpectationMark]:
     marks: dict[str, ExpectationMark] = {}
     for entry in cell.expectations:
@@ -331,7 +340,14 @@ def _pivot_table(report: Report, two_lines: bool) -> tuple[list[str], list[list[
     return headers, body
 
 
-def _footer(report: Report) -> list[str]:
+def table_cells(report: Report, *, two_lines: bool) -> tuple[list[str], list[list[str]]]:
+    """The human table as headers and rows of text (pivoted with `report.by`); `two_lines`
+    puts each unit on a header's second line, else in brackets after the name."""
+    return _pivot_table(report, two_lines) if report.by else _flat_table(report, two_lines)
+
+
+def footer_lines(report: Report) -> list[str]:
+    """What the table's marks mean, each failed cell's whole reason, each missed expectation."""
     lines = ["median ± MAD over the measured repeats"]
     if report.baseline:
         lines.append(
@@ -392,15 +408,14 @@ def render_report(report: Report, fmt: ReportFormat = "table") -> str:
         return out.getvalue()
     if fmt not in ("table", "md"):
         raise InputError(f"unknown report format {fmt!r}", hint=f"one of {', '.join(FORMATS)}")
-    two_lines = fmt == "table"
-    headers, body = _pivot_table(report, two_lines) if report.by else _flat_table(report, two_lines)
+    headers, body = table_cells(report, two_lines=fmt == "table")
     table = tabulate(
         body,
         headers=headers,
         tablefmt="github" if fmt == "md" else "simple",
         disable_numparse=True,
     )
-    footer = _footer(report)
+    footer = footer_lines(report)
     if fmt == "md":
         return table + "\n\n" + "\n".join(f"- {line}" for line in footer) + "\n"
     return table + "\n\n" + "\n".join(footer) + "\n"

@@ -214,12 +214,12 @@ def test_spreads_are_shown_to_the_precision_of_the_value() -> None:
 
 
 def test_expectation_values_in_the_footer_use_the_table_number_format(tmp_path: Path) -> None:
-    from orchestrator.analyze.report import _footer
+    from orchestrator.analyze.report import footer_lines
 
     report = build_report(load_run(_run(tmp_path)).cells)
     row = next(r for r in report.rows if "output_throughput" in r.expectations)
     mark = row.expectations["output_throughput"]
     row.expectations["output_throughput"] = type(mark)(False, (">= 85",), 82.57498099518523)
-    footer = "\n".join(_footer(report))
+    footer = "\n".join(footer_lines(report))
     assert "output_throughput = 82.57: expected >= 85" in footer
     assert "82.574" not in footer

@@ -50,15 +50,15 @@ def test_one_legend_stable_colours_title_and_units(tmp_path: Path) -> None:
     try:
         panels = fig.axes
         seen = [_colours(ax) for ax in panels]
-        assert set(seen[1]) == {"spec=eagle3-2 @ gpu01"}  # no off series in accept_length
-        for label in ("spec=eagle3-2 @ gpu01", "spec=off @ gpu01"):
+        assert set(seen[1]) == {"spec=eagle3-2"}  # no off series in accept_length
+        for label in ("spec=eagle3-2", "spec=off"):
             assert len({panel[label] for panel in seen if label in panel}) == 1, seen
-        assert seen[0]["spec=eagle3-2 @ gpu01"] != seen[0]["spec=off @ gpu01"]
+        assert seen[0]["spec=eagle3-2"] != seen[0]["spec=off"]
         assert all(ax.get_legend() is None for ax in panels) and len(fig.legends) == 1
         (legend,) = fig.legends
         assert [t.get_text() for t in legend.get_texts()] == [
-            "spec=eagle3-2 @ gpu01",
-            "spec=off @ gpu01",
+            "spec=eagle3-2",
+            "spec=off",
         ]
         assert legend.get_title().get_text() == ERROR_BARS
         title = fig._suptitle.get_text()
