@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
-import importlib.util
+import importlib
 import re
 import tempfile
 from collections.abc import Sequence
@@ -135,7 +135,9 @@ def report_figures(
     report: Report, axis: str | None, sweep: SweepView | None
 ) -> tuple[list[Figure], str | None]:
     """The plots `--plot` would draw, as PNGs to inline, or why there are none."""
-    if importlib.util.find_spec("matplotlib") is None:
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError:
         return [], NO_MATPLOTLIB
     if axis is None or not report.metrics:
         return [], "no plots: the cells have no axis to plot against or no measured metric"
