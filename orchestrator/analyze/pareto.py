@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from tabulate import tabulate
 
 from orchestrator.analyze.metrics import format_number
-from orchestrator.analyze.report import Report, as_float, series_label
+from orchestrator.analyze.report import Report, as_float, series_label, varying_axes
 from orchestrator.errors import InputError
 
 # Axis names a sweep goes along (the bench client's flags, in either spelling).
@@ -106,7 +106,7 @@ def build_sweep(report: Report, axis: str) -> SweepView | None:
     latencies = [m for m in LATENCIES if m in measured]
     if throughput is None or not latencies:
         return None
-    others = [a for a in report.axes if a != axis]
+    others = varying_axes(report, axis)
     hosts = len({row.cell.host for row in report.rows})
     points = []
     for row in report.rows:

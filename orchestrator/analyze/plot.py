@@ -10,7 +10,14 @@ from typing import Any
 
 from orchestrator.analyze.energy import read_telemetry
 from orchestrator.analyze.pareto import SweepView
-from orchestrator.analyze.report import MetricStats, Report, as_float, axis_text, series_label
+from orchestrator.analyze.report import (
+    MetricStats,
+    Report,
+    as_float,
+    axis_text,
+    series_label,
+    varying_axes,
+)
 from orchestrator.errors import InputError
 from orchestrator.results.records import CellRecord
 from orchestrator.runner.telemetry import TELEMETRY_CSV
@@ -108,7 +115,7 @@ def draw_report(report: Report, axis: str, sweep: SweepView | None = None) -> An
         label: (number if use_numbers and number is not None else float(i))
         for i, (label, number) in enumerate(zip(labels, numeric, strict=True))
     }
-    others = [a for a in report.axes if a != axis]
+    others = varying_axes(report, axis)
     hosts = len({row.cell.host for row in report.rows})
     names = [series_label(row, others, hosts) for row in report.rows]
     if sweep is not None:

@@ -84,6 +84,8 @@ class Report:
     started: str | None = None  # run.json's start time, for titles
     baseline: str | None = None  # the selector the Δ% columns compare against
     baselines: dict[str, ReportRow | None] = field(default_factory=dict)  # cell id -> its base
+    # run.json's cells with no directory to read (never run, interrupted): id -> its entry
+    unread: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def unit(self, metric: str) -> str | None:
         """The metric's unit, None where no catalogue says (a regex or generic metric)."""
@@ -101,7 +103,7 @@ class Report:
         if base is None:
             return ""
         if base is row:
-            return BASELINE_MARK
+            return BASELINE_MARK if metric in row.metrics else ""
         ours, theirs = row.metrics.get(metric), base.metrics.get(metric)
         if ours is None or theirs is None or theirs.median == 0:
             return ""
@@ -117,9 +119,18 @@ def axis_text(value: Any) -> str:
     return str(value)
 
 
+def varying_axes(report: Report, but: str) -> list[str]:
+    """The axes other than `but` with two or more values: what tells series apart."""
+    return [
+        a
+        for a in report.axes
+        if a != but and len({axis_text(r.cell.axes.get(a)) for r in report.rows}) > 1
+    ]
+
+
 def series_label(row: ReportRow, others: Sequence[str], hosts: int) -> str:
-    """A plotted series' name: `nccl=tuned, spec=off`, with `@ host` when the report has
-    several hosts (or no other axis)."""
+    """A plotted series' name: `nccl=tuned, spec=off` (`others`, the axes that vary), with
+    `@ host` when the report has several hosts (or no other axis)."""
     name = ", ".join(f"{a}={axis_text(row.cell.axes.get(a))}" for a in others)
     if hosts > 1 or not name:
         return f"{name} @ {row.cell.host}" if name else str(row.cell.host)
@@ -234,9 +245,18 @@ def load_report(path: Path, *, by: str | None = None, baseline: str | None = Non
     if (path / CELLS_DIR).is_dir():
         run = load_run(path)
         started = run.run.get("started")
-        return build_report(
+        rep = build_report(
             run.cells, by=by, baseline=baseline, started=str(started) if started else None
         )
+        listed = run.run.get("cells")
+        read = {c.id for c in run.cells}
+        if isinstance(listed, dict):
+            rep.unread = {
+                str(cid): entry if isinstance(entry, dict) else {}
+                for cid, entry in listed.items()
+                if cid not in read
+            }
+        return rep
     return build_report(load_cells(path), by=by, baseline=baseline)
 
 

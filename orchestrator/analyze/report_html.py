@@ -32,12 +32,13 @@ h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: 0.5em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; white-space: pre-line; }
-td.num { font-variant-numeric: tabular-nums; }
+td.num { font-variant-numeric: tabular-nums; white-space: nowrap; }
 .passed { color: #17662b; font-weight: 600; }
 .failed, .error, .timeout { color: #a4161a; font-weight: 600; }
 pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; white-space: pre-wrap; margin: 0; }
 .note { color: #555; }
 img { max-width: 100%; border: 1px solid #eee; }
+div.wide { overflow-x: auto; }
 """.strip()
 
 
@@ -59,7 +60,10 @@ def _table(headers: Sequence[str], body: Sequence[Sequence[str]], css_id: str) -
     rows = "".join(
         "<tr>" + "".join(f'<td class="num">{text(c)}</td>' for c in line) + "</tr>" for line in body
     )
-    return f'<table id="{css_id}"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+    return (  # a wide table scrolls inside the page instead of widening it
+        f'<div class="wide"><table id="{css_id}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{rows}</tbody></table></div>"
+    )
 
 
 def _cells_section(report: Report) -> str:
@@ -75,9 +79,18 @@ def _cells_section(report: Report) -> str:
             f"<td>{text(cell.host or '')}</td><td>{text(axes)}</td>"
             f'<td class="{text(status)}">{text(status)}{text(step)}</td><td>{reason}</td></tr>'
         )
+    for cid, entry in report.unread.items():
+        status = str(entry.get("status") or "not run")
+        reason = entry.get("reason") or "(no cell directory: never run, or interrupted)"
+        rows.append(
+            f'<tr id="cell-{text(cid)}"><td><code>{text(cid)}</code></td>'
+            f"<td>{text(entry.get('host') or '')}</td><td></td>"
+            f'<td class="{text(status)}">{text(status)}</td><td><pre>{text(reason)}</pre></td></tr>'
+        )
     passed = sum(1 for r in report.rows if not r.failed)
+    total = len(report.rows) + len(report.unread)
     return (
-        f'<section id="cells"><h2>Cells: {passed} of {len(report.rows)} passed</h2>'
+        f'<section id="cells"><h2>Cells: {passed} of {total} passed</h2>'
         "<table><thead><tr><th>cell</th><th>host</th><th>axes</th><th>status</th>"
         f"<th>reason</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
     )

@@ -5,6 +5,7 @@ Chromium with every page fetch caught (issue 16 item 9)."""
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 import shutil
@@ -73,6 +74,9 @@ def _run(tmp_path: Path) -> Path:
     extra = write_run(tmp_path / "extra", "x", [{"cell": bad, "status": "failed",
                                                "reason": f"server died\n{HOSTILE}"}])  # fmt: skip
     shutil.move(extra / "cells" / "broken-0000", run / "cells" / "broken-0000")
+    doc = json.loads((run / "run.json").read_text())  # and one cell that never got to run
+    doc["cells"]["ghost-0000"] = {"host": "gpu02", "status": "not run", "reason": "interrupted"}
+    (run / "run.json").write_text(json.dumps(doc))
     return run
 
 
@@ -104,6 +108,8 @@ def test_the_page_is_self_contained_escaped_and_names_every_cell(
     assert "spec=x&lt;b&gt;y&lt;/b&gt;" in page
     for row in rep.rows:
         assert f'id="cell-{row.cell.id}"' in page
+    assert '<tr id="cell-ghost-0000"><td><code>ghost-0000</code></td><td>gpu02</td>' in page
+    assert '<td class="not run">not run</td><td><pre>interrupted</pre>' in page
     assert '<td class="failed">failed (at ready)</td>' in page
     assert "output_throughput\ntok/s" in page and "Δ%" in page  # units and the baseline
     assert html.escape(NO_MATPLOTLIB) in page and "<pre>x &lt; y</pre>" in page
@@ -203,9 +209,10 @@ def test_headless_chromium_renders_every_cell_and_fetches_nothing(
     shot = tmp_path / "shot.png"
     dom = browse(page, "--dump-dom", f"--screenshot={shot}", "--window-size=1200,1600").stdout
     assert dom.rstrip().endswith("</html>") and "written by orch report" in dom
-    for cell in (run / "cells").iterdir():
-        assert f'id="cell-{cell.name}"' in dom, cell.name
-    assert "Cells: 6 of 7 passed" in dom and "alert(1)" in dom and "<script" not in dom
+    listed = json.loads((run / "run.json").read_text())["cells"]
+    for cell in {*listed, *(c.name for c in (run / "cells").iterdir())}:
+        assert f'id="cell-{cell}"' in dom, cell
+    assert "Cells: 6 of 8 passed" in dom and "alert(1)" in dom and "<script" not in dom
     assert dom.count("<img ") == len(figures)
     assert shot.read_bytes().startswith(b"\x89PNG")
     assert _page_fetches(hosts) == []
