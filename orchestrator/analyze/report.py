@@ -31,7 +31,7 @@ ReportFormat = Literal["table", "md", "csv", "json"]
 FORMATS: tuple[str, ...] = ("table", "md", "csv", "json")
 BASELINE_MARK = "base"  # the Δ% of a baseline cell against itself
 TIDY_FIXED = ("run_id", "cell_id", "host")
-_RESERVED = {*TIDY_FIXED, "repeat", "metric", "value", "unit"}
+_RESERVED = {*TIDY_FIXED, "repeat", "metric", "value", "unit", "baseline_cell"}
 OK_MARK, FAIL_MARK = "✓", "✗"
 ENERGY_METRICS = ("joules_per_output_token", "energy_j")  # the report's energy column, first found
 
@@ -392,7 +392,8 @@ def tidy_rows(report: Report) -> list[dict[str, Any]]:
     """One row per cell × repeat × metric of `report.metrics`: run_id, cell_id, host, each axis,
     repeat, metric, value, unit (None where no adapter catalogue says, e.g. a regex metric).
 
-    An axis whose name clashes with a fixed column is written as `axis.<name>`.
+    An axis whose name clashes with a fixed column is written as `axis.<name>`. With a baseline,
+    `baseline_cell` names the cell each row is compared with (None where there is none).
     """
     rows: list[dict[str, Any]] = []
     chosen = set(report.metrics)
@@ -403,11 +404,22 @@ def tidy_rows(report: Report) -> list[dict[str, Any]]:
             column = f"axis.{axis}" if axis in _RESERVED else axis
             value = cell.axes.get(axis)
             base[column] = canonical_json(value) if isinstance(value, dict | list) else value
+        extra: dict[str, Any] = {}
+        if report.baseline:
+            against = report.baselines.get(cell.id)
+            extra["baseline_cell"] = against.cell.id if against is not None else None
         for repeat, metric, value in cell.repeat_rows():
             if metric in chosen:
                 unit = cell_metric_unit(cell.cell, cell.metrics, metric)
                 rows.append(
-                    {**base, "repeat": repeat, "metric": metric, "value": value, "unit": unit}
+                    {
+                        **base,
+                        "repeat": repeat,
+                        "metric": metric,
+                        "value": value,
+                        "unit": unit,
+                        **extra,
+                    }
                 )
     return rows
 
@@ -421,6 +433,7 @@ def render_report(report: Report, fmt: ReportFormat = "table") -> str:
         columns = list(TIDY_FIXED)
         columns += [f"axis.{a}" if a in _RESERVED else a for a in report.axes]
         columns += ["repeat", "metric", "value", "unit"]
+        columns += ["baseline_cell"] if report.baseline else []
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
         writer.writeheader()

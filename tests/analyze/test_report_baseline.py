@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +67,18 @@ def test_baseline_gives_a_delta_against_the_same_configuration(tmp_path: Path) -
     cells = load_run(_run(tmp_path / "p")).cells
     pivot = render_report(build_report(cells, by="commit", baseline="commit=good"), "md")
     assert "75.00 ± 1.00 (-25.0%)" in pivot and "100.00 ± 1.00 (base)" in pivot
+
+
+def test_tidy_rows_name_the_baseline_cell(tmp_path: Path) -> None:
+    rep = build_report(load_run(_run(tmp_path)).cells, baseline="commit=good")
+    rows = json.loads(render_report(rep, "json"))
+    assert {(r["cell_id"], r["baseline_cell"]) for r in rows} == {
+        ("good-off-0000", "good-off-0000"), ("good-eagle-0000", "good-eagle-0000"),
+        ("bad-off-0000", "good-off-0000"), ("bad-eagle-0000", "good-eagle-0000"),
+    }  # fmt: skip
+    assert next(csv.DictReader(io.StringIO(render_report(rep, "csv"))))["baseline_cell"]
+    plain = build_report(load_run(_run(tmp_path / "plain")).cells)
+    assert "baseline_cell" not in json.loads(render_report(plain, "json"))[0]
 
 
 def test_a_baseline_by_cell_id_compares_every_cell_with_that_one(tmp_path: Path) -> None:
