@@ -143,7 +143,7 @@ def show(ref: str, results_dir: Path) -> None:
 @click.option(
     "--baseline",
     default=None,
-    help="A Δ%% column against these cells (commit=good: each cell vs the same configuration at "
+    help="A Δ% column against these cells (commit=good: each cell vs the same configuration at "
     "commit=good), or one cell id.",
 )
 @click.option(
