@@ -16,6 +16,8 @@ if [ "$(id -u)" = 0 ]; then
   { command -v slurmd || [ -x /usr/sbin/slurmd ]; } >/dev/null 2>&1 || need+=(slurmd)
   { command -v munged || [ -x /usr/sbin/munged ]; } >/dev/null 2>&1 || need+=(munge)
   command -v srun >/dev/null 2>&1 || need+=(slurm-client)
+  # tests/analyze/test_report_html.py renders the HTML report in a real headless browser
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
 fi
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -3,6 +3,8 @@
 Facts in docs/FACTS.md (vLLM section): `/health` is 200 once the engine is up (connection refused
 while booting); `--speculative-config` takes one JSON argument; `vllm bench serve --save-result`
 writes one JSON object; spec-decode stats appear as `SpecDecoding metrics: ...` log lines.
+The log metrics (`log_*`) are per repeat: only the stats intervals inside a measured repeat's
+window count (vllm_log.py); the server's whole life is kept as facts.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,8 +39,20 @@ from orchestrator.adapters.flags import ListStyle, flags_to_argv, normalize_args
 from orchestrator.adapters.nccl import analyze_nccl
 from orchestrator.adapters.sglang import section_vs_args
 from orchestrator.adapters.sglang_bench import server_base_url
+from orchestrator.adapters.vllm_log import (
+    ServerLog,
+    Window,
+    inside,
+    interval_metrics,
+    parse_log,
+    placed_window,
+    read_log,
+    utc_text,
+    window_metrics,
+)
 from orchestrator.cell import BenchSpec, Cell, ServerSpec
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, OrchError
+from orchestrator.results.records import CellRecord
 
 DEFAULT_PORT = 8000
 READY_PATH = "/health"
@@ -115,7 +130,7 @@ class VllmServer(ServerAdapter):
         )
 
     def catalogue(self) -> tuple[MetricInfo, ...]:
-        """The server.log metrics `analyze` reports (every log line of the server's life)."""
+        """The server.log metrics `analyze` reports (the measured repeats' windows together)."""
         return SERVER_CATALOGUE
 
     def reset_url(self, spec: ServerSpec) -> str | None:
@@ -127,95 +142,144 @@ class VllmServer(ServerAdapter):
         return None if url is None else url + "/reset_prefix_cache"
 
     def analyze(self, cell_dir: Path, cell: Cell) -> dict[str, Any]:
-        """SpecDecoding and throughput log lines, and the NCCL facts and checks."""
+        """Log metrics over the measured repeats' windows, the whole log's as facts, and the
+        NCCL facts and checks."""
         metrics: dict[str, float] = {}
         facts: dict[str, Any] = {}
         log = read_text(cell_dir / "server.log")
         if log is None:
             facts["server_log"] = "missing"
             log = ""
-        spec = parse_spec_decoding(log)
-        facts["spec_decoding"] = {"lines": len(spec)}
-        lengths = [r["mean_acceptance_length"] for r in spec if "mean_acceptance_length" in r]
-        if lengths:
-            metrics["log_accept_len"] = statistics.fmean(lengths)
-            facts["spec_decoding"]["mean_acceptance_length"] = {
-                "mean": metrics["log_accept_len"],
-                "min": min(lengths),
-                "max": max(lengths),
-                "last": lengths[-1],
-            }
-        accepted = sum(r.get("accepted_tokens", 0.0) for r in spec)
-        drafted = sum(r.get("drafted_tokens", 0.0) for r in spec)
-        if drafted > 0:
-            metrics["log_draft_acceptance_rate"] = accepted / drafted
-            facts["spec_decoding"].update(accepted_tokens=accepted, drafted_tokens=drafted)
-        if spec and "per_position_acceptance_rate" in spec[-1]:
-            facts["spec_decoding"]["per_position_acceptance_rate"] = spec[-1][
-                "per_position_acceptance_rate"
-            ]
-        gen = [v for v in parse_generation_throughput(log) if v > 0]
+        parsed = parse_log(log)
+        intervals = parsed.intervals
+        facts["spec_decoding"] = whole_life_spec(parsed.spec)
+        gen = [i.gen_throughput for i in intervals if i.gen_throughput > 0]
         if gen:
-            metrics["log_gen_throughput"] = statistics.median(gen)
-            facts["generation_throughput_lines"] = len(gen)
+            # the server's whole life (idle, ramp-up, warm-ups): for reading, not comparing
+            facts["generation_throughput"] = {"lines": len(gen), "median": statistics.median(gen)}
+        windows = measured_windows(cell_dir, cell, parsed)
+        facts["log_windows"] = [w.detail for w in windows]
+        chosen = [i for i in intervals if any(w.window and inside(i, w.window) for w in windows)]
+        metrics.update(interval_metrics(chosen)[0])
         facts["nccl"], checks = analyze_nccl(log, cell.env)
         return {"metrics": metrics, "facts": facts, "checks": checks}
 
 
 _LOG = "server.log"
+_WINDOWS = " inside the measured repeats' windows"
 SERVER_CATALOGUE = (
-    MetricInfo("log_accept_len", "tokens/step", "higher", _LOG + " SpecDecoding lines (mean)"),
+    MetricInfo(
+        "log_accept_len",
+        "tokens/step",
+        "higher",
+        _LOG + " SpecDecoding lines" + _WINDOWS + " (weighted by drafted tokens)",
+    ),
     MetricInfo(
         "log_draft_acceptance_rate",
         "fraction",
         "higher",
-        _LOG + " SpecDecoding lines (accepted/drafted)",
+        _LOG + " SpecDecoding lines" + _WINDOWS + " (accepted/drafted)",
     ),
-    MetricInfo("log_gen_throughput", "tok/s", "higher", _LOG + " stats lines (median)"),
+    MetricInfo(
+        "log_gen_throughput",
+        "tok/s",
+        "higher",
+        _LOG + " stats lines" + _WINDOWS + " (median, summed over engines)",
+    ),
 )
-
-_SPEC_LINE = re.compile(r"SpecDecoding metrics: (.*)$")
-_SPEC_FIELDS = {
-    "mean_acceptance_length": re.compile(r"Mean acceptance length: ([\d.]+)"),
-    "accepted_throughput": re.compile(r"Accepted throughput: ([\d.]+)"),
-    "drafted_throughput": re.compile(r"Drafted throughput: ([\d.]+)"),
-    "accepted_tokens": re.compile(r"Accepted: (\d+) tokens"),
-    "drafted_tokens": re.compile(r"Drafted: (\d+) tokens"),
-}
-_DRAFT_RATE = re.compile(r"Draft acceptance rate: ([\d.]+)(%?)")
-_PER_POSITION = re.compile(r"Per-position acceptance rate: ([\d.]+(?:, [\d.]+)*)")
-_GEN_THROUGHPUT = re.compile(r"Avg generation throughput: ([\d.]+) tokens/s")
 
 
 def parse_spec_decoding(text: str) -> list[dict[str, Any]]:
     """Every `SpecDecoding metrics:` line as a dict (rates as fractions, counts as floats)."""
-    rows: list[dict[str, Any]] = []
-    for line in text.splitlines():
-        match = _SPEC_LINE.search(line)
-        if match is None:
-            continue
-        body = match.group(1)
-        row: dict[str, Any] = {}
-        for key, pattern in _SPEC_FIELDS.items():
-            found = pattern.search(body)
-            if found:
-                row[key] = float(found.group(1))
-        rate = _DRAFT_RATE.search(body)
-        if rate:
-            value = float(rate.group(1))
-            row["draft_acceptance_rate"] = value / 100 if rate.group(2) else value
-        per_position = _PER_POSITION.search(body)
-        if per_position:
-            row["per_position_acceptance_rate"] = [
-                float(x) for x in per_position.group(1).split(", ")
-            ]
-        rows.append(row)
-    return rows
+    return parse_log(text).spec
 
 
 def parse_generation_throughput(text: str) -> list[float]:
     """`Avg generation throughput: X tokens/s` values of vLLM's periodic stats lines."""
-    return [float(m.group(1)) for m in _GEN_THROUGHPUT.finditer(text)]
+    return [i.gen_throughput for i in parse_log(text).intervals]
+
+
+def whole_life_spec(spec: list[dict[str, Any]]) -> dict[str, Any]:
+    """The SpecDecoding lines of the server's whole life (warm-up included), for facts."""
+    out: dict[str, Any] = {"lines": len(spec)}
+    lengths = [r["mean_acceptance_length"] for r in spec if "mean_acceptance_length" in r]
+    if lengths:
+        out["mean_acceptance_length"] = {
+            "mean": statistics.fmean(lengths),
+            "min": min(lengths),
+            "max": max(lengths),
+            "last": lengths[-1],
+        }
+    accepted = sum(r.get("accepted_tokens", 0.0) for r in spec)
+    drafted = sum(r.get("drafted_tokens", 0.0) for r in spec)
+    if drafted > 0:
+        out.update(accepted_tokens=accepted, drafted_tokens=drafted)
+    if spec and "per_position_acceptance_rate" in spec[-1]:
+        out["per_position_acceptance_rate"] = spec[-1]["per_position_acceptance_rate"]
+    return out
+
+
+@dataclass(frozen=True)
+class MeasuredWindow:
+    """A measured repeat's window (None when it cannot be placed) and what facts say of it."""
+
+    n: int
+    window: Window | None
+    detail: dict[str, Any]
+
+
+def measured_windows(cell_dir: Path, cell: Cell, log: ServerLog) -> list[MeasuredWindow]:
+    """Each measured repeat's window on the server's log clock (bench/<n>/exit.json)."""
+    out: list[MeasuredWindow] = []
+    cell_doc, _ = read_json(cell_dir / "cell.json")
+    for record in CellRecord(cell_dir).repeats:
+        try:
+            exit_doc = record.exit
+        except OrchError:  # a damaged exit.json: the verdict names it elsewhere
+            exit_doc = None
+        window, how = placed_window(exit_doc, cell.env, log, cell_doc)
+        detail: dict[str, Any] = {"n": record.n, "clock": how}
+        if window is not None:  # per repeat whatever the bench (vllm.bench_serve's own too)
+            values, counts = window_metrics(log.intervals, window)
+            detail.update(start=utc_text(window.start), end=utc_text(window.end), **counts)
+            detail.update(values)
+        out.append(MeasuredWindow(record.n, window, detail))
+    return out
+
+
+def repeat_log_metrics(repeat_dir: Path, cell: Cell, result: RepeatResult) -> None:
+    """Add a measured repeat's log_* metrics from the vllm server's log lines inside its
+    window; a window that holds no whole stats interval gives none (and a note)."""
+    if cell.server is None or cell.server.adapter != VllmServer.name:
+        return
+    if not repeat_dir.name.isdigit():
+        return  # a warm-up: never compared
+    cell_dir = repeat_dir.parent.parent
+    log = read_log(cell_dir / "server.log")
+    if log is None:
+        result.notes.append("server.log is missing: log_* metrics not read")
+        return
+    exit_doc, _ = read_json(repeat_dir / "exit.json")
+    cell_doc, _ = read_json(cell_dir / "cell.json")
+    window, how = placed_window(exit_doc, cell.env, log, cell_doc)
+    if window is None:
+        result.notes.append(f"log_* metrics not read: {how}")
+        return
+    if not log.intervals:
+        result.notes.append("log_* metrics: server.log has no vLLM stats lines (log stats off?)")
+        return
+    values, detail = window_metrics(log.intervals, window)
+    if not detail["intervals"]:
+        result.notes.append(
+            "log_* metrics: no whole vLLM stats interval inside a repeat's window "
+            "(a repeat shorter than about two VLLM_LOG_STATS_INTERVAL)"
+        )
+    for key, value in values.items():
+        result.metrics[key] = value
+        result.sources[key] = _REPEAT_LOG
+
+
+_REPEAT_LOG = "server.log inside the repeat's window"
 
 
 class VllmBenchServe(BenchAdapter):
@@ -276,6 +340,7 @@ class VllmBenchServe(BenchAdapter):
             for key, value in bench_serve_metrics(data).items():
                 result.metrics[key] = value
                 result.sources[key] = name
+        repeat_log_metrics(repeat_dir, cell, result)
         if cell.bench.metrics:
             stdout = read_text(repeat_dir / "stdout")
             if stdout is None:
@@ -330,6 +395,22 @@ def _bench_catalogue() -> tuple[MetricInfo, ...]:
             "fraction",
             "higher",
             _RESULT + " spec_decode_acceptance_rate ÷ 100",
+        ),
+        # per repeat, from a vllm server's log: v0.10.x writes no spec_decode_* keys
+        MetricInfo(
+            "log_gen_throughput", "tok/s", "higher", _REPEAT_LOG + " (median; server: vllm)"
+        ),
+        MetricInfo(
+            "log_accept_len",
+            "tokens/step",
+            "higher",
+            _REPEAT_LOG + " (SpecDecoding, weighted by drafted tokens; server: vllm)",
+        ),
+        MetricInfo(
+            "log_draft_acceptance_rate",
+            "fraction",
+            "higher",
+            _REPEAT_LOG + " (SpecDecoding accepted/drafted; server: vllm)",
         ),
     ]
     for latency in ("ttft", "tpot", "itl", "e2e_latency"):

@@ -1,14 +1,15 @@
 """`orch report`: cells × metrics, median and spread over repeats, optionally pivoted by an axis.
 
 `table` and `md` are for people: one row per cell (or, with `by=AXIS`, that axis's values as
-columns). `csv` and `json` are tidy for pandas: one row per cell × repeat × metric.
+columns), each metric with its unit, and with a baseline a Δ% against it. `csv` and `json` are
+tidy for pandas: one row per cell × repeat × metric. HTML is in `report_html.py`, plots in
+`plot.py`, the throughput–latency view of sweeps in `pareto.py`.
 """
 
 from __future__ import annotations
 
 import csv
 import difflib
-import importlib
 import io
 import json
 from collections.abc import Sequence
@@ -19,18 +20,18 @@ from typing import Any, Literal
 from tabulate import tabulate
 
 from orchestrator.analyze import stats
-from orchestrator.analyze.energy import read_telemetry
-from orchestrator.analyze.evidence import CellEvidence
+from orchestrator.analyze.baseline import baseline_cells
+from orchestrator.analyze.evidence import CellEvidence, load_cells, load_run
 from orchestrator.analyze.metrics import HEADLINE_METRICS, cell_metric_unit, format_number
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
-from orchestrator.results.records import CellRecord
-from orchestrator.runner.telemetry import TELEMETRY_CSV
+from orchestrator.results.layout import CELLS_DIR
 
 ReportFormat = Literal["table", "md", "csv", "json"]
 FORMATS: tuple[str, ...] = ("table", "md", "csv", "json")
+BASELINE_MARK = "base"  # the Δ% of a baseline cell against itself
 TIDY_FIXED = ("run_id", "cell_id", "host")
-_RESERVED = {*TIDY_FIXED, "repeat", "metric", "value", "unit"}
+_RESERVED = {*TIDY_FIXED, "repeat", "metric", "value", "unit", "baseline_cell"}
 OK_MARK, FAIL_MARK = "✓", "✗"
 ENERGY_METRICS = ("joules_per_output_token", "energy_j")  # the report's energy column, first found
 
@@ -78,9 +79,38 @@ class Report:
     axes: list[str]
     metrics: list[str]
     by: str | None = None
+    units: dict[str, str | None] = field(default_factory=dict)  # from the adapters' catalogues
+    run_id: str | None = None
+    started: str | None = None  # run.json's start time, for titles
+    baseline: str | None = None  # the selector the Δ% columns compare against
+    baselines: dict[str, ReportRow | None] = field(default_factory=dict)  # cell id -> its base
+    # run.json's cells with no directory to read (never run, interrupted): id -> its entry
+    unread: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def unit(self, metric: str) -> str | None:
+        """The metric's unit, None where no catalogue says (a regex or generic metric)."""
+        return self.units.get(metric)
+
+    def label(self, metric: str) -> str:
+        """`output_throughput (tok/s)`, or the bare name without a known unit."""
+        unit = self.unit(metric)
+        return f"{metric} ({unit})" if unit else metric
+
+    def delta(self, row: ReportRow, metric: str) -> str:
+        """The Δ% of the row's median against its baseline's; `base` for the baseline itself,
+        empty when there is no baseline or either side has no value."""
+        base = self.baselines.get(row.cell.id)
+        if base is None:
+            return ""
+        if base is row:
+            return BASELINE_MARK if metric in row.metrics else ""
+        ours, theirs = row.metrics.get(metric), base.metrics.get(metric)
+        if ours is None or theirs is None or theirs.median == 0:
+            return ""
+        return f"{(ours.median - theirs.median) / abs(theirs.median) * 100:+.1f}%"
 
 
-def _display(value: Any) -> str:
+def axis_text(value: Any) -> str:
     """An axis value as text: scalars as they are, mappings/lists as canonical JSON."""
     if isinstance(value, dict | list):
         return canonical_json(value)
@@ -89,13 +119,31 @@ def _display(value: Any) -> str:
     return str(value)
 
 
+def varying_axes(report: Report, but: str) -> list[str]:
+    """The axes other than `but` with two or more values: what tells series apart."""
+    return [
+        a
+        for a in report.axes
+        if a != but and len({axis_text(r.cell.axes.get(a)) for r in report.rows}) > 1
+    ]
+
+
+def series_label(row: ReportRow, others: Sequence[str], hosts: int) -> str:
+    """A plotted series' name: `nccl=tuned, spec=off` (`others`, the axes that vary), with
+    `@ host` when the report has several hosts (or no other axis)."""
+    name = ", ".join(f"{a}={axis_text(row.cell.axes.get(a))}" for a in others)
+    if hosts > 1 or not name:
+        return f"{name} @ {row.cell.host}" if name else str(row.cell.host)
+    return name
+
+
 def _expectation_marks(cell: CellEvidence) -> dict[str, ExpectationMark]:
     marks: dict[str, ExpectationMark] = {}
     for entry in cell.expectations:
         metric = str(entry.get("metric"))
         ok = bool(entry.get("ok"))
-        bound = _display(entry.get("bound"))
-        detail = (_display(entry.get("detail")),) if entry.get("detail") else ()
+        bound = axis_text(entry.get("bound"))
+        detail = (axis_text(entry.get("detail")),) if entry.get("detail") else ()
         previous = marks.get(metric)
         if previous is None:
             marks[metric] = ExpectationMark(ok, (bound,), entry.get("value"), detail)
@@ -138,10 +186,21 @@ def chosen_metrics(rep: Report, asked: Sequence[str]) -> list[str]:
     return chosen or available[:4]
 
 
-def build_report(cells: Sequence[CellEvidence], *, by: str | None = None) -> Report:
-    """Collect per-cell metric statistics; `by` must be one of the cells' axes."""
+def build_report(
+    cells: Sequence[CellEvidence],
+    *,
+    by: str | None = None,
+    baseline: str | None = None,
+    started: str | None = None,
+) -> Report:
+    """Collect per-cell metric statistics and units; `by` must be one of the cells' axes.
+
+    `baseline` is a cell selector (`commit=good`): each cell is compared with the cell that has
+    the selector's values and the same value of every other axis (`baseline.py`).
+    """
     axes: list[str] = []
     metrics: list[str] = []
+    units: dict[str, str | None] = {}
     rows: list[ReportRow] = []
     for cell in cells:
         axes += [a for a in cell.axes if a not in axes]
@@ -152,6 +211,8 @@ def build_report(cells: Sequence[CellEvidence], *, by: str | None = None) -> Rep
                 continue
             if name not in metrics:
                 metrics.append(name)
+            if units.get(name) is None:
+                units[name] = cell_metric_unit(cell.cell, cell.metrics, name)
             row.metrics[name] = MetricStats(
                 median=stats.median(values),
                 spread=stats.mad(values),
@@ -167,7 +228,36 @@ def build_report(cells: Sequence[CellEvidence], *, by: str | None = None) -> Rep
             key_path="--by",
             hint=f"did you mean {close[0]!r}?" if close else None,
         )
-    return Report(rows=rows, axes=axes, metrics=metrics, by=by)
+    rep = Report(rows=rows, axes=axes, metrics=metrics, by=by, units=units, started=started)
+    rep.run_id = next((c.run_id for c in cells if c.run_id), None)
+    if baseline:
+        by_id = {row.cell.id: row for row in rows}
+        bases = baseline_cells(cells, baseline)
+        rep.baseline = baseline
+        rep.baselines = {cid: by_id[b] if b else None for cid, b in bases.items()}
+    return rep
+
+
+def load_report(path: Path, *, by: str | None = None, baseline: str | None = None) -> Report:
+    """`build_report` over a run directory's cells (with its run id and start time for titles),
+    or over one cell directory."""
+    path = Path(path)
+    if (path / CELLS_DIR).is_dir():
+        run = load_run(path)
+        started = run.run.get("started")
+        rep = build_report(
+            run.cells, by=by, baseline=baseline, started=str(started) if started else None
+        )
+        listed = run.run.get("cells")
+        read = {c.id for c in run.cells}
+        if isinstance(listed, dict):
+            rep.unread = {
+                str(cid): entry if isinstance(entry, dict) else {}
+                for cid, entry in listed.items()
+                if cid not in read
+            }
+        return rep
+    return build_report(load_cells(path), by=by, baseline=baseline)
 
 
 # --- human formats ------------------------------------------------------------------------------
@@ -189,7 +279,7 @@ def median_and_spread(stat: MetricStats) -> str:
 
 def _value_text(value: Any) -> str:
     """A recorded value as the table shows numbers; anything else as it is."""
-    number = _as_float(value) if not isinstance(value, str) else None
+    number = as_float(value) if not isinstance(value, str) else None
     return format_number(number) if number is not None else str(value)
 
 
@@ -208,48 +298,82 @@ def _first_line(text: str | None) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
-def _flat_table(report: Report) -> tuple[list[str], list[list[str]]]:
+def _header(report: Report, metric: str, two_lines: bool, suffix: str = "") -> str:
+    """A metric column's header: the unit on a second line in a terminal table (narrower), in
+    brackets in markdown (whose header is one line)."""
+    unit = report.unit(metric)
+    if not unit:
+        return f"{metric}{suffix}"
+    return f"{metric}{suffix}\n{unit}" if two_lines else f"{metric} ({unit}){suffix}"
+
+
+def _flat_table(report: Report, two_lines: bool) -> tuple[list[str], list[list[str]]]:
     any_failed = any(r.failed for r in report.rows)
-    headers = [*report.axes, "host", "status", *report.metrics]
+    headers = [*report.axes, "host", "status"]
+    for metric in report.metrics:
+        headers.append(_header(report, metric, two_lines))
+        if report.baseline:
+            headers.append("Δ%")
     if any_failed:
         headers.append("reason")
     body = []
     for row in report.rows:
-        line = [_display(row.cell.axes.get(a)) for a in report.axes]
+        line = [axis_text(row.cell.axes.get(a)) for a in report.axes]
         line += [row.cell.host or "", row.cell.status or "?"]
-        line += [_metric_text(row, m) for m in report.metrics]
+        for metric in report.metrics:
+            line.append(_metric_text(row, metric))
+            if report.baseline:
+                line.append(report.delta(row, metric) or "-")
         if any_failed:
             line.append(_first_line(row.cell.reason) if row.failed else "")
         body.append(line)
     return headers, body
 
 
-def _pivot_table(report: Report) -> tuple[list[str], list[list[str]]]:
+def _pivot_table(report: Report, two_lines: bool) -> tuple[list[str], list[list[str]]]:
     by = report.by
     assert by is not None
     others = [a for a in report.axes if a != by]
     by_values: list[str] = []
     slots: dict[tuple[str, ...], dict[str, list[ReportRow]]] = {}
     for row in report.rows:
-        value = _display(row.cell.axes.get(by))
+        value = axis_text(row.cell.axes.get(by))
         if value not in by_values:
             by_values.append(value)
-        key = (*(_display(row.cell.axes.get(a)) for a in others), row.cell.host or "")
+        key = (*(axis_text(row.cell.axes.get(a)) for a in others), row.cell.host or "")
         slots.setdefault(key, {}).setdefault(value, []).append(row)
     headers = [*others, "host"]
-    headers += [f"{m} [{by}={v}]" for m in report.metrics for v in by_values]
+    headers += [
+        _header(report, m, two_lines, f" [{by}={v}]") for m in report.metrics for v in by_values
+    ]
     body = []
     for key, by_value in slots.items():
         line = list(key)
         for metric in report.metrics:
             for value in by_values:
-                line.append(" / ".join(_metric_text(r, metric) for r in by_value.get(value, [])))
+                texts = []
+                for r in by_value.get(value, []):
+                    delta = report.delta(r, metric) if report.baseline else ""
+                    texts.append(_metric_text(r, metric) + (f" ({delta})" if delta else ""))
+                line.append(" / ".join(texts))
         body.append(line)
     return headers, body
 
 
-def _footer(report: Report) -> list[str]:
+def table_cells(report: Report, *, two_lines: bool) -> tuple[list[str], list[list[str]]]:
+    """The human table as headers and rows of text (pivoted with `report.by`); `two_lines`
+    puts each unit on a header's second line, else in brackets after the name."""
+    return _pivot_table(report, two_lines) if report.by else _flat_table(report, two_lines)
+
+
+def footer_lines(report: Report) -> list[str]:
+    """What the table's marks mean, each failed cell's whole reason, each missed expectation."""
     lines = ["median ± MAD over the measured repeats"]
+    if report.baseline:
+        lines.append(
+            f"Δ%: median against the baseline {report.baseline} with the other axes equal "
+            f"({BASELINE_MARK}: the baseline itself)"
+        )
     for row in report.rows:
         if row.failed:
             lines.append(f"{row.cell.id} ({row.cell.host}) {row.cell.status}: {row.cell.reason}")
@@ -268,7 +392,8 @@ def tidy_rows(report: Report) -> list[dict[str, Any]]:
     """One row per cell × repeat × metric of `report.metrics`: run_id, cell_id, host, each axis,
     repeat, metric, value, unit (None where no adapter catalogue says, e.g. a regex metric).
 
-    An axis whose name clashes with a fixed column is written as `axis.<name>`.
+    An axis whose name clashes with a fixed column is written as `axis.<name>`. With a baseline,
+    `baseline_cell` names the cell each row is compared with (None where there is none).
     """
     rows: list[dict[str, Any]] = []
     chosen = set(report.metrics)
@@ -279,11 +404,22 @@ def tidy_rows(report: Report) -> list[dict[str, Any]]:
             column = f"axis.{axis}" if axis in _RESERVED else axis
             value = cell.axes.get(axis)
             base[column] = canonical_json(value) if isinstance(value, dict | list) else value
+        extra: dict[str, Any] = {}
+        if report.baseline:
+            against = report.baselines.get(cell.id)
+            extra["baseline_cell"] = against.cell.id if against is not None else None
         for repeat, metric, value in cell.repeat_rows():
             if metric in chosen:
                 unit = cell_metric_unit(cell.cell, cell.metrics, metric)
                 rows.append(
-                    {**base, "repeat": repeat, "metric": metric, "value": value, "unit": unit}
+                    {
+                        **base,
+                        "repeat": repeat,
+                        "metric": metric,
+                        "value": value,
+                        "unit": unit,
+                        **extra,
+                    }
                 )
     return rows
 
@@ -297,6 +433,7 @@ def render_report(report: Report, fmt: ReportFormat = "table") -> str:
         columns = list(TIDY_FIXED)
         columns += [f"axis.{a}" if a in _RESERVED else a for a in report.axes]
         columns += ["repeat", "metric", "value", "unit"]
+        columns += ["baseline_cell"] if report.baseline else []
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
@@ -304,185 +441,24 @@ def render_report(report: Report, fmt: ReportFormat = "table") -> str:
         return out.getvalue()
     if fmt not in ("table", "md"):
         raise InputError(f"unknown report format {fmt!r}", hint=f"one of {', '.join(FORMATS)}")
-    headers, body = _pivot_table(report) if report.by else _flat_table(report)
+    headers, body = table_cells(report, two_lines=fmt == "table")
     table = tabulate(
         body,
         headers=headers,
         tablefmt="github" if fmt == "md" else "simple",
         disable_numparse=True,
     )
-    footer = _footer(report)
+    footer = footer_lines(report)
     if fmt == "md":
         return table + "\n\n" + "\n".join(f"- {line}" for line in footer) + "\n"
     return table + "\n\n" + "\n".join(footer) + "\n"
 
 
-# --- plot ---------------------------------------------------------------------------------------
-
-
-def _import_pyplot() -> Any:
-    try:
-        matplotlib = importlib.import_module("matplotlib")
-    except ImportError:
-        raise InputError(
-            "plotting needs matplotlib, which is not installed",
-            key_path="--plot",
-            hint="install orch[plot], e.g. pip install 'orch[plot]'",
-        ) from None
-    matplotlib.use("Agg")  # files only: never needs a display
-    return importlib.import_module("matplotlib.pyplot")
-
-
-def _as_float(value: Any) -> float | None:
+def as_float(value: Any) -> float | None:
+    """A number from an int, float or numeric text; None for anything else (bools too)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
     try:
         return float(value)
     except ValueError:
         return None
-
-
-PLOT_FORMATS: tuple[str, ...] = ("png", "svg", "pdf")
-
-
-def _check_plot_path(path: Path) -> Path:
-    """The file `--plot` names, checked before any drawing: a known format, an existing folder."""
-    suffix = path.suffix.lower().lstrip(".")
-    if suffix not in PLOT_FORMATS:
-        raise InputError(
-            f"cannot plot to {str(path)!r}: "
-            + (f"unknown format {suffix!r}" if suffix else "the name has no format suffix"),
-            key_path="--plot",
-            hint=f"name a .{', .'.join(PLOT_FORMATS)} file, e.g. {path.stem or 'plot'}.png",
-        )
-    folder = path.parent
-    if not folder.is_dir():
-        raise InputError(
-            f"cannot plot to {str(path)!r}: folder {str(folder)!r} "
-            + ("is not a folder" if folder.exists() else "does not exist"),
-            key_path="--plot",
-            hint="the folder must exist; create it first (mkdir -p) or pick another path",
-        )
-    return path
-
-
-def plot_report(report: Report, axis: str, path: Path) -> Path:
-    """Draw each metric's median (with min-max bars) against `axis`, one line per other point.
-
-    `path` must end in .png, .svg or .pdf and its folder must exist (InputError otherwise).
-    """
-    path = _check_plot_path(Path(path))
-    if axis not in report.axes:
-        close = difflib.get_close_matches(axis, report.axes, n=1)
-        raise InputError(
-            f"no axis {axis!r} to plot against (axes: {', '.join(report.axes) or 'none'})",
-            key_path="--plot",
-            hint=f"did you mean {close[0]!r}?" if close else None,
-        )
-    if not report.metrics:
-        raise InputError("no metrics to plot: no cell has measured repeats", key_path="--plot")
-    plt = _import_pyplot()
-    labels: list[str] = []
-    for row in report.rows:
-        label = _display(row.cell.axes.get(axis))
-        if label not in labels:
-            labels.append(label)
-    numeric = [_as_float(v) for v in labels]
-    use_numbers = all(v is not None for v in numeric)
-    positions = {
-        label: (number if use_numbers and number is not None else float(i))
-        for i, (label, number) in enumerate(zip(labels, numeric, strict=True))
-    }
-    others = [a for a in report.axes if a != axis]
-    fig, subplots = plt.subplots(
-        len(report.metrics), 1, figsize=(8, 3.2 * len(report.metrics)), squeeze=False
-    )
-    for metric, ax in zip(report.metrics, [s[0] for s in subplots], strict=True):
-        series: dict[str, list[tuple[float, MetricStats]]] = {}
-        for row in report.rows:
-            stat = row.metrics.get(metric)
-            if stat is None:
-                continue
-            name = ", ".join(f"{a}={_display(row.cell.axes.get(a))}" for a in others)
-            name = f"{name} @ {row.cell.host}" if name else str(row.cell.host)
-            x = positions[_display(row.cell.axes.get(axis))]
-            series.setdefault(name, []).append((x, stat))
-        for name, points in series.items():
-            points.sort(key=lambda p: p[0])
-            xs = [p[0] for p in points]
-            ys = [p[1].median for p in points]
-            err = [
-                [p[1].median - p[1].min for p in points],
-                [p[1].max - p[1].median for p in points],
-            ]
-            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=name)
-        ax.set_title(metric)
-        ax.set_xlabel(axis)
-        if not use_numbers:
-            ax.set_xticks([positions[label] for label in labels], labels)
-        if len(series) > 1:
-            ax.legend(fontsize="small")
-    fig.tight_layout()
-    try:
-        fig.savefig(path)
-    except OSError as exc:  # e.g. no permission to write there
-        raise InputError(
-            f"cannot write the plot to {str(path)!r}: {exc.strerror or exc}",
-            key_path="--plot",
-            hint="pick a path you can write to",
-        ) from None
-    finally:
-        plt.close(fig)
-    return path
-
-
-def plot_telemetry(report: Report, path: Path) -> Path | None:
-    """Beside `path` (`NAME-telemetry.png`): one strip per cell with telemetry, every GPU's SM
-    clock and power over the cell's time, its measured repeats shaded; None without telemetry."""
-    from orchestrator.analyze.verdict import repeat_window
-
-    strips = []
-    for row in report.rows:
-        tel = read_telemetry(row.cell.path / TELEMETRY_CSV)
-        if tel.gpus:
-            strips.append((row, tel))
-    if not strips:
-        return None
-    out = _check_plot_path(Path(path)).with_name(f"{Path(path).stem}-telemetry{Path(path).suffix}")
-    plt = _import_pyplot()
-    fig, subplots = plt.subplots(len(strips), 1, figsize=(10, 2.6 * len(strips)), squeeze=False)
-    nan = float("nan")
-    for (row, tel), ax in zip(strips, [s[0] for s in subplots], strict=True):
-        t0 = min(s.t[0] for s in tel.gpus.values())
-        power = ax.twinx()
-        for gpu, s in tel.gpus.items():
-            xs = [t - t0 for t in s.t]
-            (line,) = ax.plot(xs, [nan if v is None else v for v in s.sm], lw=1, label=f"GPU {gpu}")
-            power.plot(
-                xs,
-                [nan if v is None else v for v in s.power],
-                lw=0.6,
-                ls="--",
-                color=line.get_color(),
-            )
-        for record in CellRecord(row.cell.path).repeats:
-            window = repeat_window(record)
-            if window is not None:
-                ax.axvspan(window.start - t0, window.end - t0, color="tab:gray", alpha=0.15)
-        ax.set_title(f"{row.cell.id} @ {row.cell.host}  (measured repeats shaded)")
-        ax.set_xlabel("seconds")
-        ax.set_ylabel("SM clock (MHz)")
-        power.set_ylabel("power (W, dashed)")
-        if len(tel.gpus) > 1:
-            ax.legend(fontsize="x-small", loc="lower left")
-    fig.tight_layout()
-    try:
-        fig.savefig(out)
-    except OSError as exc:
-        raise InputError(
-            f"cannot write the telemetry plot to {str(out)!r}: {exc.strerror or exc}",
-            key_path="--plot",
-        ) from None
-    finally:
-        plt.close(fig)
-    return out

@@ -94,6 +94,7 @@ def show(ref: str, results_dir: Path) -> None:
 
     REF is a run (directory, .tar.gz or id) or a cell (its directory or RUN/CELL-ID-PREFIX).
     """
+    from orchestrator.analyze.metrics import cell_metric_unit
     from orchestrator.analyze.starts import run_starts
     from orchestrator.results.read import RunBundle, open_run_or_cell
     from orchestrator.results.show import describe_cell, describe_run
@@ -102,9 +103,13 @@ def show(ref: str, results_dir: Path) -> None:
     if isinstance(opened, RunBundle):
         starts = run_starts(opened)
         text = starts.text() if starts.cells else None
-        _echo_from_bundle(describe_run(opened, starts=text, host_starts=starts.host_texts()))
+        _echo_from_bundle(
+            describe_run(
+                opened, starts=text, host_starts=starts.host_texts(), unit_of=cell_metric_unit
+            )
+        )
     else:
-        _echo_from_bundle(describe_cell(opened))
+        _echo_from_bundle(describe_cell(opened, unit_of=cell_metric_unit))
 
 
 @main.command()
@@ -114,11 +119,20 @@ def show(ref: str, results_dir: Path) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["table", "md", "csv", "json"]),
+    type=click.Choice(["table", "md", "csv", "json", "html"]),
     default="table",
     show_default=True,
 )
-@click.option("--plot", "plot", type=click.Path(path_type=Path), default=None, help="PNG file.")
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write the report to this file instead of the terminal.",
+)
+@click.option(
+    "--plot", "plot", type=click.Path(path_type=Path), default=None, help="A .png/.svg/.pdf file."
+)
 @click.option(
     "-m",
     "--metric",
@@ -126,42 +140,111 @@ def show(ref: str, results_dir: Path) -> None:
     multiple=True,
     help="Metrics to show (repeatable). Default: the headline ones; `all` for every metric.",
 )
+@click.option(
+    "--baseline",
+    default=None,
+    help="A Δ% column against these cells (commit=good: each cell vs the same configuration at "
+    "commit=good), or one cell id.",
+)
+@click.option(
+    "--sweep",
+    default=None,
+    help="The concurrency or request-rate axis of the throughput-latency view "
+    "(default: an axis named so, when there is one).",
+)
+@click.option(
+    "--diff",
+    "diff_cells",
+    nargs=2,
+    default=None,
+    metavar="CELL_A CELL_B",
+    help="Add the diff of two cells of the run (ids, id prefixes or directories).",
+)
 @reports_errors
 def report(
     ref: str,
     results_dir: Path,
     by: str | None,
     fmt: str,
+    out: Path | None,
     plot: Path | None,
     metrics: tuple[str, ...],
+    baseline: str | None,
+    sweep: str | None,
+    diff_cells: tuple[str, str] | None,
 ) -> None:
-    """Cells x metrics (median and spread over repeats), optionally pivoted by an axis.
+    """Cells x metrics (median and spread over repeats, with units), optionally pivoted by an
+    axis, with a Δ% against a baseline and, for sweeps, the throughput-latency Pareto view.
 
-    CSV and JSON are tidy: one row per cell x repeat x metric.
+    CSV and JSON are tidy: one row per cell x repeat x metric. HTML is one self-contained file
+    (tables, plots when matplotlib is installed, every cell's status and reason).
     """
-    from orchestrator.analyze.evidence import load_cells
-    from orchestrator.analyze.report import (
-        build_report,
-        chosen_metrics,
-        plot_report,
-        plot_telemetry,
-        render_report,
-    )
+    from orchestrator.analyze.pareto import build_sweep, render_sweep, sweep_axis
+    from orchestrator.analyze.plot import plot_report, plot_telemetry
+    from orchestrator.analyze.report import chosen_metrics, load_report, render_report
     from orchestrator.results.read import local_path
 
+    if diff_cells and fmt in ("csv", "json"):
+        raise InputError(
+            f"--diff has no place in tidy {fmt}", hint="use --format html/table/md, or orch diff"
+        )
     bundle = local_path(ref, results_dir)
-    rep = build_report(load_cells(bundle), by=by)
-    if metrics or fmt in ("table", "md"):  # CSV and JSON keep every metric unless asked
+    rep = load_report(bundle, by=by, baseline=baseline)
+    if metrics or fmt in ("table", "md", "html"):  # CSV and JSON keep every metric unless asked
         rep.metrics = chosen_metrics(rep, metrics)
-    _echo_from_bundle(render_report(rep, fmt))  # type: ignore[arg-type]
+    along = sweep_axis(rep, sweep)
+    view = build_sweep(rep, along) if along else None
+    if sweep and view is None:
+        raise InputError(
+            "no throughput-latency view: the cells report no throughput or no TTFT/TPOT",
+            key_path="--sweep",
+        )
+    # a sweep is drawn along its axis, so its configurations are the same series in every panel
+    axis = by or along or next(iter(rep.axes), None)
+    diff_text = _report_diff(bundle, diff_cells, results_dir, fmt) if diff_cells else None
+    if fmt == "html":
+        from orchestrator.analyze.report_html import render_html, report_figures
+
+        figures, note = report_figures(rep, axis, view)
+        diff = (f"diff {diff_cells[0]} vs {diff_cells[1]}", diff_text or "") if diff_cells else None
+        text = render_html(rep, sweep=view, figures=figures, plot_note=note, diff=diff)
+    else:
+        text = render_report(rep, fmt)  # type: ignore[arg-type]
+        if view is not None and fmt in ("table", "md"):
+            text += "\n" + render_sweep(view, rep, fmt)
+        if diff_text:
+            text += "\n" + diff_text
+    if out is not None:
+        try:
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise InputError(
+                f"cannot write the report to {str(out)!r}: {exc.strerror or exc}", key_path="-o"
+            ) from None
+        click.echo(f"report: {out}", err=True)
+    else:
+        _echo_from_bundle(text)
     if plot is not None:
-        axis = by or next(iter(rep.axes), None)
         if not axis:
             raise InputError("--plot needs an axis to draw against", hint="add --by AXIS")
-        click.echo(f"plot: {plot_report(rep, axis, plot)}", err=True)
+        click.echo(f"plot: {plot_report(rep, axis, plot, view)}", err=True)
         strips = plot_telemetry(rep, plot)
         if strips is not None:
             click.echo(f"telemetry plot: {strips}", err=True)
+
+
+def _report_diff(bundle: Path, cells: tuple[str, str], results_dir: Path, fmt: str) -> str:
+    """The diff of two cells of the run, as `orch diff` prints it (whole, for HTML)."""
+    from orchestrator.analyze.diff import diff_paths
+    from orchestrator.analyze.diff_render import render_diff
+    from orchestrator.results.read import open_cell
+
+    a, b = (
+        Path(c) if Path(c).is_dir() else open_cell(f"{bundle}/{c}", results_dir).path for c in cells
+    )
+    result = diff_paths(a, b)
+    spill = None if fmt == "html" else _spill_dir(f"orch-diff-{a.name}-vs-{b.name}")
+    return render_diff(result, "text", spill_dir=spill)
 
 
 @main.command()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +14,28 @@ from orchestrator.results.layout import CELLS_DIR
 from orchestrator.results.read import RunBundle
 from orchestrator.results.records import CellRecord, Metrics
 
+# (recorded cell, metrics.json, metric) -> unit: the analyze layer's lookup, which falls back on
+# the adapters' catalogues for bundles from before metrics.json recorded units
+UnitOf = Callable[[Mapping[str, Any], Mapping[str, Any], str], str | None]
+
+
+def recorded_unit(cell: Mapping[str, Any], metrics: Mapping[str, Any], name: str) -> str | None:
+    """The unit metrics.json records for `name` (None in bundles from before units)."""
+    units = metrics.get("units")
+    unit = units.get(name) if isinstance(units, Mapping) else None
+    return unit if isinstance(unit, str) else None
+
 
 def _first_line(text: Any) -> str:
     return str(text).strip().splitlines()[0] if text else ""
 
 
 def describe_run(
-    run: RunBundle, *, starts: str | None = None, host_starts: Mapping[str, str] | None = None
+    run: RunBundle,
+    *,
+    starts: str | None = None,
+    host_starts: Mapping[str, str] | None = None,
+    unit_of: UnitOf = recorded_unit,
 ) -> str:
     """Header facts of the run and one line per cell (status and the reason's first line).
 
@@ -48,7 +63,7 @@ def describe_run(
     rows = []
     for cid, entry in (doc.get("cells") or {}).items():
         record = run.cells.get(cid)
-        headline = _headline(Metrics(record.metrics or {}) if record else None)
+        headline = _headline(record, unit_of) if record else ""
         rows.append(
             [
                 cid,
@@ -72,22 +87,27 @@ def describe_run(
 _HEADLINE = ("output_throughput", "request_throughput")
 
 
-def _headline(metrics: Metrics | None) -> str:
-    """`output_throughput 93.9` (median), or the first metric there is."""
-    summary = metrics.summary if metrics is not None else {}
+def _headline(record: CellRecord, unit_of: UnitOf) -> str:
+    """`output_throughput 93.9 tok/s` (median), or the first metric there is."""
+    document = record.metrics or {}
+    summary = Metrics(document).summary
     if not summary:
         return ""
     name = next((m for m in _HEADLINE if m in summary), next(iter(summary)))
     median = summary[name].get("median")
-    return f"{name} {median:.4g}" if isinstance(median, int | float) else name
+    if not isinstance(median, int | float):
+        return name
+    unit = unit_of(record.cell, document, name)
+    return f"{name} {median:.4g}" + (f" {unit}" if unit else "")
 
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def describe_cell(cell: CellRecord) -> str:
-    """What ran where, the verdict and its whole reason, metrics, and the paths of the logs."""
+def describe_cell(cell: CellRecord, *, unit_of: UnitOf = recorded_unit) -> str:
+    """What ran where, the verdict and its whole reason, metrics with their units, and the paths
+    of the logs."""
     spec = cell.cell
     repo = cell.repo or {}
     run = cell.run
@@ -121,10 +141,12 @@ def describe_cell(cell: CellRecord) -> str:
     metrics = Metrics(cell.metrics or {})
     summary = metrics.summary
     if summary:
+        units = {m: unit_of(spec, cell.metrics or {}, m) or "" for m in summary}
         rows = [
-            [m, s.get("median"), s.get("min"), s.get("max"), s.get("n")] for m, s in summary.items()
+            [m, units[m], s.get("median"), s.get("min"), s.get("max"), s.get("n")]
+            for m, s in summary.items()
         ]
-        lines += ["", tabulate(rows, headers=["metric", "median", "min", "max", "n"])]
+        lines += ["", tabulate(rows, headers=["metric", "unit", "median", "min", "max", "n"])]
     for exp in metrics.expectations:
         mark = "ok  " if exp.get("ok") else "MISS"
         lines.append(f"expect {mark} {exp.get('metric')} {exp.get('bound')}: {exp.get('detail')}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from orchestrator.runner.protocol import (
@@ -46,6 +47,9 @@ class BenchStep(ServerSteps):
                     # epoch seconds on the clock telemetry samples are stamped with
                     "start": round(start, 3),
                     "end": round(end, 3),
+                    # the host's local-time offsets then: server logs stamp local wall time
+                    "utc_offset_s": utc_offset(start),
+                    "utc_offset_end_s": utc_offset(end),
                     "argv": argv,
                     "timed_out": timed_out,
                     "kind": kind,
@@ -138,3 +142,8 @@ class BenchStep(ServerSteps):
             )
             raise
         return rc, timed_out, start, now(), (gone[0] if gone else None)
+
+
+def utc_offset(epoch: float) -> int:
+    """Seconds east of UTC of this host's local time at `epoch` (DST included)."""
+    return int(time.localtime(epoch).tm_gmtoff)

@@ -14,7 +14,8 @@ import pytest
 from analyze_fixtures import base_cell, write_run
 
 from orchestrator.analyze.evidence import load_cells, load_run
-from orchestrator.analyze.report import build_report, plot_report, render_report
+from orchestrator.analyze.plot import plot_report
+from orchestrator.analyze.report import build_report, render_report
 from orchestrator.errors import BundleError, InputError
 
 
@@ -76,15 +77,15 @@ def test_pivot_by_axis(tmp_path: Path) -> None:
     md = render_report(report, "md")
     header = md.splitlines()[0]
     cols = [c.strip() for c in header.strip("|").split("|")]
-    assert cols == [
+    assert cols == [  # markdown headers are one line: the unit in brackets (issue 16 item 7)
         "nccl",
         "host",
-        "output_throughput [spec=off]",
-        "output_throughput [spec=eagle3-2]",
-        "output_throughput [spec=bad]",
-        "median_ttft_ms [spec=off]",
-        "median_ttft_ms [spec=eagle3-2]",
-        "median_ttft_ms [spec=bad]",
+        "output_throughput (tok/s) [spec=off]",
+        "output_throughput (tok/s) [spec=eagle3-2]",
+        "output_throughput (tok/s) [spec=bad]",
+        "median_ttft_ms (ms) [spec=off]",
+        "median_ttft_ms (ms) [spec=eagle3-2]",
+        "median_ttft_ms (ms) [spec=bad]",
     ]
     rows = [line for line in md.splitlines()[2:] if line.startswith("|")]
     assert len(rows) == 2  # default, tuned
@@ -213,12 +214,12 @@ def test_spreads_are_shown_to_the_precision_of_the_value() -> None:
 
 
 def test_expectation_values_in_the_footer_use_the_table_number_format(tmp_path: Path) -> None:
-    from orchestrator.analyze.report import _footer
+    from orchestrator.analyze.report import footer_lines
 
     report = build_report(load_run(_run(tmp_path)).cells)
     row = next(r for r in report.rows if "output_throughput" in r.expectations)
     mark = row.expectations["output_throughput"]
     row.expectations["output_throughput"] = type(mark)(False, (">= 85",), 82.57498099518523)
-    footer = "\n".join(_footer(report))
+    footer = "\n".join(footer_lines(report))
     assert "output_throughput = 82.57: expected >= 85" in footer
     assert "82.574" not in footer

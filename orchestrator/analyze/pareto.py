@@ -1,0 +1,171 @@
+"""The throughput–latency view of a sweep (`vllm bench sweep plot`'s question): for each
+configuration, throughput against TTFT and TPOT along a concurrency or request-rate axis, with
+the Pareto front across every configuration marked."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tabulate import tabulate
+
+from orchestrator.analyze.metrics import format_number
+from orchestrator.analyze.report import Report, as_float, series_label, varying_axes
+from orchestrator.errors import InputError
+
+# Axis names a sweep goes along (the bench client's flags, in either spelling).
+SWEEP_AXES = ("concurrency", "max_concurrency", "request_rate", "rate", "qps")
+THROUGHPUTS = ("output_throughput", "total_token_throughput", "request_throughput")
+LATENCIES = ("median_ttft_ms", "median_tpot_ms")
+FRONT_MARK = "★"
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices (ascending) of the `(latency, throughput)` points no other point dominates.
+
+    A point dominates another when its latency is lower or equal and its throughput higher or
+    equal, one of them strictly: lower latency and higher throughput are better. Equal points
+    are all on the front.
+    """
+    front = []
+    for i, (lat, tput) in enumerate(points):
+        dominated = any(
+            other_lat <= lat and other_tput >= tput and (other_lat < lat or other_tput > tput)
+            for j, (other_lat, other_tput) in enumerate(points)
+            if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return front
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One cell of a sweep: its configuration (every other axis, and the host) and medians."""
+
+    series: str
+    level: float  # the sweep axis's value
+    cell_id: str
+    throughput: float
+    latency: dict[str, float]
+
+
+@dataclass
+class SweepView:
+    """Points along `axis`, and for each latency metric the indices on the Pareto front."""
+
+    axis: str
+    throughput: str
+    latencies: list[str]
+    points: list[SweepPoint]
+    front: dict[str, set[int]] = field(default_factory=dict)
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("-", "_")
+
+
+def _levels(report: Report, axis: str) -> list[float] | None:
+    values = [as_float(row.cell.axes.get(axis)) for row in report.rows]
+    numbers = [v for v in values if v is not None]
+    if len(numbers) != len(values) or len(set(numbers)) < 2:
+        return None
+    return numbers
+
+
+def sweep_axis(report: Report, asked: str | None = None) -> str | None:
+    """The axis a sweep goes along: `asked` (InputError when it is no numeric axis), else the
+    first axis named like a concurrency or request rate with two or more numeric values."""
+    if asked:
+        if asked not in report.axes:
+            close = difflib.get_close_matches(asked, report.axes, n=1)
+            raise InputError(
+                f"no axis {asked!r} to sweep along (axes: {', '.join(report.axes) or 'none'})",
+                key_path="--sweep",
+                hint=f"did you mean {close[0]!r}?" if close else None,
+            )
+        if _levels(report, asked) is None:
+            raise InputError(
+                f"axis {asked!r} is no sweep: it needs two or more numeric values",
+                key_path="--sweep",
+            )
+        return asked
+    for axis in report.axes:
+        name = _normal(axis)
+        named = name in SWEEP_AXES or "concurrency" in name or "request_rate" in name
+        if named and _levels(report, axis) is not None:
+            return axis
+    return None
+
+
+def build_sweep(report: Report, axis: str) -> SweepView | None:
+    """The sweep's points and fronts; None when the cells report no throughput or no latency."""
+    measured = {m for row in report.rows for m in row.metrics}
+    throughput = next((m for m in THROUGHPUTS if m in measured), None)
+    latencies = [m for m in LATENCIES if m in measured]
+    if throughput is None or not latencies:
+        return None
+    others = varying_axes(report, axis)
+    hosts = len({row.cell.host for row in report.rows})
+    points = []
+    for row in report.rows:
+        level = as_float(row.cell.axes.get(axis))
+        tput = row.metrics.get(throughput)
+        if level is None or tput is None:
+            continue
+        latency = {m: row.metrics[m].median for m in latencies if m in row.metrics}
+        points.append(
+            SweepPoint(series_label(row, others, hosts), level, row.cell.id, tput.median, latency)
+        )
+    points.sort(key=lambda p: (p.series, p.level))
+    view = SweepView(axis, throughput, latencies, points)
+    for metric in latencies:
+        having = [i for i, p in enumerate(points) if metric in p.latency]
+        front = pareto_front([(points[i].latency[metric], points[i].throughput) for i in having])
+        view.front[metric] = {having[k] for k in front}
+    return view
+
+
+def _label(report: Report, metric: str, two_lines: bool) -> str:
+    unit = report.unit(metric)
+    return f"{metric}\n{unit}" if two_lines and unit else report.label(metric)
+
+
+def sweep_cells(
+    view: SweepView, report: Report, *, two_lines: bool = True
+) -> tuple[list[str], list[list[str]]]:
+    """The sweep table as headers and rows of text: one row per point, each latency marked ★
+    where the point is on that latency's front; units as in `report.table_cells`."""
+    headers = ["configuration", view.axis, _label(report, view.throughput, two_lines)]
+    headers += [_label(report, m, two_lines) for m in view.latencies]
+    body = []
+    for i, point in enumerate(view.points):
+        line = [point.series, f"{point.level:g}", format_number(point.throughput)]
+        for metric in view.latencies:
+            value = point.latency.get(metric)
+            mark = f" {FRONT_MARK}" if i in view.front[metric] else ""
+            line.append("-" if value is None else format_number(value) + mark)
+        body.append(line)
+    return headers, body
+
+
+def front_note(view: SweepView) -> str:
+    """What ★ means."""
+    return (
+        f"{FRONT_MARK}: on the Pareto front of that latency: no point of any configuration has "
+        f"both more {view.throughput} and less latency (medians over the repeats)"
+    )
+
+
+def render_sweep(view: SweepView, report: Report, fmt: str = "table") -> str:
+    """The sweep table in a terminal (`table`) or markdown (`md`), with what ★ means."""
+    headers, body = sweep_cells(view, report, two_lines=fmt != "md")
+    table = tabulate(
+        body, headers=headers, tablefmt="github" if fmt == "md" else "simple", disable_numparse=True
+    )
+    title = f"throughput–latency over {view.axis}"
+    note = front_note(view)
+    if fmt == "md":
+        return f"**{title}**\n\n{table}\n\n- {note}\n"
+    return f"{title}\n\n{table}\n\n{note}\n"
