@@ -277,7 +277,15 @@ class SimServer:
     def server_args(self) -> dict[str, Any]:
         """The server args as SGLang reports them."""
         a = self.args
+        nodes = {}
+        if self.nnodes > 1:  # SGLang reports them on every server; kept out of one-node output
+            nodes = {
+                "nnodes": a.nnodes,
+                "node_rank": a.node_rank,
+                "dist_init_addr": a.dist_init_addr,
+            }
         return {
+            **nodes,
             "model_path": a.model_path,
             "tokenizer_path": a.tokenizer_path or a.model_path,
             "served_model_name": a.served_model_name or a.model_path,
@@ -329,6 +337,7 @@ class SimServer:
                 "state_file": str(self.state_path) if self.state_path else None,
                 "worker_pids": [w.proc.pid for w in self.workers],
                 "clock_factor": self.clock,
+                "internode_factor": self.internode,
                 "step_ms": self.step.step_ms,
                 "expected_accept_len": self.step.accept_len,
                 "expected_decode_tok_s": self.step.tok_s,

@@ -102,3 +102,24 @@ def test_the_link_costs_more_when_a_node_lacks_the_fabric_or_the_algorithm() -> 
     assert internode_factor(no_algo) == 1.0 + INTERNODE_BASE + ALGO_MISMATCH
     socket_only = [[FABRIC], [{"NCCL_SOCKET_IFNAME": "eth0", "NCCL_ALGO": "Ring"}]]
     assert internode_factor(socket_only) == internode_factor(good)
+
+
+def test_a_node_without_the_fabric_slows_the_whole_server(tmp_path: Path) -> None:
+    factors = {}
+    for name, node_env in (("fabric", FABRIC), ("sockets", {"NCCL_ALGO": "Ring"})):
+        port, dist = free_port(), free_port()
+        (tmp_path / name).mkdir()
+        head = _start(tmp_path / name, port, dist, 0, FABRIC)
+        node = _start(tmp_path / name, port, dist, 1, node_env)
+        try:
+            _wait("ready", lambda port=port: _ready(port))
+            info = json.loads(get(f"http://127.0.0.1:{port}/server_info", timeout=5)[1])
+            assert (info["nnodes"], info["node_rank"]) == (2, 0)
+            factors[name] = (info["sim"]["internode_factor"], info["sim"]["step_ms"])
+        finally:
+            for proc in (head, node):
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert factors["fabric"][0] == 1.0 + INTERNODE_BASE
+    assert factors["sockets"][0] == 1.0 + INTERNODE_BASE + NO_FABRIC
+    assert factors["sockets"][1] > factors["fabric"][1]
