@@ -16,6 +16,7 @@ from slurmcluster import SlurmTestCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "e2e" / "programs"
+LINGER_SECONDS = 15
 
 
 def free_port() -> int:
@@ -24,20 +25,35 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def write_playbook(tmp: Path, records: Path, bench_sleep: float = 0) -> Path:
-    """The generic server measured by the generic bench: nothing in it knows of Slurm."""
+def write_playbook(
+    tmp: Path, records: Path, bench_sleep: float = 0, *, linger: Path | None = None
+) -> Path:
+    """The generic server measured by the generic bench: nothing in it knows of Slurm.
+
+    With `linger`, a server started while that file exists takes LINGER_SECONDS to stop after
+    SIGTERM (a shell around it ignores TERM and waits): its cell's runner, and so its Slurm
+    job, outlive the controller that long.
+    """
+    server = (
+        "{{ orch_python }} {{ server_py }} --port {{ srv_port }} --record-dir {{ rec }} "
+        "--label {{ matrix.label }}"
+    )
+    if linger is not None:
+        server = (
+            f'sh -c \'L=0; [ -e {linger} ] && L={LINGER_SECONDS}; trap "" TERM; '
+            f"{server}; sleep $L'"
+        )
     data = {
         "name": "slurm-e2e",
         "vars": {"server_py": str(PROGRAMS / "server.py"), "bench_py": str(PROGRAMS / "bench.py"),
                  "rec": str(records)},
         "matrix": {"label": ["a", "b"]},
         "server": {
-            "command": "{{ orch_python }} {{ server_py }} --port {{ srv_port }} --record-dir "
-            "{{ rec }} --label {{ matrix.label }}",
+            "command": server,
             "port": "{{ srv_port }}",
             "host": "127.0.0.1",
             "ready": {"path": "/health", "timeout": 20, "interval": 0.05},
-            "stop_grace": 3,
+            "stop_grace": 3 if linger is None else 2 * LINGER_SECONDS,
         },
         "bench": {
             "command": "{{ orch_python }} {{ bench_py }} --url http://127.0.0.1:{{ srv_port }} "
@@ -99,3 +115,9 @@ def run_dir(tmp: Path) -> Path:
 def server_job_id(records: Path, cell_id: str) -> str:
     server = json.loads((records / f"{cell_id}.server.json").read_text())
     return str(server["env"]["SLURM_JOB_ID"])
+
+
+def apply_argv(playbook: Path, inventory: Path, results: Path, *more: str) -> list[str]:
+    """`orch apply` of that playbook and inventory into `results`."""
+    return [sys.executable, "-m", "orchestrator", "apply", str(playbook), "-i", str(inventory),
+            "--results", str(results), *more]  # fmt: skip
