@@ -26,7 +26,13 @@ def free_port() -> int:
 
 
 def write_playbook(
-    tmp: Path, records: Path, bench_sleep: float = 0, *, linger: Path | None = None
+    tmp: Path,
+    records: Path,
+    bench_sleep: float = 0,
+    *,
+    linger: Path | None = None,
+    bench_timeout: float = 30,
+    cell_timeout: float = 90,
 ) -> Path:
     """The generic server measured by the generic bench: nothing in it knows of Slurm.
 
@@ -59,11 +65,11 @@ def write_playbook(
             "command": "{{ orch_python }} {{ bench_py }} --url http://127.0.0.1:{{ srv_port }} "
             f"--record-dir {{{{ rec }}}} --sleep {bench_sleep}",
             "repeats": 1,
-            "timeout": 30,
+            "timeout": bench_timeout,
             "result_file": "result.json",
         },
         "snapshot": {"pip_freeze": False, "topo": False},
-        "timeouts": {"cell": 90},
+        "timeouts": {"cell": cell_timeout},
     }  # fmt: skip
     path = tmp / "playbook.yml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
