@@ -384,6 +384,7 @@ class SlurmTestCluster:
             "SchedulerType=sched/backfill",
             "SchedulerParameters=batch_sched_delay=0",  # jobs start at once, not 3 s later
             "KillWait=2",  # scancel and time limits: TERM, then KILL 2 s later
+            "OverTimeLimit=0",  # a job past its time limit ends at slurmctld's next check
             "InactiveLimit=0",
             "MinJobAge=600",  # keep ended jobs visible to `scontrol show job`
             "SlurmdTimeout=60",
