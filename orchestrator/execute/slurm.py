@@ -48,6 +48,7 @@ __all__ = [
     "SlurmJob",
     "SlurmJobEnded",
     "SlurmOptions",
+    "describe_executor",
     "slurm_jobs",
     "srun_options",
 ]
@@ -405,6 +406,29 @@ class SlurmConnection(Connection):
     def close(self) -> None:
         """Close the login connection: each running srun's task sees EOF on stdin."""
         self.login.close()
+
+
+def describe_executor(host: Host) -> str:
+    """How a host runs its cells, for `orch plan`: direct over SSH or locally, or as a Slurm
+    job through a login host, with the job's allocation (partition, gres, nodes, time)."""
+    address = f"{host.user + '@' if host.user else ''}{host.target}" + (
+        f":{host.port}" if host.port else ""
+    )
+    if host.executor != "slurm":
+        return "direct, on this machine" if host.connection == "local" else f"direct, ssh {address}"
+    options = host.slurm or SlurmOptions()
+    parts = [
+        f"partition {options.partition or '(the default)'}",
+        f"gres {options.gres or '(none)'} per node",
+        f"{options.nodes} node{'s' if options.nodes > 1 else ''}",
+        f"time {options.time}" if options.time else "time from the cells' timeouts",
+    ]
+    parts += [f"{name} {value}" for name, value in (("account", options.account),
+              ("qos", options.qos)) if value]  # fmt: skip
+    if options.extra:
+        parts.append(shlex.join(options.extra))
+    login = "this machine" if host.connection == "local" else f"login host ssh {address}"
+    return f"Slurm, srun on {login}: {', '.join(parts)}"
 
 
 def slurm_jobs(connection: Connection, since: int = 0) -> list[dict[str, str | None]]:
