@@ -62,6 +62,8 @@ _ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPP
 _POLL_SECONDS = 0.5  # squeue while a cancelled job completes; the watcher's first pause
 _WATCH_MAX_SECONDS = 5.0  # the watcher's longest pause between two squeue while a job waits
 _WAITING = {"PENDING", "CONFIGURING"}
+# a job as squeue shows it: id, state, reason, nodes, name
+_Seen = tuple[str, str, str | None, str | None, str]
 # how long a resume waits for a job its dead controller left running (its runner, at stdin's
 # EOF, stops the cell in flight and its server, then archives it) before cancelling it
 LEFT_RUNNING_GRACE_SECONDS = 300.0
@@ -268,26 +270,27 @@ class SlurmConnection(Connection):
                 return
             pause = min(pause * 2, _WATCH_MAX_SECONDS)
 
-    def _squeue(self, selector: str) -> tuple[str, str, str | None, str | None] | None:
-        """(id, state, reason, nodes) of the job `--name=N` or `--jobs=ID` selects, as squeue
-        shows it; None when squeue does not (any more) or cannot answer."""
+    def _squeue(self, selector: str) -> _Seen | None:
+        """(id, state, reason, nodes, name) of the job `--name=N` or `--jobs=ID` selects, as
+        squeue shows it; None when squeue does not (any more) or cannot answer."""
         try:
             shown = self.login.run(
-                ["squeue", "-h", "--states=all", selector, "-o", "%i|%T|%r|%N"], timeout=30
+                ["squeue", "-h", "--states=all", selector, "-o", "%i|%T|%r|%N|%j"], timeout=30
             )
         except OrchError:
             return None
-        rows = [line.split("|") for line in shown.stdout.splitlines() if line.count("|") == 3]
+        rows = [line.split("|", 4) for line in shown.stdout.splitlines() if line.count("|") >= 4]
         if not rows:
             return None
-        job_id, state, reason, nodes = rows[-1]
-        return job_id, state, reason or None, nodes or None
+        job_id, state, reason, nodes, name = rows[-1]
+        return job_id, state, reason or None, nodes or None, name
 
     def _refresh(self, job: SlurmJob) -> None:
         """Read the job's id, state, reason and nodes from squeue (best effort)."""
-        seen = self._squeue(f"--name={job.name}")
-        if seen is None:
+        found = self._squeue(f"--name={job.name}")
+        if found is None:
             return
+        seen = found[:4]
         with self._lock:
             changed = seen != (job.job_id, job.state, job.reason, job.nodes)
             job.job_id, job.state, job.reason, job.nodes = seen
@@ -353,13 +356,16 @@ class SlurmConnection(Connection):
         settled = []
         for entry in recorded:
             job = dict(entry)
-            job_id = job.get("job_id")
+            job_id, name = job.get("job_id"), job.get("job_name")
+            # by id and name alike: Slurm reuses ids once they wrap, never our random names
             seen = self._squeue(f"--jobs={job_id}") if job_id else None
+            if seen is not None and name and seen[4] != name:
+                seen = None
             if seen is not None and seen[1] in _ALIVE:
-                job["resume"] = self._settle(str(job_id), job.get("job_name"), seen, say, grace)
+                job["resume"] = self._settle(str(job_id), name, seen, say, grace)
                 seen = self._squeue(f"--jobs={job_id}") or seen
             if seen is not None:
-                job["state"], job["reason"], job["nodes"] = seen[1:]
+                job["state"], job["reason"], job["nodes"] = seen[1:4]
             settled.append(job)
         return settled
 
@@ -367,12 +373,12 @@ class SlurmConnection(Connection):
         self,
         job_id: str,
         job_name: Any,
-        seen: tuple[str, str, str | None, str | None],
+        seen: _Seen,
         say: Callable[[str], None],
         grace: float,
     ) -> str:
         """End one job the interrupted run left alive; what was done, for the bundle."""
-        _, state, reason, nodes = seen
+        _, state, reason, nodes, _ = seen
         what = f"Slurm job {job_id} ({job_name or '?'}) of the interrupted run"
         if state in _WAITING:
             say(f"{what} is still {state} ({reason or 'no reason given'}): cancelling it")
