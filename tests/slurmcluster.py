@@ -4,8 +4,8 @@ Each node is `slurmd -N nodeN` in its own network namespace, with its own addres
 in a per-run 10.232.S.0/24 (made as tests/sshhosts.py makes its hosts), so `srun -N2` really
 spreads a job over two "hosts". slurmctld runs in the root namespace at the first veth's outer
 address; every namespace routes to it by default. Each node declares `Gres=gpu:<n>` backed by
-empty files (no devices), and there is no accounting storage: job states come from squeue and
-scontrol.
+device files that are /dev/null (no GPUs), and there is no accounting storage: job states come
+from squeue and scontrol.
 
 Everything lives in a private directory (config, munge key and socket, spool, logs); ports are
 chosen free; `stop()` kills every daemon and job and deletes the namespaces. Needs root, iproute2
@@ -25,6 +25,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -68,6 +69,17 @@ def missing_reason() -> str | None:
     finally:
         _run(["ip", "netns", "del", probe], check=False)
     return None
+
+
+def _fake_device(path: Path) -> None:
+    """A character device with /dev/null's numbers: Slurm's gpu plugin sets
+    CUDA_VISIBLE_DEVICES and SLURM_*_GPUS only for gres files that are devices. A plain file
+    where mknod is not allowed: the GPUs are still counted and granted, without those variables.
+    """
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except OSError:
+        path.touch()
 
 
 def _free_port() -> int:
@@ -338,7 +350,7 @@ class SlurmTestCluster:
         gpu_dir = self.base / "fakegpu"
         gpu_dir.mkdir(exist_ok=True)
         for index in range(self.gpus):
-            (gpu_dir / f"fakegpu{index}").touch()
+            _fake_device(gpu_dir / f"fakegpu{index}")
         cpus = os.cpu_count() or 1
         hostname = socket.gethostname().split(".")[0]
         base = self.base
@@ -372,6 +384,7 @@ class SlurmTestCluster:
             "SchedulerType=sched/backfill",
             "SchedulerParameters=batch_sched_delay=0",  # jobs start at once, not 3 s later
             "KillWait=2",  # scancel and time limits: TERM, then KILL 2 s later
+            "OverTimeLimit=0",  # a job past its time limit ends at slurmctld's next check
             "InactiveLimit=0",
             "MinJobAge=600",  # keep ended jobs visible to `scontrol show job`
             "SlurmdTimeout=60",

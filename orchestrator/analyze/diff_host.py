@@ -99,9 +99,23 @@ def _system_values(cell: CellEvidence) -> dict[str, Any]:
     return values
 
 
+def _slurm_values(snapshot: Snapshot) -> dict[str, Any]:
+    """The job's allocation (partition, nodes, gres, time limit); {} outside Slurm."""
+    job = snapshot.item(shape.SLURM)
+    if not isinstance(job, dict):
+        return {}
+    values = {label: snapshot.value(path) for label, path in shape.SLURM_FIELDS}
+    by_node = job.get(shape.SLURM_GRES_BY_NODE)
+    if isinstance(by_node, dict) and by_node:
+        values["Slurm GPUs by node"] = ", ".join(f"{n}: {g}" for n, g in sorted(by_node.items()))
+    return values
+
+
 def system_section(a: CellEvidence, b: CellEvidence) -> Section:
     section = Section("system", SECTION_TITLES["system"])
     section.entries += dict_entries(_system_values(a), _system_values(b))
+    # where the job ran: another partition, node or GPU grant explains a change like a driver
+    section.entries += dict_entries(_slurm_values(a.pre), _slurm_values(b.pre))
     return section
 
 

@@ -21,7 +21,7 @@ SECTION_TITLES: dict[str, str] = {
     "environment": "environment (as the server processes saw it)",
     "server_flags": "server flags",
     "bench": "bench settings (what was measured)",
-    "system": "system (driver, CUDA, NCCL, torch, kernel, python)",
+    "system": "system (driver, CUDA, NCCL, torch, kernel, python, Slurm job)",
     "hardware": "hardware state (before the server started; 'after run' where marked)",
     "metrics": "metrics",
 }

@@ -100,6 +100,7 @@ def plan(
     verbose: bool,
 ) -> None:
     """Show the cells PLAYBOOK expands to: cells x axes x host. Secret values are hidden."""
+    from orchestrator.execute.slurm import describe_executor
     from orchestrator.plan.lint import unchecked_ready_note
     from orchestrator.plan.sessions import session_labels
     from orchestrator.results.redact import cell_json_by_name, redact_text
@@ -135,6 +136,8 @@ def plan(
     echo(tabulate(rows, headers=["cell", "host", *axes, "repo version", "server"]))
     hosts = sorted({h for c in cells for h in c.hosts})
     echo(f"\n{len(cells)} cells on {len(hosts)} host(s): {', '.join(hosts)}")
+    for name in hosts:  # how each runs its cells: direct, or as Slurm jobs (and how big)
+        echo(f"  {name}: {describe_executor(planned.inventory.hosts[name])}")
     multi = [c for c in cells if c.nodes]
     if multi:
         echo(

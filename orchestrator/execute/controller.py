@@ -234,6 +234,22 @@ class Run:
             self._slurm_jobs.setdefault(host_name, {})[job.name] = job.as_json()
         self._write_run_json("running")
 
+    def _settle_slurm_jobs(self, conn: Connection, host_name: str) -> None:
+        """Slurm only: the jobs the interrupted run left for this host end before the resume
+        starts one (`SlurmConnection.settle_earlier_jobs`); run.json says how each ended."""
+        earlier = self._previous.get("slurm_jobs")
+        if not isinstance(conn, SlurmConnection) or not isinstance(earlier, dict):
+            return
+        recorded = earlier.get(host_name)
+        if not isinstance(recorded, list) or not recorded:
+            return
+        settled = conn.settle_earlier_jobs(
+            recorded, lambda text: self.progress.host_step(host_name, text)
+        )
+        with self._lock:
+            earlier[host_name] = settled
+        self._write_run_json("running")
+
     def _record(self, outcome: CellOutcome) -> None:
         if outcome.reason:  # git/ssh errors can quote a URL or argv holding a secret
             outcome.reason = redact_text(outcome.reason, self.secrets)
@@ -403,6 +419,7 @@ class Run:
             facts_rel = f"{HOSTS_DIR}/{host.name}/{FACTS_JSON}"
             want_facts = not (self.options.resume and self.writer.exists(facts_rel))
             if self.options.resume:
+                self._settle_slurm_jobs(conn, host.name)
                 self._collect(conn, cells, done)
             pending = [c for c in cells if c.id not in done]
             while pending:

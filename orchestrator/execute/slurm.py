@@ -20,6 +20,10 @@ Slurm's own words. A job still PENDING after `slurm_pending_timeout` (srun --imm
 ended by Slurm (CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY, ...) raises
 `SlurmJobEnded` naming the job, its state and Slurm's reason. States come from squeue, which
 works without accounting storage (sacct does not).
+
+A resume meets the jobs its dead controller left (`settle_earlier_jobs`): one still PENDING is
+cancelled, one still RUNNING is waited for (its runner saw stdin's EOF and is wrapping up the
+cell in flight), so the resume never has two jobs of one host at once.
 """
 
 from __future__ import annotations
@@ -30,9 +34,10 @@ import secrets
 import shlex
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from orchestrator.config.host import Host, SlurmOptions
 from orchestrator.errors import ExecutionError, OrchError
@@ -43,6 +48,7 @@ __all__ = [
     "SlurmJob",
     "SlurmJobEnded",
     "SlurmOptions",
+    "describe_executor",
     "slurm_jobs",
     "srun_options",
 ]
@@ -56,6 +62,11 @@ _ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPP
 _POLL_SECONDS = 0.5  # squeue while a cancelled job completes; the watcher's first pause
 _WATCH_MAX_SECONDS = 5.0  # the watcher's longest pause between two squeue while a job waits
 _WAITING = {"PENDING", "CONFIGURING"}
+# a job as squeue shows it: id, state, reason, nodes, name
+_Seen = tuple[str, str, str | None, str | None, str]
+# how long a resume waits for a job its dead controller left running (its runner, at stdin's
+# EOF, stops the cell in flight and its server, then archives it) before cancelling it
+LEFT_RUNNING_GRACE_SECONDS = 300.0
 # job states in which Slurm, not the program, ended the job: the reason a cell gets
 _ENDED_BY_SLURM = {
     "CANCELLED": "cancelled (scancel, an admin, or Slurm itself)",
@@ -259,20 +270,27 @@ class SlurmConnection(Connection):
                 return
             pause = min(pause * 2, _WATCH_MAX_SECONDS)
 
-    def _refresh(self, job: SlurmJob) -> None:
-        """Read the job's id, state, reason and nodes from squeue (best effort)."""
+    def _squeue(self, selector: str) -> _Seen | None:
+        """(id, state, reason, nodes, name) of the job `--name=N` or `--jobs=ID` selects, as
+        squeue shows it; None when squeue does not (any more) or cannot answer."""
         try:
             shown = self.login.run(
-                ["squeue", "-h", "--states=all", f"--name={job.name}", "-o", "%i|%T|%r|%N"],
-                timeout=30,
+                ["squeue", "-h", "--states=all", selector, "-o", "%i|%T|%r|%N|%j"], timeout=30
             )
         except OrchError:
-            return
-        rows = [line.split("|") for line in shown.stdout.splitlines() if line.count("|") == 3]
+            return None
+        rows = [line.split("|", 4) for line in shown.stdout.splitlines() if line.count("|") >= 4]
         if not rows:
+            return None
+        job_id, state, reason, nodes, name = rows[-1]
+        return job_id, state, reason or None, nodes or None, name
+
+    def _refresh(self, job: SlurmJob) -> None:
+        """Read the job's id, state, reason and nodes from squeue (best effort)."""
+        found = self._squeue(f"--name={job.name}")
+        if found is None:
             return
-        job_id, state, reason, nodes = rows[-1]
-        seen = (job_id, state, reason or None, nodes or None)
+        seen = found[:4]
         with self._lock:
             changed = seen != (job.job_id, job.state, job.reason, job.nodes)
             job.job_id, job.state, job.reason, job.nodes = seen
@@ -297,20 +315,91 @@ class SlurmConnection(Connection):
         with contextlib.suppress(OrchError):
             self.login.run(["scancel", f"--name={job_name}"], timeout=30)
 
-    def _wait_ended(self, job_name: str, timeout: float = _CANCEL_GRACE_SECONDS) -> None:
-        """Wait until no process of the job is left: squeue lists it neither running nor
-        completing (best effort: gives up after `timeout`)."""
+    def _wait_ended(
+        self, job_name: str, timeout: float = _CANCEL_GRACE_SECONDS, *, by: str = "name"
+    ) -> bool:
+        """Wait until no process of the job (`by` name or id) is left: squeue lists it neither
+        running nor completing. False when it still was after `timeout` (best effort: True
+        when squeue cannot answer)."""
         deadline = time.monotonic() + timeout
+        pause = _POLL_SECONDS
         while time.monotonic() < deadline:
             try:
                 shown = self.login.run(
-                    ["squeue", "-h", "--states=all", f"--name={job_name}", "-o", "%T"], timeout=30
+                    ["squeue", "-h", "--states=all", f"--{by}={job_name}", "-o", "%T"], timeout=30
                 )
             except OrchError:
-                return
+                return True
             if not _ALIVE.intersection(shown.stdout.split()):
-                return
-            time.sleep(_POLL_SECONDS)
+                return True
+            time.sleep(pause)
+            pause = min(pause * 2, _WATCH_MAX_SECONDS)
+        return False
+
+    def settle_earlier_jobs(
+        self,
+        recorded: Sequence[Mapping[str, Any]],
+        say: Callable[[str], None],
+        *,
+        grace: float = LEFT_RUNNING_GRACE_SECONDS,
+    ) -> list[dict[str, Any]]:
+        """A resume's first step on a Slurm host: every job the interrupted run recorded that
+        Slurm still holds ends before this run starts one, so no cell runs in two jobs at once.
+
+        A PENDING job is cancelled: its srun lost its controller, so once started its runner
+        would find stdin closed and run nothing. A RUNNING one is waited for: its runner saw
+        stdin's EOF and is stopping the cell in flight and its server, and archives the cell
+        for the resume to collect; still running after `grace`, it is cancelled. `say` hears
+        each step. Returns the recorded entries with the state each ended in and, where the
+        resume met it alive, what it did (`resume`).
+        """
+        settled = []
+        for entry in recorded:
+            job = dict(entry)
+            job_id, name = job.get("job_id"), job.get("job_name")
+            # by id and name alike: Slurm reuses ids once they wrap, never our random names
+            seen = self._squeue(f"--jobs={job_id}") if job_id else None
+            if seen is not None and name and seen[4] != name:
+                seen = None
+            if seen is not None and seen[1] in _ALIVE:
+                job["resume"] = self._settle(str(job_id), name, seen, say, grace)
+                seen = self._squeue(f"--jobs={job_id}") or seen
+            if seen is not None:
+                job["state"], job["reason"], job["nodes"] = seen[1:4]
+            settled.append(job)
+        return settled
+
+    def _settle(
+        self,
+        job_id: str,
+        job_name: Any,
+        seen: _Seen,
+        say: Callable[[str], None],
+        grace: float,
+    ) -> str:
+        """End one job the interrupted run left alive; what was done, for the bundle."""
+        _, state, reason, nodes, _ = seen
+        what = f"Slurm job {job_id} ({job_name or '?'}) of the interrupted run"
+        if state in _WAITING:
+            say(f"{what} is still {state} ({reason or 'no reason given'}): cancelling it")
+            self.cancel_job(job_id)
+            self._wait_ended(job_id, by="jobs")
+            return f"still {state} when the run was resumed: cancelled"
+        say(
+            f"waiting for {what}, still {state} on {nodes or '?'}, to end: its runner is "
+            "stopping the cell in flight"
+        )
+        if self._wait_ended(job_id, grace, by="jobs"):
+            return f"still {state} when the run was resumed: waited for it to end"
+        say(f"{what} is still {state} after {grace:g} s: cancelling it")
+        self.cancel_job(job_id)
+        self._wait_ended(job_id, by="jobs")
+        return f"still {state} {grace:g} s after the run was resumed: cancelled"
+
+    def cancel_job(self, job_id: str) -> None:
+        """scancel the job of that id (best effort: it may have ended already)."""
+        with contextlib.suppress(OrchError):
+            self.login.run(["scancel", job_id], timeout=30)
 
     def put(self, local: Path, remote: str) -> None:
         """See `Connection.put`: onto the login host, whose $HOME the nodes share."""
@@ -323,6 +412,29 @@ class SlurmConnection(Connection):
     def close(self) -> None:
         """Close the login connection: each running srun's task sees EOF on stdin."""
         self.login.close()
+
+
+def describe_executor(host: Host) -> str:
+    """How a host runs its cells, for `orch plan`: direct over SSH or locally, or as a Slurm
+    job through a login host, with the job's allocation (partition, gres, nodes, time)."""
+    address = f"{host.user + '@' if host.user else ''}{host.target}" + (
+        f":{host.port}" if host.port else ""
+    )
+    if host.executor != "slurm":
+        return "direct, on this machine" if host.connection == "local" else f"direct, ssh {address}"
+    options = host.slurm or SlurmOptions()
+    parts = [
+        f"partition {options.partition or '(the default)'}",
+        f"gres {options.gres or '(none)'} per node",
+        f"{options.nodes} node{'s' if options.nodes > 1 else ''}",
+        f"time {options.time}" if options.time else "time from the cells' timeouts",
+    ]
+    parts += [f"{name} {value}" for name, value in (("account", options.account),
+              ("qos", options.qos)) if value]  # fmt: skip
+    if options.extra:
+        parts.append(shlex.join(options.extra))
+    login = "this machine" if host.connection == "local" else f"login host ssh {address}"
+    return f"Slurm, srun on {login}: {', '.join(parts)}"
 
 
 def slurm_jobs(connection: Connection, since: int = 0) -> list[dict[str, str | None]]:

@@ -42,6 +42,7 @@ from orchestrator.runner.probe_parse import (
     parse_topo,
     short_tail,
 )
+from orchestrator.runner.probe_slurm import slurm_item
 from orchestrator.runner.redaction import REDACTED, is_secret_name
 
 SCHEMA_VERSION = 1
@@ -472,6 +473,7 @@ def snapshot(
         "git": (lambda: _git(repo)) if repo else not_given("repo"),
         "server_log_nccl": (lambda: _server_log_nccl(log)) if log else not_given("server log"),
         "env": lambda: collect_env(os.environ),
+        "slurm": lambda: slurm_item(os.environ),
     }  # type: Dict[str, Callable[[], Any]]
     reused = cached_answers(py, pip_freeze)
     # Items are independent and mostly wait on subprocesses: run them side by side.

@@ -21,6 +21,21 @@ TOPO_AFFINITY = "affinity"
 GIT = "git"  # {"path", "head", "describe", "branch", "remote_url", "dirty", "status_porcelain"}
 COMPUTE_APPS = "compute_apps"  # [{"pid", "process_name", "used_memory_mib"}]: GPU processes
 PYTHON = "python"  # {"executable", "version", "implementation", "prefix", "requested"}
+# The Slurm job the snapshot was taken in (probe_slurm.slurm_facts), absent outside one:
+# {"job_id", "partition", "nodes", "node_id", "time_limit", "gres", "gres_granted",
+#  "gres_by_node": {nodes: "gpu:2(IDX:0-1)"}, "gpus": {var: value}, "env", "scontrol"}
+SLURM = "slurm"
+SLURM_GRES_BY_NODE = "gres_by_node"  # a key of the slurm item
+# What a run's allocation was, compared by `orch diff` (job ids differ in every run: not here).
+SLURM_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Slurm partition", (SLURM, "partition")),
+    ("Slurm account", (SLURM, "account")),
+    ("Slurm QOS", (SLURM, "qos")),
+    ("Slurm nodes", (SLURM, "nodes")),
+    ("Slurm time limit", (SLURM, "time_limit")),
+    ("Slurm gres requested", (SLURM, "gres")),
+    ("Slurm gres granted", (SLURM, "gres_granted")),
+)
 
 # Labelled single readings: (label, path of keys from the snapshot's top level).
 SYSTEM_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (

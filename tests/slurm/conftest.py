@@ -23,3 +23,17 @@ def slurm_cluster() -> Iterator[SlurmTestCluster]:
         pytest.skip(reason)
     with SlurmTestCluster(nodes=2, gpus=8) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def all_gpus_taken(slurm_cluster: SlurmTestCluster) -> Iterator[str]:
+    """A job holding every GPU of both nodes, for as long as the test runs; its id."""
+    output = str(slurm_cluster.base / "holder-%j.out")
+    holder = slurm_cluster.run(
+        "sbatch", "--parsable", f"--output={output}", "-N2", "--gres=gpu:8",
+        "--wrap", "sleep 300",
+    ).stdout.strip()  # fmt: skip
+    slurm_cluster.wait_for_job(holder, ["RUNNING"])
+    yield holder
+    slurm_cluster.run("scancel", holder, check=False)
+    slurm_cluster.wait_for_job(holder, ["CANCELLED", "COMPLETED"])

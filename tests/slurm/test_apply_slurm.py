@@ -4,15 +4,21 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
+from slurm_helpers import (
+    apply,
+    jobs_since,
+    next_job_id,
+    run_dir,
+    server_job_id,
+    write_inventory,
+    write_playbook,
+)
 from slurmcluster import SlurmTestCluster
 
 from orchestrator.config.host import SlurmOptions
@@ -21,86 +27,7 @@ from orchestrator.results.read import open_run
 
 pytestmark = [pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-PROGRAMS = ROOT / "tests" / "e2e" / "programs"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def write_playbook(tmp: Path, records: Path, bench_sleep: float = 0) -> Path:
-    """The generic server measured by the generic bench: nothing in it knows of Slurm."""
-    data = {
-        "name": "slurm-e2e",
-        "vars": {"server_py": str(PROGRAMS / "server.py"), "bench_py": str(PROGRAMS / "bench.py"),
-                 "rec": str(records)},
-        "matrix": {"label": ["a", "b"]},
-        "server": {
-            "command": "{{ orch_python }} {{ server_py }} --port {{ srv_port }} --record-dir "
-            "{{ rec }} --label {{ matrix.label }}",
-            "port": "{{ srv_port }}",
-            "host": "127.0.0.1",
-            "ready": {"path": "/health", "timeout": 20, "interval": 0.05},
-            "stop_grace": 3,
-        },
-        "bench": {
-            "command": "{{ orch_python }} {{ bench_py }} --url http://127.0.0.1:{{ srv_port }} "
-            f"--record-dir {{{{ rec }}}} --sleep {bench_sleep}",
-            "repeats": 1,
-            "timeout": 30,
-            "result_file": "result.json",
-        },
-        "snapshot": {"pip_freeze": False, "topo": False},
-        "timeouts": {"cell": 90},
-    }  # fmt: skip
-    path = tmp / "playbook.yml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def write_inventory(tmp: Path, **slurm_vars: Any) -> Path:
-    host = {
-        "ansible_connection": "local",  # orch runs on the login node
-        "ansible_python_interpreter": sys.executable,
-        "orch_workdir": str(tmp / "orch-home"),  # a fresh runner cache and cell dirs
-        "srv_port": free_port(),
-        **slurm_vars,
-    }
-    path = tmp / "hosts.yml"
-    data = {"cluster": {"vars": {"orch_executor": "slurm"}, "hosts": {"login": host}}}
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def apply(
-    cluster: SlurmTestCluster, tmp: Path, playbook: Path, inventory: Path
-) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "orchestrator", "apply", str(playbook), "-i", str(inventory),
-            "--results", str(tmp / "results")]  # fmt: skip
-    return subprocess.run(
-        argv, cwd=tmp, env=cluster.env, capture_output=True, text=True, timeout=240
-    )
-
-
-def jobs_since(cluster: SlurmTestCluster, first: int) -> list[dict[str, str]]:
-    """Every job with an id >= `first`: id, name, state, nodes (squeue keeps ended jobs)."""
-    shown = cluster.run("squeue", "-h", "--states=all", "-o", "%i|%j|%T|%N").stdout
-    fields = ("id", "name", "state", "nodes")
-    rows = [dict(zip(fields, line.split("|"), strict=True)) for line in shown.splitlines()]
-    return sorted((r for r in rows if int(r["id"]) >= first), key=lambda r: int(r["id"]))
-
-
-def next_job_id(cluster: SlurmTestCluster) -> int:
-    shown = cluster.run("squeue", "-h", "--states=all", "-o", "%i").stdout.split()
-    return max((int(i) for i in shown), default=0) + 1
-
-
-def run_dir(tmp: Path) -> Path:
-    (run,) = [p for p in (tmp / "results").iterdir() if p.is_dir()]
-    return run
+SECRET = "hunter2-not-for-bundles"
 
 
 def test_apply_runs_each_cell_as_a_slurm_job(
@@ -109,7 +36,14 @@ def test_apply_runs_each_cell_as_a_slurm_job(
     records = tmp_path / "records"
     records.mkdir()
     playbook = write_playbook(tmp_path, records)
-    inventory = write_inventory(tmp_path, slurm_gres="gpu:1", slurm_partition="debug")
+    # a secret that reaches the job's own record (its comment): the bundle never holds it
+    inventory = write_inventory(
+        tmp_path,
+        slurm_gres="gpu:1",
+        slurm_partition="debug",
+        slurm_extra=[f"--comment=job for {SECRET}"],
+        registry_token=SECRET,
+    )
     first = next_job_id(slurm_cluster)
     shown = apply(slurm_cluster, tmp_path, playbook, inventory)
     assert shown.returncode == 0, shown.stdout + shown.stderr
@@ -134,15 +68,32 @@ def test_apply_runs_each_cell_as_a_slurm_job(
     assert {entry["slurm_job"] for entry in cells.values()} == {jobs[0]["id"]}
     recorded = json.loads((run / "run.json").read_text())["slurm_jobs"]["login"]
     assert [j["job_id"] for j in recorded] == [job["id"] for job in jobs]
+    # each cell's snapshots and the host's facts say which job, partition, nodes and GPUs
+    job_id = jobs[0]["id"]
+    facts = json.loads((run / "hosts" / "login" / "facts.json").read_text())["slurm"]
+    for cell_id in cells:
+        for which in ("pre", "post"):
+            snap = json.loads((run / "cells" / cell_id / f"snapshot.{which}.json").read_text())
+            slurm = snap["slurm"]
+            assert slurm["job_id"] == job_id
+            assert (slurm["partition"], slurm["nodes"]) == ("debug", jobs[0]["nodes"])
+            assert slurm["node_id"] == "0"
+            assert (slurm["gres"], slurm["gres_granted"]) == ("gpu:1", "gpu:1")
+            assert slurm["gres_by_node"] == {jobs[0]["nodes"]: "gpu:1(IDX:0)"}
+            assert slurm["gpus"]["CUDA_VISIBLE_DEVICES"] == "0"  # as Slurm set it
+            assert slurm["gpus"]["SLURM_STEP_GPUS"] == "0"
+            assert slurm["time_limit"] is not None  # from the cells' timeouts: no slurm_time
+            assert slurm["scontrol"].startswith(f"JobId={job_id} JobName=orch-")
+            assert slurm["env"]["SLURM_JOB_ID"] == job_id
+    assert (facts["job_id"], facts["partition"]) == (job_id, "debug")
+    assert SECRET not in (run / "hosts" / "login" / "facts.json").read_text()
+    assert "job for ***REDACTED***" in facts["scontrol"]  # Slurm's own record, redacted
     # replay, audit --rerun and bisect reach the host as recorded: through Slurm again
     replayed = inventory_from_bundle(open_run(run)).hosts["login"]
     assert replayed.executor == "slurm"
-    assert replayed.slurm == SlurmOptions(partition="debug", gres="gpu:1")
-
-
-def server_job_id(records: Path, cell_id: str) -> str:
-    server = json.loads((records / f"{cell_id}.server.json").read_text())
-    return str(server["env"]["SLURM_JOB_ID"])
+    assert replayed.slurm == SlurmOptions(
+        partition="debug", gres="gpu:1", extra=("--comment=job for ***REDACTED***",)
+    )
 
 
 def test_a_job_that_cannot_start_fails_its_cells_with_slurms_reason(
@@ -196,3 +147,33 @@ def test_a_job_cancelled_mid_cell_fails_that_cell_with_its_state(
         assert f"Slurm job {job_id} (orch-" in entry["reason"]
         assert "ended CANCELLED" in entry["reason"]
     assert slurm_cluster.job(job_id)["JobState"] == "CANCELLED"
+
+
+def test_a_job_past_its_time_limit_fails_the_cell_in_flight_with_timeout(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path
+) -> None:
+    """slurm_time 1 (minute, Slurm's least): Slurm ends the job at its next time-limit check
+    (slurmctld checks every 30 s, fixed at build time: this test costs 60 to 90 s), mid-bench;
+    the cell says TIMEOUT, the one never reached says not run."""
+    records = tmp_path / "records"
+    records.mkdir()
+    playbook = write_playbook(
+        tmp_path, records, bench_sleep=300, bench_timeout=240, cell_timeout=300
+    )
+    inventory = write_inventory(tmp_path, slurm_time="1")
+    shown = apply(slurm_cluster, tmp_path, playbook, inventory)
+    assert shown.returncode != 0
+    assert "Traceback" not in shown.stderr
+    run = json.loads((run_dir(tmp_path) / "run.json").read_text())
+    (job,) = run["slurm_jobs"]["login"]
+    assert slurm_cluster.job(job["job_id"])["JobState"] == "TIMEOUT"
+    cells = run["cells"]
+    (in_flight,) = [cid for cid in cells if (records / f"{cid}.bench.json").exists()]
+    (never,) = [cid for cid in cells if cid != in_flight]
+    assert cells[in_flight]["status"] == "failed"
+    assert cells[in_flight]["reason"].startswith(f"Slurm job {job['job_id']} (orch-")
+    assert "ended TIMEOUT" in cells[in_flight]["reason"]
+    assert "hit its Slurm time limit (slurm_time)" in cells[in_flight]["reason"]
+    assert cells[never]["status"] == "failed"
+    assert cells[never]["reason"].startswith(f"not run: Slurm job {job['job_id']} (orch-")
+    assert "ended TIMEOUT" in cells[never]["reason"]

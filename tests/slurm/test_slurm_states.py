@@ -33,20 +33,6 @@ def login(slurm_cluster: SlurmTestCluster, monkeypatch: pytest.MonkeyPatch) -> I
     yield Host(name="login", vars={}, groups=(), connection="local", python=PY)
 
 
-@pytest.fixture
-def all_gpus_taken(slurm_cluster: SlurmTestCluster) -> Iterator[str]:
-    """A job holding every GPU of both nodes, for as long as the test runs; its id."""
-    output = str(slurm_cluster.base / "holder-%j.out")
-    holder = slurm_cluster.run(
-        "sbatch", "--parsable", f"--output={output}", "-N2", "--gres=gpu:8",
-        "--wrap", "sleep 300",
-    ).stdout.strip()  # fmt: skip
-    slurm_cluster.wait_for_job(holder, ["RUNNING"])
-    yield holder
-    slurm_cluster.run("scancel", holder, check=False)
-    slurm_cluster.wait_for_job(holder, ["CANCELLED", "COMPLETED"])
-
-
 def test_more_nodes_than_the_partition_has_fail_after_the_pending_timeout(
     slurm_cluster: SlurmTestCluster, login: Host
 ) -> None:
