@@ -28,11 +28,15 @@ NCCL = {"NCCL_ALGO": "Ring", "NCCL_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "INFO"}
 
 
 def _playbook(path: Path, *, prompts: int = 2, output_len: int = 32) -> Path:
+    # Every process of this test's cells carries MN_TEST=<its folder>: other tests' are not ours.
     data: dict[str, Any] = {
         "name": "two-node",
         "hosts": "host1,host2",
         "matrix": {"spec": ["off"]},
-        "env": [{"ORCH_SIM_TIME_SCALE": "0.02", "ORCH_SIM_SEED": "7"}, NCCL],
+        "env": [
+            {"ORCH_SIM_TIME_SCALE": "0.02", "ORCH_SIM_SEED": "7", "MN_TEST": path.parent.name},
+            NCCL,
+        ],
         "server": {
             "adapter": "sglang",
             "launcher": SERVE,
@@ -190,7 +194,9 @@ def test_a_variable_dropped_on_node_1_only_is_named_with_its_node(
     assert entry["failed_step"] == "verify_env"
     (cid,) = load(run / "run.json")["cells"]
     cell_dir = run / "cells" / cid
-    assert load(cell_dir / "env_check.json")["ok"] is True  # the head's processes had it
+    # the head's processes had it (when its own check ran before node 1's failure aborted it)
+    head_check = cell_dir / "env_check.json"
+    assert not head_check.exists() or load(head_check)["ok"] is True
     node_check = load(cell_dir / "nodes" / "host2" / "env_check.json")
     assert [x["name"] for x in node_check["mismatches"]] == ["NCCL_ALGO"]
     assert _sim_processes(load(run / "run.json")["run_id"]) == []
@@ -218,7 +224,7 @@ def test_killing_node_1_mid_bench_fails_the_cell_and_leaves_nothing_running(
         # host2's server part, once the head's bench client runs
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed:
-            procs = _processes()
+            procs = _processes(tmp_path.name)
             if any(b"orchestrator.sim bench" in cmd for cmd in procs.values()):
                 for pid, cmd in procs.items():
                     if b"orchestrator.sim serve" in cmd and b"--node-rank 1" in cmd:
@@ -243,15 +249,18 @@ def test_killing_node_1_mid_bench_fails_the_cell_and_leaves_nothing_running(
     assert _sim_processes(load(run / "run.json")["run_id"]) == []
 
 
-def _processes() -> dict[int, bytes]:
+def _processes(tag: str) -> dict[int, bytes]:
+    """pid -> command line of the processes carrying this test's MN_TEST tag."""
     out = {}
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            out[int(pid)] = cmd
+            if f"MN_TEST={tag}".encode() in env:
+                out[int(pid)] = cmd
     return out
 
 
@@ -269,7 +278,7 @@ def test_a_killed_controller_then_resume_and_replay(two_nodes: Path, tmp_path: P
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if any(b"orchestrator.sim bench" in cmd for cmd in _processes().values()):
+        if any(b"orchestrator.sim bench" in cmd for cmd in _processes(tmp_path.name).values()):
             break
         time.sleep(0.1)
     else:
