@@ -79,12 +79,7 @@ def sweep_axis(report: Report, asked: str | None = None) -> str | None:
     first axis named like a concurrency or request rate with two or more numeric values."""
     if asked:
         if asked not in report.axes:
-            close = difflib.get_close_matches(asked, report.axes, n=1)
-            raise InputError(
-                f"no axis {asked!r} to sweep along (axes: {', '.join(report.axes) or 'none'})",
-                key_path="--sweep",
-                hint=f"did you mean {close[0]!r}?" if close else None,
-            )
+            raise unknown_axis(asked, report.axes, "to sweep along", "--sweep")
         if _levels(report, asked) is None:
             raise InputError(
                 f"axis {asked!r} is no sweep: it needs two or more numeric values",
@@ -169,3 +164,13 @@ def render_sweep(view: SweepView, report: Report, fmt: str = "table") -> str:
     if fmt == "md":
         return f"**{title}**\n\n{table}\n\n- {note}\n"
     return f"{title}\n\n{table}\n\n{note}\n"
+
+
+def unknown_axis(name: str, axes: Sequence[str], purpose: str, option: str) -> InputError:
+    """'no axis X <purpose>' for a report option naming an axis the run does not have."""
+    close = difflib.get_close_matches(name, axes, n=1)
+    return InputError(
+        f"no axis {name!r} {purpose} (axes: {', '.join(axes) or 'none'})",
+        key_path=option,
+        hint=f"did you mean {close[0]!r}?" if close else None,
+    )

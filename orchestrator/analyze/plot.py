@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from orchestrator.analyze.energy import read_telemetry
-from orchestrator.analyze.pareto import SweepView
+from orchestrator.analyze.pareto import SweepView, unknown_axis
 from orchestrator.analyze.report import (
     MetricStats,
     Report,
@@ -95,12 +94,7 @@ def draw_report(report: Report, axis: str, sweep: SweepView | None = None) -> An
     """The figure `plot_report` saves: one panel per metric against `axis` (and, for a sweep,
     one per latency against throughput), one legend, one colour per series in every panel."""
     if axis not in report.axes:
-        close = difflib.get_close_matches(axis, report.axes, n=1)
-        raise InputError(
-            f"no axis {axis!r} to plot against (axes: {', '.join(report.axes) or 'none'})",
-            key_path="--plot",
-            hint=f"did you mean {close[0]!r}?" if close else None,
-        )
+        raise unknown_axis(axis, report.axes, "to plot against", "--plot")
     if not report.metrics:
         raise InputError("no metrics to plot: no cell has measured repeats", key_path="--plot")
     plt = _import_pyplot()

@@ -139,9 +139,12 @@ def join_head(
     return None
 
 
-def serve_node(srv: SimServer, args: argparse.Namespace, log: Callable[[str], None]) -> int:
-    """A node other than the head: its TP workers, joined to the head until the head closes."""
-    rank = int(args.node_rank)
+def stop_on_signals(stopping: threading.Event) -> None:
+    """SIGTERM and SIGINT set `stopping`, from a thread.
+
+    The handler only writes a byte, and a thread sets the event: Event.set() takes a lock, and a
+    second SIGTERM (the runner signals the group, then each pid) arriving inside it deadlocked.
+    """
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
 
@@ -151,11 +154,17 @@ def serve_node(srv: SimServer, args: argparse.Namespace, log: Callable[[str], No
 
     def relay_signals() -> None:
         os.read(wake_r, 1)
-        srv.stopping.set()
+        stopping.set()
 
     threading.Thread(target=relay_signals, daemon=True, name="signals").start()
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+
+
+def serve_node(srv: SimServer, args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """A node other than the head: its TP workers, joined to the head until the head closes."""
+    rank = int(args.node_rank)
+    stop_on_signals(srv.stopping)
     try:
         srv.start_workers()
         envs = [w.report.get("env", {}) for w in srv.workers]

@@ -14,7 +14,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -29,7 +28,13 @@ from orchestrator.sim import model as m
 from orchestrator.sim import state as st
 from orchestrator.sim.api import SimHTTPServer, make_handler
 from orchestrator.sim.engine import Engine, Request
-from orchestrator.sim.nodes import JOIN_TIMEOUT, HeadJoin, internode_factor, serve_node
+from orchestrator.sim.nodes import (
+    JOIN_TIMEOUT,
+    HeadJoin,
+    internode_factor,
+    serve_node,
+    stop_on_signals,
+)
 
 SIM_VERSION = "0.4.10.post2+sim"
 READY_LINE = "The server is fired up and ready to roll!"
@@ -411,22 +416,7 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
             httpd.server_close()
             return 1
 
-    # The handler only writes a byte, and a thread sets the event: Event.set() takes a lock, and
-    # a second SIGTERM (the runner signals the group, then each pid) arriving inside it deadlocked.
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        with contextlib.suppress(OSError):
-            os.write(wake_w, b"x")
-
-    def relay_signals() -> None:
-        os.read(wake_r, 1)
-        srv.stopping.set()
-
-    threading.Thread(target=relay_signals, daemon=True, name="signals").start()
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(srv.stopping)
     rc = 0
     try:
         srv.start_workers()
