@@ -55,3 +55,24 @@ def test_vllm_speculative_config_is_one_json_argument() -> None:
         "model": "/models/Kimi-K2.5-EAGLE3",
         "num_speculative_tokens": 3,
     }
+
+
+def test_the_two_node_playbook_plans_one_server_over_both_h200s() -> None:
+    playbook = load_playbook(ROOT / "playbooks" / "eagle3_2node.yml")
+    inventory = load_inventory(ROOT / "inventories" / "example.yml")
+    cells = build_cells(playbook, inventory)
+    assert len(cells) == 4 and {c.hosts for c in cells} == {("h200-01", "h200-02")}
+    for cell in cells:
+        assert cell.server is not None and len(cell.nodes) == 1
+        argv = list(cell.server.argv)
+        assert argv[argv.index("--dist-init-addr") + 1] == "10.20.0.11:50000"
+        node = cell.nodes[0]
+        assert node.server is not None and node.env["NCCL_IB_HCA"] == cell.env["NCCL_IB_HCA"]
+        node_argv = list(node.server.argv)
+        assert node_argv[node_argv.index("--node-rank") + 1] == "1"
+
+
+def test_the_sweep_playbook_sweeps_concurrency() -> None:
+    playbook = load_playbook(ROOT / "playbooks" / "demo_sweep.yml", {"sim_repo": "/r"})
+    cells = build_cells(playbook, load_inventory(None))
+    assert sorted({c.axes["concurrency"] for c in cells}) == [1, 2, 4] and len(cells) == 6
