@@ -68,8 +68,8 @@ def _playbook(path: Path) -> Path:
     sim_playbook(path, name="diagnosis", port=free_port(), repo=None, repeats=5, tp_size=1)
     data: dict[str, Any] = yaml.safe_load(path.read_text())
     # Real seconds per simulated one: a request (~2 s simulated) outlasts this machine's
-    # scheduling jitter by far, and a run's five repeats still take ~1 s.
-    data["env"][0]["ORCH_SIM_TIME_SCALE"] = "0.05"
+    # scheduling jitter (~5 ms real a request), and a run's five repeats still take ~2 s.
+    data["env"][0]["ORCH_SIM_TIME_SCALE"] = "0.1"
     data["server"]["args"].update(
         {
             "startup-time": 0,
