@@ -1,10 +1,14 @@
-"""Issue 11's diagnosis scenarios 15 and 16 as simulator runs judged by `orch diff`.
+"""Issue 11's diagnosis scenarios 14, 15 and 16 as simulator runs judged by `orch diff`.
 
-One playbook (EAGLE-3 on `orch sim serve`, 5 repeats, the model's noise on) is applied three
-times on localhost: `quiet` and `again` differ only in the simulator's seed (ORCH_SIM_SEED in the
-controller's environment, which the server inherits and the bundle does not record as a cause),
-`busy` has `quiet`'s seed and a host state whose `contention_episodes` slow the server (its CPUs,
-which nvidia-smi cannot see), 4x in the third measured repeat, and a different NCCL build.
+Item 14 (a misspelled NCCL variable): one run, a good and a misspelled cell; `orch diff` of the
+two ranks the environment first, and the plan's warning names the right spelling.
+
+Items 15 and 16: one playbook (EAGLE-3 on `orch sim serve`, 5 repeats, the model's noise on) is
+applied three times on localhost: `quiet` and `again` differ only in the simulator's seed
+(ORCH_SIM_SEED in the controller's environment, which the server inherits and reports as its
+`random_seed`, and which the diff counts as noise); `busy` has `quiet`'s seed, a different NCCL
+build and a host state whose `contention_episodes` slow the server (its CPUs, which nvidia-smi
+cannot see) by 10-25%, and 4x in the third measured repeat.
 
 What is deterministic: the draft acceptances (the server's seeded generator, one request at a
 time), so `accept_length` per repeat is the same on every machine, and the model's noise. The
@@ -189,3 +193,47 @@ def test_a_busy_host_flags_the_outlier_and_names_no_cause(runs: Runs) -> None:
     assert "NCCL (server log): 2.27.5+cuda12.9 -> 2.21.5+cuda12.4" in text
     # the host load line is there (its numbers are this machine's real load, not asserted)
     assert any("host load (1-minute, before the server -> after it stopped)" in x for x in lines)
+
+
+# --- item 14: a misspelled NCCL variable ---------------------------------------------------------
+
+NCCL_NAMES = {"good": "NCCL_MIN_NCHANNELS", "typo": "NCCL_MIN_NCHANNEL"}  # the typo lacks the S
+
+
+def test_a_misspelled_nccl_variable_is_warned_failed_and_ranked_first(tmp_path: Path) -> None:
+    playbook = sim_playbook(
+        tmp_path / "pb.yml",
+        name="nccl-typo",
+        port=free_port(),
+        repo=None,
+        repeats=1,
+        matrix={"nccl": ["good", "typo"]},
+        env=["{{ {channels[matrix.nccl]: 32} }}"],
+        extra_vars={"channels": NCCL_NAMES},
+    )
+    data: dict[str, Any] = yaml.safe_load(playbook.read_text())
+    data["server"]["args"].update({"disable-custom-all-reduce": True, "startup-time": 0})
+    write_yaml(playbook, data)
+    results, home = tmp_path / "results", tmp_path / "home"
+    applied = orch("apply", str(playbook), "--results", str(results), home=home)
+    assert applied.returncode == 1, applied.stdout + applied.stderr  # the typo cell failed
+    assert (
+        "env.NCCL_MIN_NCHANNEL: NCCL does not know this variable (did you mean "
+        "NCCL_MIN_NCHANNELS?)" in applied.stderr
+    ), applied.stderr
+    (run,) = results.iterdir()
+    good, typo = cell_dirs(run)
+    assert good.name.startswith("good-") and typo.name.startswith("typo-")
+    # real NCCL (and the simulated one) reports the variables it knows, never the typo
+    assert "NCCL_MIN_NCHANNELS set by environment to 32." in (good / "server.log").read_text()
+    assert "NCCL_MIN_NCHANNEL set" not in (typo / "server.log").read_text()
+
+    text = ok(orch("diff", str(good), str(typo), home=home))
+    assert "B failed at step checks: nccl_env:NCCL_MIN_NCHANNEL: NCCL never reported " in text
+    differing = [s.name for s in diff_paths(good, typo).differing]
+    assert differing[0] == "environment", differing  # the cause, ranked first
+    lines = [line.strip() for line in text.splitlines()]
+    first = lines.index("[environment] environment (as the server processes saw it)")
+    assert first < lines.index("[metrics] metrics"), text
+    assert "NCCL_MIN_NCHANNELS (declared): 32 -> <missing>  (only in A)" in lines, text
+    assert "NCCL_MIN_NCHANNEL (declared): <missing> -> 32  (only in B)" in lines, text
