@@ -26,6 +26,7 @@ bundles (tests/analyze/test_diff_verdicts.py).
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ from sim_helpers import free_port
 
 from orchestrator.analyze.diff import diff_paths
 from orchestrator.analyze.diff_render import diff_to_dict
+from orchestrator.analyze.stats import mann_whitney_u
+from orchestrator.sim import model as sim_model
 from orchestrator.sim.state import write_host_state
 
 pytestmark = [pytest.mark.slow]
@@ -134,6 +137,36 @@ def _repeats(run: Path, metric: str) -> list[float]:
     return [float(r[metric]) for r in doc["repeats"]]
 
 
+def _replayed_accept_lengths(seed: int, repeats: int = 5) -> list[float]:
+    """The accept length per repeat a server seeded with `seed` must report: the engine's draft
+    acceptance draws (`Engine._accepted`) replayed over the requests it serves one at a time:
+    its warm-up (8 tokens), the readiness probe (1 token: no decode), then 2 prompts of 8 a
+    repeat. The seeds above were picked by searching this replay (with the model's noise)."""
+    config = sim_model.ServingConfig(
+        tp=1, speculative_algorithm="EAGLE3", num_steps=2, eagle_topk=1, num_draft_tokens=3
+    )
+    rates = sim_model.effective_acceptance(sim_model.model_params(), config)
+    draws = random.Random(seed)
+
+    def decode(max_new: int) -> tuple[int, int]:
+        tokens = steps = 0
+        while 1 + tokens < max_new:  # the prefill gave the first token
+            accepted = 1
+            for rate in rates:
+                if draws.random() >= rate:
+                    break
+                accepted += 1
+            tokens, steps = tokens + min(accepted, max_new - 1 - tokens), steps + 1
+        return tokens, steps
+
+    decode(8)
+    out = []
+    for _ in range(repeats):
+        (t1, s1), (t2, s2) = decode(8), decode(8)
+        out.append((t1 + t2) / (s1 + s2))
+    return out
+
+
 def test_a_no_change_run_flags_nothing_after_holm(runs: Runs) -> None:
     text, pair = _diff(runs, runs.quiet, runs.again)
     metrics = _metrics(pair)
@@ -152,10 +185,15 @@ def test_a_no_change_run_flags_nothing_after_holm(runs: Runs) -> None:
         if m["p_value"] is not None and m["p_value"] < 0.05 and abs(m["delta_pct"]) >= 5
     }
     quiet, again = _repeats(runs.quiet, "accept_length"), _repeats(runs.again, "accept_length")
-    assert "accept_length" in uncorrected, (quiet, again, shown)
-    for m in uncorrected.values():
-        assert not m["decides"] and m["family"] > 1 and m["p_adjusted"] >= 0.05, m
+    # seeded, so the same on every machine
+    assert quiet == pytest.approx(_replayed_accept_lengths(SEED)), quiet
+    assert again == pytest.approx(_replayed_accept_lengths(SEED_AGAIN)), again
     assert min(quiet) > max(again), (quiet, again)
+    assert "accept_length" in uncorrected, (quiet, again, shown)
+    assert mann_whitney_u(quiet, again)[1] == pytest.approx(uncorrected["accept_length"]["p_value"])
+    for metric in uncorrected.values():
+        assert not metric["decides"] and metric["family"] > 1, metric
+        assert metric["p_adjusted"] >= 0.05, metric
 
     # nothing differs (the seeds the servers reported are noise), so no cause is named
     assert pair["differing"] == [], pair["differing"]
