@@ -241,12 +241,17 @@ def _run_neutral_path(value: Any) -> Any:
     return value
 
 
+# A seed the server draws itself when the playbook gives none (SGLang draws `random_seed` at
+# every start): two starts differ in it by chance, so it is noise, not a cause.
+_DRAWN_BY_SERVER = frozenset({"random_seed", "seed"})
+_SEED_FLAGS = ("random-seed", "random_seed", "seed")
+
+
 def _server_section(a: CellEvidence, b: CellEvidence) -> Section:
     section = Section("server_flags", SECTION_TITLES["server_flags"])
     spec_a, spec_b = as_dict(a.cell.get("server")), as_dict(b.cell.get("server"))
-    section.entries += dict_entries(
-        as_dict(spec_a.get("args")), as_dict(spec_b.get("args")), key_format="--{}"
-    )
+    args_a, args_b = as_dict(spec_a.get("args")), as_dict(spec_b.get("args"))
+    section.entries += dict_entries(args_a, args_b, key_format="--{}")
     for key in ("adapter",):
         if not same(spec_a.get(key), spec_b.get(key)):
             section.entries.append(Entry(key, spec_a.get(key), spec_b.get(key)))
@@ -260,6 +265,7 @@ def _server_section(a: CellEvidence, b: CellEvidence) -> Section:
                 shlex.join(str(x) for x in argv_b) if isinstance(argv_b, list) else argv_b,
             )
         )
+    declared_seed = any(k in args for args in (args_a, args_b) for k in _SEED_FLAGS)
     cwd_a, cwd_b = a.server.get("cwd"), b.server.get("cwd")
     if not same(_run_neutral_path(cwd_a), _run_neutral_path(cwd_b)):
         section.entries.append(Entry("cwd", cwd_a, cwd_b))
@@ -269,9 +275,14 @@ def _server_section(a: CellEvidence, b: CellEvidence) -> Section:
         scalars_a = {k: v for k, v in doc_a.items() if not isinstance(v, dict | list)}
         scalars_b = {k: v for k, v in doc_b.items() if not isinstance(v, dict | list)}
         capture = name.removesuffix(".ready")
-        section.entries += dict_entries(
+        reported = dict_entries(
             scalars_a, scalars_b, key_format=f"{{}} (reported by the server, {capture})"
         )
+        for entry in reported:
+            if entry.key.split(" ", 1)[0] in _DRAWN_BY_SERVER and not declared_seed:
+                entry.within_tolerance = True
+                entry.note = "drawn by the server, not set in the playbook: noise, not a cause"
+        section.entries += reported
     return section
 
 

@@ -393,6 +393,50 @@ def episode_clock(
     return clock, reasons
 
 
+def throttle_slowdown(
+    state: Mapping[str, Any], tp: int, now: float, loaded_since: float | None
+) -> float:
+    """How much longer a step takes at `now` than at start under the host state's
+    `throttle_episodes` (which the fake nvidia-smi reports too): an episode lowers the clock of
+    the GPUs it names, and TP runs at the pace of the slowest of the first `tp`."""
+    episodes = state.get("throttle_episodes") or []
+    if not episodes:
+        return 1.0
+    factors = []
+    for row in gpu_rows(state)[: max(1, tp)]:
+        clock, _reasons = episode_clock(row, episodes, now, loaded_since)
+        top = float(row["max_sm_clock"])
+        factors.append(min(1.0, max(0.05, clock / top)) if top > 0 else 1.0)
+    return clock_factor(state, tp) / min(factors)
+
+
+def contention_slowdown(
+    state: Mapping[str, Any], requests: int, sim_since_load: float | None
+) -> float:
+    """How much longer everything takes now under the host state's `contention_episodes`: other
+    processes hogging the host's CPUs, which nvidia-smi cannot see (GPU clocks stay at max).
+
+    An episode is `{after_requests, requests, slowdown}`, active while the server serves request
+    number `after_requests` + 1 .. `after_requests` + `requests` (counted from 1 since it started,
+    its own warm-up generate first; at concurrency 1 the same requests on every run), or
+    `{after_load_s, duration_s, slowdown}` in simulated seconds after the weights loaded. The
+    largest active `slowdown` (default 2) applies.
+    """
+    factor = 1.0
+    for ep in state.get("contention_episodes") or []:
+        if "after_requests" in ep:
+            first = int(ep["after_requests"])
+            active = first < requests <= first + int(ep.get("requests", 1))
+        elif "after_load_s" in ep and sim_since_load is not None:
+            begin = float(ep["after_load_s"])
+            active = begin <= sim_since_load < begin + float(ep.get("duration_s", 0.0))
+        else:
+            active = False
+        if active:
+            factor = max(factor, float(ep.get("slowdown", 2.0)))
+    return factor
+
+
 def gpu_rows(state: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One dict per GPU: the host-wide values with that GPU's overrides applied."""
     count = int(state.get("gpu_count", DEFAULT_STATE["gpu_count"]))

@@ -230,18 +230,15 @@ class SimServer:
     internode = 1.0
 
     def throttle_slowdown(self, now: float) -> float:
-        """How much longer a step takes now than at start: a scheduled throttle episode (the
-        host state's `throttle_episodes`, which the fake nvidia-smi reports too) lowers the clock
-        of the GPUs it names, and TP runs at the pace of the slowest."""
-        episodes = self.state.get("throttle_episodes") or []
-        if not episodes:
-            return 1.0
-        factors = []
-        for row in m.gpu_rows(self.state)[: max(1, self.cfg.tp)]:
-            clock, _reasons = m.episode_clock(row, episodes, now, self.loaded_at)
-            top = float(row["max_sm_clock"])
-            factors.append(min(1.0, max(0.05, clock / top)) if top > 0 else 1.0)
-        return self.clock / min(factors)
+        """How much longer a step takes now than at start: throttle episodes lower GPU clocks
+        (nvidia-smi shows them), contention episodes slow the host's CPUs (it cannot); see
+        `model.throttle_slowdown` and `model.contention_slowdown`."""
+        scale = max(self.time_scale, 1e-9)  # simulated seconds since load, as the episodes say
+        since = None if self.loaded_at is None else (now - self.loaded_at) / scale
+        busy = m.contention_slowdown(self.state, self.requests, since)
+        return busy * m.throttle_slowdown(self.state, self.cfg.tp, now, self.loaded_at)
+
+    requests = 0  # generate requests so far (their number places a contention episode)
 
     def stop_workers(self) -> None:
         """Close the workers' stdin (their signal to exit), then make sure they are gone."""
@@ -355,6 +352,7 @@ class SimServer:
     def generate(self, prompt_tokens: int, max_new_tokens: int) -> tuple[Request, Iterator[int]]:
         """Submit a request; iterate the token counts of each chunk as the engine emits them."""
         req = Request(uuid.uuid4().hex, prompt_tokens, max_new_tokens)
+        self.requests += 1
         self.engine.submit(req)
 
         def chunks() -> Iterator[int]:

@@ -18,8 +18,11 @@ from orchestrator.sim.model import DEFAULT_STATE, host_state
 STATE_ENV = "ORCH_SIM_STATE"
 # Optional keys beyond `DEFAULT_STATE`, read by the fake nvidia-smi's `-lms` stream (see smi.py):
 # `throttle_episodes` [{at|after_load, duration, reason, sm_clock, gpus}], `load_power_draw` (W),
-# `load_utilization` (%).
-OPTIONAL_KEYS = frozenset({"throttle_episodes", "load_power_draw", "load_utilization"})
+# `load_utilization` (%); and by `sim serve` alone (nvidia-smi cannot see a busy CPU):
+# `contention_episodes` [{after_requests, requests | after_load_s, duration_s; slowdown}].
+OPTIONAL_KEYS = frozenset(
+    {"throttle_episodes", "load_power_draw", "load_utilization", "contention_episodes"}
+)
 
 
 def resolve_state_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
