@@ -81,8 +81,12 @@ class HostQueue:
             # Values secret by name or listing, not only env: the runner scrubs them on the host.
             "secret_values": self.run_.secrets,
         }
-        if self.want_facts:
-            payload["facts"] = {}
+        if self.want_facts:  # as much as the host's cells record (the playbook's `snapshot:`)
+            cells = self.cells.values()
+            payload["facts"] = {
+                "pip_freeze": any(c.snapshot.pip_freeze for c in cells),
+                "topo": any(c.snapshot.topo for c in cells),
+            }
         if self.run_.retrying:  # the runner reruns these instead of reusing its failed copy
             payload["rerun_failed"] = sorted(self.run_.retrying)
         # The nodes of a server meet at each cell: none may reuse a copy another did not keep.

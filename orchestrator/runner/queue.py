@@ -80,9 +80,9 @@ def _facts(control: Control, payload: Dict[str, Any]) -> threading.Thread:
 
     def probe() -> None:
         try:
-            data: Any = take_snapshot(
-                None, options.get("python"), None, options={"pip_freeze": True, "topo": True}
-            )
+            # As much as the host's cells record (a playbook's `snapshot:`), everything by default.
+            wanted = {k: bool(options.get(k, True)) for k in ("pip_freeze", "topo")}
+            data: Any = take_snapshot(None, options.get("python"), None, options=wanted)
         except Exception as exc:
             data = {"absent": "probe failed: %s: %s" % (type(exc).__name__, exc)}
         with control.lock:
