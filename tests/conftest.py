@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Byte-compile orchestrator/ once, so every `python -m orchestrator ...` a test starts loads
-    cached bytecode: with PYTHONDONTWRITEBYTECODE set (as on CI) each start would otherwise
-    compile every module it imports again, about 0.3-0.6 s per `orch` subprocess."""
+    cached bytecode: where PYTHONDONTWRITEBYTECODE is set (it is on the machines this suite runs
+    on) no process writes any, and each start compiled every module it imports again, 0.3-0.6 s
+    per `orch` subprocess."""
     compileall.compile_dir(ROOT / "orchestrator", quiet=1)
 
 
