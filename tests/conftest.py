@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sshhosts import SSHTestHosts, sshd_available
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Byte-compile orchestrator/ once, so every `python -m orchestrator ...` a test starts loads
+    cached bytecode: where PYTHONDONTWRITEBYTECODE is set (it is on the machines this suite runs
+    on) no process writes any, and each start compiled every module it imports again, 0.3-0.6 s
+    per `orch` subprocess."""
+    compileall.compile_dir(ROOT / "orchestrator", quiet=1)
 
 
 @pytest.fixture(scope="session")

@@ -173,7 +173,9 @@ def apply_bug(params: dict[str, Any], bug: str) -> dict[str, Any]:
     return out
 
 
-def _git(path: Path, *args: str, date: int | None = None, author: int = 0) -> str:
+def _git(
+    path: Path, *args: str, date: int | None = None, author: int = 0, stdin: bytes | None = None
+) -> str:
     name, email = AUTHORS[author % len(AUTHORS)]
     stamp = f"{date or _EPOCH} +0000"
     env = {
@@ -199,10 +201,45 @@ def _git(path: Path, *args: str, date: int | None = None, author: int = 0) -> st
         "tag.gpgsign=false",
         *args,
     ]
-    done = subprocess.run(cmd, cwd=path, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(cmd, cwd=path, env=env, input=stdin, capture_output=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)} failed: {done.stderr.strip()}")
-    return done.stdout.strip()
+        err = done.stderr.decode(errors="replace").strip()
+        raise RuntimeError(f"git {' '.join(args)} failed: {err}")
+    return done.stdout.decode(errors="replace").strip()
+
+
+def _message_as_commit_m_stores_it(message: str) -> str:
+    # `git commit -m` cleans a message up (cleanup mode "whitespace"): trailing spaces off each
+    # line, runs of blank lines made one, no blank line first or last, one newline at the end.
+    # fast-import stores it as given, so it is cleaned the same way here: the SHAs stay the same.
+    lines: list[str] = []
+    for line in message.splitlines():
+        line = line.rstrip()
+        if line or (lines and lines[-1]):
+            lines.append(line)
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def _commit_command(
+    mark: int, files: dict[str, str], message: str, date: int, author: int
+) -> bytes:
+    """A `git fast-import` commit on main: the whole tree (`files`, mode 100644, as `git add -A`
+    recorded files written with Path.write_text), by AUTHORS[author] at `date`."""
+    name, email = AUTHORS[author % len(AUTHORS)]
+    who = f"{name} <{email}> {date} +0000"
+    text = _message_as_commit_m_stores_it(message).encode()
+    out = [f"commit refs/heads/main\nmark :{mark}\nauthor {who}\ncommitter {who}\n".encode()]
+    out.append(b"data %d\n%s\n" % (len(text), text))
+    if mark > 1:
+        out.append(b"from :%d\n" % (mark - 1))
+    out.append(b"deleteall\n")
+    for rel, content in sorted(files.items()):
+        data = content.encode()
+        out.append(f"M 100644 inline {rel}\n".encode() + b"data %d\n%s\n" % (len(data), data))
+    out.append(b"\n")
+    return b"".join(out)
 
 
 _SETUP_OK = """#!/bin/sh
@@ -274,7 +311,7 @@ def init_repo(
     rng = random.Random(seed)
     files = _initial_files()
     _git(root, "init", "-q", "-b", "main")
-    shas: list[str] = []
+    stream = b""
     messages: list[str] = []
     order = list(range(len(_CHANGES)))
     rng.shuffle(order)
@@ -296,17 +333,15 @@ def init_repo(
             subject = "[Build] Revert the sgl-kernel requirement"
             files["setup.sh"] = _SETUP_OK
         subject = f"{subject} (#{8000 + 13 * i + seed % 97})"
-        for rel, text in files.items():
-            target_path = root / rel
-            target_path.parent.mkdir(parents=True, exist_ok=True)
-            target_path.write_text(text)
         message = subject + ("\n\n" + body if body else "") + "\n\n" + SIMULATED_NOTE
-        _git(root, "add", "-A")
-        _git(root, "commit", "-q", "-m", message, date=_EPOCH + 5400 * i, author=rng.randrange(5))
-        shas.append(_git(root, "rev-parse", "HEAD"))
+        stream += _commit_command(i, files, message, _EPOCH + 5400 * i, rng.randrange(5))
         messages.append(subject)
-    _git(root, "tag", "good", shas[0])
-    _git(root, "tag", "bad", shas[-1])
+    stream += b"reset refs/tags/good\nfrom :1\n\n" + b"reset refs/tags/bad\nfrom :%d\n\n" % commits
+    # One git process writes every commit (a commit each took three before); then the work tree
+    # is checked out at HEAD, as it was when the files were written and committed one by one.
+    _git(root, "fast-import", "--quiet", "--done", stdin=stream + b"done\n")
+    _git(root, "reset", "-q", "--hard")
+    shas = _git(root, "rev-list", "--reverse", "HEAD").split()
     return RepoInfo(
         root.resolve(), tuple(shas), regress_at, setup_fail_at, bugs, SETUP_COMMAND, tuple(messages)
     )
