@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from sshhosts import SSHTestHosts, sshd_available
 
+from orchestrator import errors
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -42,3 +44,11 @@ def ssh_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHTestHosts
 def ssh_inventory(ssh_hosts: SSHTestHosts, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An Ansible YAML inventory file for the three test hosts."""
     return ssh_hosts.write_inventory(tmp_path_factory.mktemp("inventory") / "hosts.yml")
+
+
+@pytest.fixture(autouse=True)
+def _forget_secret_values() -> Iterator[None]:
+    """Each test starts with no secret values noted (errors.note_secret_values is per process, as
+    a CLI run is): one test's secret "x" must not hide another test's key named x."""
+    yield
+    errors._secret_values.clear()
