@@ -175,7 +175,9 @@ def report(
     for cid, o in outcome.cells.items():
         cell_dir = outcome.path / "cells" / cid
         doc = json.loads((cell_dir / "cell.json").read_text())
-        server = float(doc["steps"]["ready"]["end"]) - float(doc["steps"]["server_start"]["start"])
+        # A cell that took its session's server over has no start of its own: from `ready`.
+        start = doc["steps"]["server_start"].get("start") or doc["steps"]["ready"]["start"]
+        server = float(doc["steps"]["ready"]["end"]) - float(start)
         bench = sum(
             float(json.loads(p.read_text())["seconds"])
             for p in (cell_dir / "bench").glob("*/exit.json")
