@@ -96,6 +96,33 @@ _WRITE = (
 )
 
 
+UNPACKED_SUFFIX = ".d"
+# runner.pyz unpacked beside itself (`<pyz>.d/`) and byte-compiled once, so each start loads
+# cached bytecode instead of compiling the runner from the zip again (about 0.2 s of CPU a start);
+# `u` is what to run: the folder, or the archive itself where the folder cannot be made.
+_UNPACK = (
+    "u=p+'.d'\n"
+    "if not os.path.isdir(u):\n"
+    "    try:\n"
+    "        import compileall,shutil,zipfile\n"
+    "        t=tempfile.mkdtemp(dir=os.path.dirname(p),prefix='.runner.d.')\n"
+    "        zipfile.ZipFile(p).extractall(t)\n"
+    "        compileall.compile_dir(t,quiet=2)\n"
+    "        try: os.rename(t,u)\n"
+    "        except OSError: shutil.rmtree(t,ignore_errors=True)\n"
+    "    except Exception: pass\n"
+    "    if not os.path.isdir(u): u=p\n"
+)
+
+
+def unpacked_runner(pyz: Path) -> Path:
+    """What a host runs: runner.pyz unpacked and byte-compiled beside itself (as BOOTSTRAP does),
+    or the archive where that fails."""
+    namespace = {"p": str(pyz), "os": os, "tempfile": tempfile}
+    exec(_UNPACK, namespace)  # the very code hosts run, not a copy of it
+    return Path(str(namespace["u"]))
+
+
 # Runs the runner in the same invocation that ships it: stdin starts with runner.pyz (N bytes,
 # read exactly, so what follows stays on stdin for the runner), written to its cache path unless
 # there already; then exec. One remote command per host and run, also where each costs a Slurm job.
@@ -116,7 +143,8 @@ BOOTSTRAP = (
     "    fd,t=tempfile.mkstemp(dir=d,prefix='.runner.')\n"
     "    with os.fdopen(fd,'wb') as f: f.write(data)\n"
     "    os.chmod(t,0o755); os.replace(t,p)\n"
-    "os.execv(sys.executable,[sys.executable,p]+sys.argv[4:])\n"
+    + _UNPACK
+    + "os.execv(sys.executable,[sys.executable,u]+sys.argv[4:])\n"
 )
 
 

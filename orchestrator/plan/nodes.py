@@ -52,11 +52,20 @@ def declared_nodes(playbook: LoadedPlaybook) -> int:
 
 
 def dist_port(playbook: LoadedPlaybook) -> int:
-    """`server.dist_port`, else the server's port + 100 when it is a plain number."""
+    """`server.dist_port` (a plain number: templates see it as `head_port`), else the server's
+    port + 100 when that is a plain number, else 30100."""
     server = playbook.data.get("server")
     if not isinstance(server, Mapping):
         return DEFAULT_DIST_PORT
     declared = server.get("dist_port")
+    if isinstance(declared, str) and has_template(declared):
+        raise InputError(
+            "server.dist_port must be a number, not a template: every node's templates see it "
+            "as head_port",
+            location=playbook.locate(("server", "dist_port")),
+            key_path="server.dist_port",
+            hint="write dist_port: 50000 (a port free on the head)",
+        )
     if isinstance(declared, int) and not isinstance(declared, bool):
         return declared
     port = server.get("port")

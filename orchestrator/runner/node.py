@@ -82,16 +82,19 @@ class NodeSteps(CellContext):
         start = now()
         while True:
             self.check()
+            rc = self.proc.poll()  # before the release: a part killed under it stays a failure
+            if rc is not None and rc < 0:  # killed: this node's part died
+                raise StepFailed(self.server_exit_reason(rc, "while the head served"))
             request = self.end_request()
             if request is not None:
-                return {
+                held = {
                     "role": "node",
                     "held_seconds": round(now() - start, 3),
                     "released": str(request.get("reason") or ""),
                 }
-            rc = self.proc.poll()
-            if rc is not None and rc < 0:  # killed: this node's part died
-                raise StepFailed(self.server_exit_reason(rc, "while the head served"))
+                if rc is not None:
+                    held["part_exited"] = rc
+                return held
             if rc is not None:
                 # The head stopping ends a part by itself too: wait a moment for the release.
                 until = now() + PART_EXIT_GRACE

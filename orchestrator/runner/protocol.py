@@ -65,14 +65,19 @@ def exit_code(status: str) -> int:
 
 
 def _runner_path() -> str:
-    """The file the runner runs from: runner.pyz when shipped, else this package's directory."""
-    path = os.path.abspath(__file__)
+    """The file the runner runs from: runner.pyz when shipped (also when it runs from the folder
+    the bootstrap unpacked beside it, `runner.pyz.d/`), else this package's directory."""
+    here = os.path.abspath(__file__)
+    top = os.path.dirname(os.path.dirname(os.path.dirname(here)))  # above orchestrator/runner/
+    if top.endswith(".pyz.d") and os.path.isfile(top[: -len(".d")]):
+        return top[: -len(".d")]
+    path = here
     while path and not os.path.exists(path):  # inside a zip: climb to the archive itself
         parent = os.path.dirname(path)
         if parent == path:
             break
         path = parent
-    return path if os.path.isfile(path) else os.path.dirname(os.path.abspath(__file__))
+    return path if os.path.isfile(path) else os.path.dirname(here)
 
 
 RUNNER_PATH = _runner_path()

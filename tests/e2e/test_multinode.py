@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.ssh]
 
 TP = 2  # one TP rank per node
 NCCL = {"NCCL_ALGO": "Ring", "NCCL_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "INFO"}
+DIST_PORT = free_port()  # where node 1 joins the head (a plain number: templates see it)
 
 
 def _playbook(path: Path, *, prompts: int = 2, output_len: int = 32) -> Path:
@@ -41,7 +42,7 @@ def _playbook(path: Path, *, prompts: int = 2, output_len: int = 32) -> Path:
             "adapter": "sglang",
             "launcher": SERVE,
             "nodes": 2,
-            "dist_port": "{{ dist_port }}",
+            "dist_port": DIST_PORT,
             "args": {
                 "model-path": "/models/Kimi-K2.5",
                 "port": "{{ srv_port }}",
@@ -77,12 +78,12 @@ def _playbook(path: Path, *, prompts: int = 2, output_len: int = 32) -> Path:
 def two_nodes(ssh_hosts: SSHTestHosts, tmp_path: Path) -> Iterator[Path]:
     """An inventory where host1 and host2 can form one server; each host's model file."""
     hosts = ssh_hosts
-    port, dist = free_port(), free_port()
+    port = free_port()
     host_vars: dict[str, dict[str, Any]] = {}
     for host in hosts.hosts:
         model = tmp_path / f"model-{host.name}.json"
         model.write_text(m.dump_params(m.model_params()))
-        host_vars[host.name] = {"srv_port": port, "dist_port": dist, "sim_model": str(model)}
+        host_vars[host.name] = {"srv_port": port, "sim_model": str(model)}
         if not hosts.isolated:  # hosts share one $HOME: keep their runner state apart
             host_vars[host.name]["orch_workdir"] = f".orch-mn-e2e/{host.name}"
     inventory = hosts.write_inventory(tmp_path / "hosts.yml", extra_host_vars=host_vars)
@@ -169,6 +170,7 @@ def test_a_two_node_cell_passes_with_every_node_checked(two_nodes: Path, tmp_pat
     # the argv each node ran: SGLang's multi-node flags, filled in by the adapter
     argv = load(cell_dir / "nodes" / "host2" / "cell.json")["cell"]["server"]["argv"]
     assert argv[argv.index("--node-rank") + 1] == "1" and "--nnodes" in argv
+    assert argv[argv.index("--dist-init-addr") + 1].endswith(f":{DIST_PORT}")
     assert _sim_processes(load(run / "run.json")["run_id"]) == []
 
 

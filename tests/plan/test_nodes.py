@@ -118,6 +118,14 @@ def test_nodes_must_be_a_plain_count(tmp_path: Path, value: str) -> None:
     assert err.value.key_path.startswith("server.nodes"), err.value.render()
 
 
+def test_dist_port_is_a_plain_port(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as err:
+        plan(tmp_path, SGLANG.replace("  nodes: 2\n", '  nodes: 2\n  dist_port: "{{ 5 }}"\n'))
+    assert err.value.key_path == "server.dist_port"
+    cells = plan(tmp_path, SGLANG.replace("  nodes: 2\n", "  nodes: 2\n  dist_port: 41000\n"))
+    assert cells[0].env["RANK_SEEN"] == "0/2 head=10.0.0.1:41000"
+
+
 def test_node_variables_are_reserved(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         plan(tmp_path, SGLANG.replace("matrix:", "vars:\n  node_rank: 3\nmatrix:", 1))

@@ -27,11 +27,13 @@ from orchestrator.cell import (
     ServerSpec,
     SnapshotSpec,
 )
-from orchestrator.execute.ship import runner_hash, write_runner
+from orchestrator.execute.ship import runner_hash, unpacked_runner, write_runner
 
 ROOT = Path(__file__).resolve().parents[2]
-# The runner as hosts get it: runner.pyz, built from orchestrator/runner/ (one per content hash).
-RUNNER = write_runner(Path(tempfile.gettempdir()) / f"orch-test-runner-{runner_hash()}")
+# The runner as hosts run it: runner.pyz, built from orchestrator/runner/ (one per content hash),
+# unpacked and byte-compiled beside itself by the same code the bootstrap runs.
+RUNNER_PYZ = write_runner(Path(tempfile.gettempdir()) / f"orch-test-runner-{runner_hash()}")
+RUNNER = unpacked_runner(RUNNER_PYZ)
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 SERVER = PROGRAMS / "server.py"
 BENCH = PROGRAMS / "bench.py"

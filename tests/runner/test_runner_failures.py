@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from runner_helpers import (
     RUNNER,
+    RUNNER_PYZ,
     RunnerProcess,
     alive,
     archive_path,
@@ -301,7 +302,7 @@ def test_leftover_server_of_another_run_blocks_preflight_until_stop_all(home: Pa
     # The hint is the runner's real command line, runnable as printed.
     hint = done["reason"].split("stop it with: ", 1)[1]
     argv = shlex.split(hint)
-    assert Path(argv[0]).is_absolute() and argv[1] == str(RUNNER)
+    assert Path(argv[0]).is_absolute() and argv[1] == str(RUNNER_PYZ)
     assert argv[2:] == ["stop-all", old_run, "--workdir", str(home / ".orch")]
 
     out = subprocess.run(

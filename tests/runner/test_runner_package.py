@@ -13,10 +13,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from runner_helpers import RUNNER, cell_dir, free_port, load, make_cell, run_cell
+from runner_helpers import RUNNER, RUNNER_PYZ, cell_dir, free_port, load, make_cell, run_cell
 
 import orchestrator.runner
-from orchestrator.execute.ship import runner_archive, runner_hash
+from orchestrator.execute.ship import runner_archive, runner_hash, unpacked_runner, write_runner
 
 PACKAGE = Path(orchestrator.runner.__file__).parent
 MODULES = sorted(PACKAGE.glob("*.py"))
@@ -130,8 +130,8 @@ def test_runner_pyz_is_deterministic_and_holds_only_the_package() -> None:
     data = runner_archive()
     runner_archive.cache_clear()
     assert runner_archive() == data  # rebuilt from the same sources: the same bytes
-    assert RUNNER.read_bytes() == data and runner_hash() in str(RUNNER)
-    with zipfile.ZipFile(RUNNER) as archive:
+    assert RUNNER_PYZ.read_bytes() == data and runner_hash() in str(RUNNER_PYZ)
+    with zipfile.ZipFile(RUNNER_PYZ) as archive:
         names = archive.namelist()
         assert names[:2] == ["__main__.py", "orchestrator/__init__.py"]
         assert names[2:] == [f"orchestrator/runner/{p.name}" for p in MODULES]
@@ -149,7 +149,7 @@ def test_runner_pyz_runs_on_its_own(tmp_path: Path, python: str) -> None:
     """From a directory where no orchestrator package is importable, with a bare environment."""
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
     probe = subprocess.run(
-        [python, str(RUNNER), "probe", "--no-pip-freeze", "--no-topo"],
+        [python, str(RUNNER_PYZ), "probe", "--no-pip-freeze", "--no-topo"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -161,7 +161,7 @@ def test_runner_pyz_runs_on_its_own(tmp_path: Path, python: str) -> None:
     assert snap["schema_version"] == 1 and snap["hostname"]
     assert snap["probe"]["executable"] == python or Path(snap["probe"]["executable"]).exists()
     origin = subprocess.run(
-        [python, str(RUNNER), "check-origin", str(tmp_path / "none"), "https://x/y.git"],
+        [python, str(RUNNER_PYZ), "check-origin", str(tmp_path / "none"), "https://x/y.git"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -176,5 +176,22 @@ def test_a_real_cell_runs_from_runner_pyz(home: Path) -> None:
     assert runner.done["status"] == "passed", runner.done
     assert runner.proc.returncode == 0
     cell = load(cell_dir(home) / "cell.json")
-    assert cell["runner"]["path"] == str(RUNNER)
+    # run from the folder unpacked beside runner.pyz, it still names the archive and its hash
+    assert RUNNER_PYZ.with_name(RUNNER_PYZ.name + ".d") == RUNNER
+    assert cell["runner"]["path"] == str(RUNNER_PYZ)
     assert cell["runner"]["version"] == runner_hash()
+
+
+def test_the_unpacked_runner_is_byte_compiled_and_falls_back_to_the_archive(
+    tmp_path: Path,
+) -> None:
+    assert list((RUNNER / "orchestrator" / "runner" / "__pycache__").glob("cell.*.pyc"))
+    blocked = write_runner(tmp_path / "lib")
+    squatter = blocked.with_name("runner.pyz.d")
+    squatter.write_text("not a folder")  # the folder cannot be made: the archive runs
+    assert unpacked_runner(blocked) == blocked
+    # no half-unpacked folder left behind
+    assert sorted((tmp_path / "lib").iterdir()) == sorted([blocked, squatter])
+    squatter.unlink()
+    assert unpacked_runner(blocked) == blocked.with_name("runner.pyz.d")
+    assert unpacked_runner(blocked) == blocked.with_name("runner.pyz.d")  # made once
