@@ -112,10 +112,14 @@ class SlurmTestCluster:
         gpus: int = 8,
         base_dir: Path | None = None,
         start_timeout: float = 15.0,
+        side_partition: str | None = None,
     ) -> None:
         if not 1 <= nodes <= 60:
             raise ValueError("nodes must be between 1 and 60")
-        self.node_count = nodes
+        # `side_partition`: one more node, alone in a partition of that name, so a long job there
+        # never takes the default partition's nodes or GPUs.
+        self.side_partition = side_partition
+        self.node_count = nodes + (1 if side_partition else 0)
         self.gpus = gpus
         self.base_dir = Path(base_dir) if base_dir is not None else None
         self.start_timeout = start_timeout
@@ -129,6 +133,11 @@ class SlurmTestCluster:
         self._stopped = True
 
     # -- what tests use -----------------------------------------------------------------------
+
+    @property
+    def main_nodes(self) -> list[SlurmTestNode]:
+        """The nodes of the default partition (all but the side partition's)."""
+        return self.nodes[:-1] if self.side_partition else list(self.nodes)
 
     @property
     def base(self) -> Path:
@@ -394,7 +403,14 @@ class SlurmTestCluster:
                 f"Gres=gpu:{self.gpus} State=UNKNOWN"
                 for node in self.nodes
             ),
-            f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+            f"PartitionName={PARTITION} Nodes={','.join(n.name for n in self.main_nodes)} "
+            "Default=YES MaxTime=INFINITE State=UP",
+            *(
+                f"PartitionName={self.side_partition} Nodes={self.nodes[-1].name} "
+                "MaxTime=INFINITE State=UP"
+                for _ in [1]
+                if self.side_partition
+            ),
         ]
         (base / "ctld").mkdir(exist_ok=True)
         self.conf.write_text("\n".join(lines) + "\n")

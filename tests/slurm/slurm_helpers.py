@@ -8,6 +8,7 @@ import json
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +128,20 @@ def apply_argv(playbook: Path, inventory: Path, results: Path, *more: str) -> li
     """`orch apply` of that playbook and inventory into `results`."""
     return [sys.executable, "-m", "orchestrator", "apply", str(playbook), "-i", str(inventory),
             "--results", str(results), *more]  # fmt: skip
+
+
+TIME_LIMIT_PARTITION = "timelimit"
+
+
+@dataclass
+class TimeLimitRun:
+    """An `orch apply` whose Slurm job runs past its 1-minute limit, started with the session."""
+
+    tmp: Path
+    records: Path
+    proc: subprocess.Popen[bytes]  # its stderr goes to tmp/stderr (a pipe nobody reads could fill)
+
+    def result(self) -> tuple[int, str]:
+        """Wait for the apply to end: its exit status and stderr."""
+        returncode = self.proc.wait(timeout=300)
+        return returncode, (self.tmp / "stderr").read_text()

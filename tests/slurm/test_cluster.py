@@ -24,7 +24,7 @@ def test_srun_spreads_one_task_over_each_node(slurm_cluster: SlurmTestCluster) -
     lines = sorted(shown.stdout.splitlines())
     assert [line.split()[:2] for line in lines] == [["0", "node1"], ["1", "node2"]]
     # each task ran in its node's namespace, at that node's address
-    addresses = {node.name: node.address for node in slurm_cluster.nodes}
+    addresses = {node.name: node.address for node in slurm_cluster.main_nodes}
     assert [line.split()[2] for line in lines] == [addresses["node1"], addresses["node2"]]
 
 
