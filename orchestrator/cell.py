@@ -159,6 +159,7 @@ class NodePart(_Frozen):
     host: str  # inventory hostname
     address: str  # as the other nodes reach it (ansible_host)
     rank: int  # 1.. (the head, rank 0, is the cell's own host and server)
+    head_address: str  # the head as this node reaches it (`head_host`)
     repo: RepoPin | None = None
     env: dict[str, str] = Field(default_factory=dict)
     server: ServerSpec | None = None

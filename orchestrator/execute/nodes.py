@@ -53,9 +53,9 @@ def part_cell(head: Cell, node: NodePart) -> Cell:
     """What node `node.rank`'s runner gets: its own env, repo and server, the head's URL."""
     url = head.server.ready.url if head.server is not None else None
     head_url = None
-    if url:
-        head_url = url.replace("//127.0.0.1:", f"//{head_address(head)}:", 1)
-        head_url = head_url.replace("//localhost:", f"//{head_address(head)}:", 1)
+    if url:  # the head asks itself on 127.0.0.1; this node asks it where it reaches it
+        head_url = url.replace("//127.0.0.1:", f"//{node.head_address}:", 1)
+        head_url = head_url.replace("//localhost:", f"//{node.head_address}:", 1)
     status = head.server.ready.status if head.server is not None else 200
     # A node's part serves no HTTP: its runner neither checks nor waits for the head's port.
     server = node.server.model_copy(update={"port": None}) if node.server is not None else None
@@ -73,18 +73,6 @@ def part_cell(head: Cell, node: NodePart) -> Cell:
             "expect": {},
         }
     )
-
-
-def head_address(head: Cell) -> str:
-    """The head as its nodes reach it (the address rank 1 was told: `head_host`)."""
-    node = head.nodes[0] if head.nodes else None
-    if node is not None and node.server is not None:
-        addr = node.server.args.get("dist-init-addr") or node.server.args.get(
-            "data-parallel-address"
-        )
-        if addr:
-            return str(addr).rsplit(":", 1)[0] if ":" in str(addr) else str(addr)
-    return head.host
 
 
 @dataclass

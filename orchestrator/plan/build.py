@@ -160,7 +160,7 @@ def _joined_cells(
         joined = []
         for i, (head, _point) in enumerate(per_rank[0]):
             parts = [(planners[h].host, per_rank[r][i][0]) for r, h in enumerate(group) if r]
-            joined.append(joined_cell(head, parts))
+            joined.append(joined_cell(head, planners[group[0]].host.target, parts))
         cells.extend(_group_by_repo(joined))
     return cells
 

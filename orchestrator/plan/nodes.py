@@ -114,7 +114,7 @@ def node_vars(group: Sequence[Host], rank: int, port: int) -> dict[str, Any]:
     }
 
 
-def joined_cell(head: Cell, parts: Sequence[tuple[Host, Cell]]) -> Cell:
+def joined_cell(head: Cell, head_address: str, parts: Sequence[tuple[Host, Cell]]) -> Cell:
     """The head's cell with the other nodes' parts; its id hashes theirs (each part's own id
     already hashes its host, env and server, secrets as placeholders)."""
     nodes = tuple(
@@ -122,6 +122,7 @@ def joined_cell(head: Cell, parts: Sequence[tuple[Host, Cell]]) -> Cell:
             host=cell.host,
             address=host.target,
             rank=rank,
+            head_address=head_address,
             repo=cell.repo,
             env=dict(cell.env),
             server=cell.server,
