@@ -8,27 +8,13 @@ from collections.abc import Collection
 from typing import Any
 
 from orchestrator.errors import is_known_secret
+from orchestrator.runner.redaction import ORCH_TEMPLATE_NAMES
 
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Names templates get from orch itself; a playbook var of the same name would hide them.
-RESERVED_VAR_NAMES = frozenset(
-    {
-        "matrix",
-        "inventory_hostname",
-        "group_names",
-        "groups",
-        "hostvars",
-        "orch_python",
-        # a server over several hosts (plan/nodes.py); a one-node cell sees rank 0 of 1
-        "node_rank",
-        "nnodes",
-        "head_host",
-        "head_port",
-        "node_hosts",
-    }
-)
+RESERVED_VAR_NAMES = frozenset(ORCH_TEMPLATE_NAMES)
 
 SERVER_ADAPTER_NAMES = ("sglang", "vllm", "generic")
 BENCH_ADAPTER_NAMES = (

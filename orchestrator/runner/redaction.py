@@ -93,16 +93,27 @@ def is_secret_name(name: str, declared: Collection[str] = ()) -> bool:
 _TEMPLATE_BLOCK = re.compile(r"\{\{(.*?)\}\}|\{%(.*?)%\}", re.S)
 _TEMPLATE_STRING = re.compile(r"'[^']*'|\"[^\"]*\"")
 _TEMPLATE_NAME = re.compile(r"(?<![\w.])[A-Za-z_][A-Za-z0-9_]*")
+# The names templates get from orch itself (config/values.py reserves them).
+ORCH_TEMPLATE_NAMES = (
+    "matrix",
+    "inventory_hostname",
+    "group_names",
+    "groups",
+    "hostvars",
+    "orch_python",
+    # a server over several hosts (plan/nodes.py); a one-node cell sees rank 0 of 1
+    "node_rank",
+    "nnodes",
+    "head_host",
+    "head_port",
+    "node_hosts",
+)
+
 # Names a template reads that are no variable of the playbook: orch's own (the whole matrix
 # must not turn secret through `{{ matrix.tok }}`) and Jinja's words.
 _NOT_VARIABLES = frozenset(
     [
-        "matrix",
-        "inventory_hostname",
-        "group_names",
-        "groups",
-        "hostvars",
-        "orch_python",
+        *ORCH_TEMPLATE_NAMES,
         "vars",
         "loop",
         "range",
