@@ -10,9 +10,7 @@ import json
 from pathlib import Path
 
 from orchestrator.analyze.evidence import CellEvidence
-
-NODES_DIR = "nodes"
-NODES_JSON = "nodes.json"
+from orchestrator.results.layout import NODES_DIR, NODES_JSON
 
 
 def node_folders(cell: CellEvidence) -> dict[int, tuple[str, Path]]:

@@ -127,8 +127,7 @@ class Run:
         for c in self.cells:
             for name in c.hosts:  # a node of a multi-node cell counts its part
                 by_host[name] = by_host.get(name, 0) + 1
-        self._nodes_tmp = Path(tempfile.mkdtemp(prefix="orch-nodes-"))
-        self.nodes = NodeJoin(self.cells, self._nodes_tmp)
+        self.nodes = NodeJoin(self.cells)
         self.progress = progress or Progress(by_host)
         self._previous: dict[str, Any] = {}
         self._conns: set[Connection] = set()
@@ -258,7 +257,7 @@ class Run:
             self.progress.cell_done(outcome.host, outcome.cell_id, outcome.status, outcome.reason)
             return
         if outcome.cell_id in self.nodes.heads:
-            self.nodes.end_head(outcome.cell_id, outcome.reason or outcome.status)
+            self.nodes.end_head(outcome.cell_id)
         with self._lock:
             self.outcomes[outcome.cell_id] = outcome
         self.progress.cell_done(outcome.host, outcome.cell_id, outcome.status, outcome.reason)
@@ -272,7 +271,7 @@ class Run:
             return self._execute()
         finally:
             self.run_lock.release()
-            shutil.rmtree(self._nodes_tmp, ignore_errors=True)
+            self.nodes.close()
 
     def finished(self, cid: str) -> bool:
         """Whether the cell (or node part) `cid` has its outcome."""
@@ -521,7 +520,11 @@ class Run:
             verdict = score_cell(staged, self._recorded_cell(cell))
             if nodes is not None:
                 verdict.status, verdict.reason, verdict.failed_step = joined_verdict(
-                    verdict.status, verdict.reason, verdict.failed_step, nodes
+                    verdict.status,
+                    verdict.reason,
+                    verdict.failed_step,
+                    nodes,
+                    self.nodes.aborted.get(cell.id),
                 )
             cell_json = read_json(staged / CELL_JSON, required=True)
             record_verdict(staged, verdict)

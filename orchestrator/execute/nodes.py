@@ -22,20 +22,20 @@ import json
 import secrets
 import shutil
 import tarfile
+import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.cell import Cell, NodePart, NodeRole, part_id
 from orchestrator.errors import OrchError
 from orchestrator.results.archive import extract_archive
+from orchestrator.results.layout import NODES_DIR, NODES_JSON
 
 if TYPE_CHECKING:
     from orchestrator.execute.connection import Connection
 
-NODES_DIR = "nodes"
-NODES_JSON = "nodes.json"
 PART_WAIT_MARGIN = 120.0  # seconds a head's archive waits for its parts beyond their stop grace
 
 # Written on the node with its own python: atomic, the directory made if the cell has none yet.
@@ -84,24 +84,23 @@ class _Part:
     archive: Path | None = None
     outcome: Any = None  # a CellOutcome when it ended without an archive
     released: bool = False
-    done: dict[str, Any] = field(default_factory=dict)
 
 
 class NodeJoin:
     """The run's multi-node cells: their parts, the end requests between nodes, the join."""
 
-    def __init__(self, cells: list[Cell], tmp: Path) -> None:
+    def __init__(self, cells: list[Cell]) -> None:
         self.heads = {c.id: c for c in cells if c.nodes}
         self.parts: dict[str, _Part] = {}
         for head in self.heads.values():
             for node in head.nodes:
                 cell = part_cell(head, node)
                 self.parts[cell.id] = _Part(head.id, node.host, node.rank, cell)
-        self.tmp = tmp
+        self.tmp: Path | None = None  # parts' archives wait here for their head's (made on use)
         self.cond = threading.Condition()
         self.queues: dict[str, tuple[Connection, str, str]] = {}  # host -> (conn, invocation, run)
-        self.head_ended: dict[str, str] = {}
-        self.aborted: set[str] = set()
+        self.head_ended: set[str] = set()
+        self.aborted: dict[str, str] = {}  # head id -> the reason its cell was aborted with
 
     def __bool__(self) -> bool:
         return bool(self.heads)
@@ -134,19 +133,16 @@ class NodeJoin:
                 kind == "step" and event.get("step") == "stop" and event.get("status") == "start"
             )
             if ending:
-                self.end_head(cid, str(event.get("reason") or "the head's cell ended"))
-        elif cid in self.parts and kind == "done":
-            part = self.parts[cid]
-            part.done = event
-            if event.get("status") != "passed":
-                self.part_failed(cid, str(event.get("reason") or event.get("status")))
+                self.end_head(cid)
+        elif cid in self.parts and kind == "done" and event.get("status") != "passed":
+            self.part_failed(cid, str(event.get("reason") or event.get("status")))
 
-    def end_head(self, head_id: str, why: str) -> None:
+    def end_head(self, head_id: str) -> None:
         """The head's cell is ending: release its parts still holding."""
         with self.cond:
             if head_id in self.head_ended:
                 return
-            self.head_ended[head_id] = why
+            self.head_ended.add(head_id)
             parts = [p for p in self.parts.values() if p.head == head_id and not p.released]
             for p in parts:
                 p.released = True
@@ -157,11 +153,11 @@ class NodeJoin:
         """A node's part failed: abort the head's cell unless it already ended."""
         part = self.parts[cid]
         head = self.heads[part.head]
+        why = f"node {part.host} (rank {part.rank}) failed: {reason}"
         with self.cond:
             if part.head in self.head_ended or part.head in self.aborted:
                 return
-            self.aborted.add(part.head)
-        why = f"node {part.host} (rank {part.rank}) failed: {reason}"
+            self.aborted[part.head] = why
         self._send(head.host, head.id, "abort", why)
 
     def _send(self, host: str, cid: str, kind: str, reason: str) -> None:
@@ -192,7 +188,10 @@ class NodeJoin:
 
     def part_archived(self, cid: str, archive: Path) -> None:
         """A part's archive arrived: kept until its head's archive joins it."""
-        keep = self.tmp / f"{cid}.tar.gz"
+        with self.cond:
+            if self.tmp is None:
+                self.tmp = Path(tempfile.mkdtemp(prefix="orch-nodes-"))
+            keep = self.tmp / f"{cid}.tar.gz"
         shutil.move(str(archive), keep)
         with self.cond:
             self.parts[cid].archive = keep
@@ -208,10 +207,15 @@ class NodeJoin:
             self.cond.notify_all()
         self.part_failed(cid, str(getattr(outcome, "reason", "") or "no result"))
 
+    def close(self) -> None:
+        """Remove the archives kept for joining (the run is over)."""
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
     def join(self, head: Cell, staged: Path) -> list[dict[str, Any]]:
         """Wait for every part of `head`, put each under `nodes/<host>/` of the staged cell
         folder, and say what each node did (also written as nodes.json)."""
-        self.end_head(head.id, "the head's cell ended")
+        self.end_head(head.id)
         parts = [self.parts[part_id(head.id, n.rank)] for n in head.nodes]
         grace = max((n.server.stop_grace if n.server else 15.0) for n in head.nodes)
         with self.cond:
@@ -247,10 +251,15 @@ class NodeJoin:
 
 
 def joined_verdict(
-    status: str, reason: str | None, step: str | None, nodes: list[dict[str, Any]]
+    status: str,
+    reason: str | None,
+    step: str | None,
+    nodes: list[dict[str, Any]],
+    abort_reason: str | None = None,
 ) -> tuple[str, str | None, str | None]:
     """The cell's (status, reason, failed step) over the head's and every node's: a failed node
-    fails the cell and is named first."""
+    fails the cell and is named first; the head's own reason follows unless it is only the abort
+    a failed node caused (`abort_reason`, which names that node already)."""
     failed = [n for n in nodes if n.get("status") != "passed"]
     if not failed:
         return status, reason, step
@@ -260,7 +269,7 @@ def joined_verdict(
         + str(n.get("reason") or n.get("status"))
         for n in failed
     ]
-    if status != "passed" and reason and "failed: " not in reason[:200]:
+    if status != "passed" and reason and reason != abort_reason:
         said.append(f"head: {reason}")
     status = "interrupted" if status == "interrupted" else "failed"
     return status, "; ".join(said), failed[0].get("failed_step") or step

@@ -35,6 +35,8 @@ RUN_LOCK = ".controller.lock.tmp"
 
 # cell level
 CELL_JSON = "cell.json"
+NODES_DIR = "nodes"  # a multi-node cell: each other node's own folder, nodes/<host>/
+NODES_JSON = "nodes.json"  # a multi-node cell: what each other node did
 METRICS_JSON = "metrics.json"
 REPO_JSON = "repo.json"
 SERVER_JSON = "server.json"

@@ -176,3 +176,15 @@ def test_a_failed_node_fails_the_cell_and_is_named_first() -> None:
     assert reason == "node gpu2 (rank 1): bench: rc -9; head: server exited during bench"
     ok = [{"host": "gpu2", "rank": 1, "status": "passed"}]
     assert joined_verdict("passed", None, None, ok) == ("passed", None, None)
+
+
+def test_the_heads_reason_is_left_out_only_when_it_is_the_abort_a_node_caused() -> None:
+    nodes: list[dict[str, Any]] = [
+        {"host": "gpu2", "rank": 1, "status": "failed", "reason": "rc -9", "failed_step": "bench"}
+    ]
+    abort = "node gpu2 (rank 1) failed: rc -9"
+    _, reason, _ = joined_verdict("failed", abort, "bench", nodes, abort)
+    assert reason == "node gpu2 (rank 1): bench: rc -9"
+    own = "setup failed: exit 1"  # the head's own failure is kept, whatever its words
+    _, reason, _ = joined_verdict("failed", own, "setup", nodes, abort)
+    assert reason == "node gpu2 (rank 1): bench: rc -9; head: setup failed: exit 1"
