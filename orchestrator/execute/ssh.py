@@ -258,7 +258,7 @@ class SSHConnection(Connection):
             with contextlib.suppress(Exception), self._sftp_client() as sftp:
                 sftp.remove(tmp)
             message = f"cannot put {local} to {self.host.name}:{remote}: {exc}"
-            if self._lost():
+            if self._lost(exc):
                 raise ConnectionFailure(message) from exc
             raise ExecutionError(message) from exc
 
@@ -274,22 +274,26 @@ class SSHConnection(Connection):
         except (OSError, paramiko.SSHException, EOFError) as exc:
             tmp.unlink(missing_ok=True)
             message = f"cannot get {self.host.name}:{remote}: {exc}"
-            if self._lost():  # the link went, not the file: the caller may reconnect
+            if self._lost(exc):  # the link went, not the file: the caller may reconnect
                 raise ConnectionFailure(message) from exc
             raise ExecutionError(message) from exc
 
-    def _lost(self) -> bool:
-        """True when this connection was closed, its transport died or its SFTP channel did.
+    def _lost(self, exc: BaseException) -> bool:
+        """True when `exc` came from the link, not the file: this connection was closed, its
+        transport died or its SFTP channel did.
 
         paramiko closes the channels before it marks a dying transport inactive, so a cut
-        SFTP channel is the first sign of a dropped link. A dead SFTP client is dropped here:
-        the next transfer opens a new one when the transport still lives.
+        SFTP channel is the first sign of a dropped link; and a write that fails on the socket
+        raises EOFError in this thread before the transport's own thread has noticed anything.
+        A dead SFTP client is dropped here: the next transfer opens a new one when the
+        transport still lives.
         """
+        link_error = isinstance(exc, EOFError | ConnectionError)
         with self._sftp_lock:
-            sftp_dead = self._sftp is not None and self._sftp.sock.closed
+            sftp_dead = self._sftp is not None and (link_error or self._sftp.sock.closed)
             if sftp_dead:
                 self._sftp = None
-        return sftp_dead or self._closed or not self._transport.is_active()
+        return link_error or sftp_dead or self._closed or not self._transport.is_active()
 
     def close(self) -> None:
         """Close SFTP and the connection; running commands' remote stdin sees EOF."""
