@@ -23,6 +23,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     compileall.compile_dir(ROOT / "orchestrator", quiet=1)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `session_last` run after every other test: each reads the outcome of work
+    its directory started in the background at its session fixture (the Slurm time-limit job
+    takes 60-90 s), which by then has long finished instead of being waited for."""
+    last = [item for item in items if item.get_closest_marker("session_last")]
+    items[:] = [item for item in items if not item.get_closest_marker("session_last")] + last
+
+
 @pytest.fixture(scope="session")
 def ssh_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHTestHosts]:
     """Three running sshd hosts (network namespaces as root, loopback ports otherwise); host3

@@ -1,7 +1,8 @@
 """A Slurm job past its time limit (`slurm_time`), on the real test Slurm.
 
-Last in this directory on purpose: its run starts with the session (conftest.py
-`time_limit_run`) and takes 60-90 s; by the time this test reads it, the others have run.
+Last in the session on purpose (`session_last`): its run starts with this directory's session
+fixture (conftest.py `time_limit_run`) and takes 60-90 s; by the time this test reads it, every
+other test has run and the job has long ended.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 from slurm_helpers import TIME_LIMIT_PARTITION, TimeLimitRun, run_dir
 from slurmcluster import SlurmTestCluster
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.session_last]
 
 
 def test_a_job_past_its_time_limit_fails_the_cell_in_flight_with_timeout(
