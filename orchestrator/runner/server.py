@@ -50,6 +50,15 @@ BUSY_MEMORY_MIB = 1024
 
 # The first readiness poll's wait; each next one waits 1.5x longer, up to ready.interval.
 FIRST_POLL = 0.02
+# A readiness poll never waits longer than this share of the time waited so far: a server ready
+# after 0.4 s is seen by 0.44 s, not at the next step of the back-off (0.64 s).
+POLL_SHARE = 0.1
+
+
+def next_poll(interval: float, declared: float, waited: float) -> float:
+    """The wait before the next readiness poll: 1.5x the last, at most `declared` and at most
+    POLL_SHARE of the time waited so far (but never under FIRST_POLL)."""
+    return min(declared, interval * 1.5, max(FIRST_POLL, waited * POLL_SHARE))
 
 # Never send loopback readiness checks through a host's HTTP proxy.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -457,7 +466,7 @@ class ServerSteps(CellContext):
                     )
                 )
             self.stop_event.wait(interval)
-            interval = min(declared, interval * 1.5)
+            interval = next_poll(interval, declared, now() - start)
         self.startup_end = file_size(self.server_log_path)
         self.ready_info = {"seconds": round(now() - start, 3), "url": url, "log": ready.get("log")}
         if not url and scanner is None:

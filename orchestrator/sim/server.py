@@ -403,7 +403,10 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
             f"('{args.host}', {args.port}): {exc.strerror}"
         )
         return 1
-    http_thread = threading.Thread(target=httpd.serve_forever, daemon=True, name="http")
+    # shutdown() waits for the serve loop's next poll: 0.5 s by default, paid at every stop
+    http_thread = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True, name="http"
+    )
     http_thread.start()
     join: HeadJoin | None = None
     if srv.nnodes > 1:
