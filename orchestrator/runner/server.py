@@ -60,6 +60,7 @@ def next_poll(interval: float, declared: float, waited: float) -> float:
     POLL_SHARE of the time waited so far (but never under FIRST_POLL)."""
     return min(declared, interval * 1.5, max(FIRST_POLL, waited * POLL_SHARE))
 
+
 # Never send loopback readiness checks through a host's HTTP proxy.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
