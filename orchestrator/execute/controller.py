@@ -43,6 +43,7 @@ from orchestrator.execute.runlock import acquire_run_lock
 from orchestrator.execute.secret_values import extra_vars_in_argv, scrub, secret_values
 from orchestrator.execute.ship import runner_invocation
 from orchestrator.execute.slurm import SlurmConnection, SlurmJob
+from orchestrator.execute.slurm_nodes import with_head_address
 from orchestrator.execute.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
 from orchestrator.plan.sessions import session_key
 from orchestrator.results.archive import extract_archive
@@ -517,7 +518,7 @@ class Run:
             # The host redacted its captures (server_info): compare what it reported with the
             # declared cell redacted the same way, as `orch report`/`audit` read them later.
             nodes = self.nodes.join(cell, staged) if cell.nodes else None
-            verdict = score_cell(staged, self._recorded_cell(cell))
+            verdict = score_cell(staged, with_head_address(self._recorded_cell(cell), staged))
             if nodes is not None:
                 verdict.status, verdict.reason, verdict.failed_step = joined_verdict(
                     verdict.status,

@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.cell import Cell, NodePart, NodeRole, part_id
 from orchestrator.errors import OrchError
+from orchestrator.execute.slurm import SlurmConnection
 from orchestrator.results.archive import extract_archive
-from orchestrator.results.layout import NODES_DIR, NODES_JSON
+from orchestrator.results.layout import NODES_DIR, NODES_JSON, SNAPSHOT_PRE
+from orchestrator.runner.slurm_tasks import node_workdir
 
 if TYPE_CHECKING:
     from orchestrator.execute.connection import Connection
@@ -147,7 +149,7 @@ class NodeJoin:
             for p in parts:
                 p.released = True
         for p in parts:
-            self._send(p.host, p.cell.id, "release", "the head's cell ended")
+            self._send(p.host, p.cell.id, "release", "the head's cell ended", p.rank)
 
     def part_failed(self, cid: str, reason: str) -> None:
         """A node's part failed: abort the head's cell unless it already ended."""
@@ -158,20 +160,28 @@ class NodeJoin:
             if part.head in self.head_ended or part.head in self.aborted:
                 return
             self.aborted[part.head] = why
-        self._send(head.host, head.id, "abort", why)
+        self._send(head.host, head.id, "abort", why, 0)
 
-    def _send(self, host: str, cid: str, kind: str, reason: str) -> None:
+    def _send(self, host: str, cid: str, kind: str, reason: str, rank: int) -> None:
         with self.cond:
             found = self.queues.get(host)
         if found is None:
             return  # that host's runner is not running: nothing there to end
         conn, invocation, run_id = found
-        path = f"{conn.host.workdir}/runs/{run_id}/.{cid}.end"
+        workdir = conn.host.workdir
+        if isinstance(conn, SlurmConnection):  # the nodes of one job: each rank has its own
+            workdir = node_workdir(workdir, rank)
+        path = f"{workdir}/runs/{run_id}/.{cid}.end"
         text = json.dumps({"kind": kind, "reason": reason, "invocation": invocation})
+
+        argv = [conn.host.python, "-c", _WRITE_END, path, text]
 
         def send() -> None:
             with contextlib.suppress(OrchError):  # a lost node's runner ends its part on EOF
-                conn.run([conn.host.python, "-c", _WRITE_END, path, text], timeout=60)
+                # on Slurm: a step in the job of the nodes' runners, where one runs
+                if isinstance(conn, SlurmConnection) and conn.run_on_job_nodes(argv, 60.0):
+                    return
+                conn.run(argv, timeout=60)
 
         threading.Thread(target=send, daemon=True, name=f"end-{cid}").start()
 
@@ -228,9 +238,16 @@ class NodeJoin:
             entry: dict[str, Any] = {"host": p.host, "rank": p.rank, "part": p.cell.id}
             if p.archive is not None:
                 dest = staged / NODES_DIR / p.host
+                shared = p.host == head.host  # the nodes of one Slurm job: named by Slurm
+                if shared:
+                    dest = staged / NODES_DIR / f".rank{p.rank}"
                 try:
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     extract_archive(p.archive, dest)
+                    if shared:
+                        entry["host"] = _slurm_node_name(dest) or f"{p.host}.n{p.rank}"
+                        entry["via"] = p.host
+                        dest = dest.rename(dest.parent / entry["host"])
                     doc = json.loads((dest / "cell.json").read_text())
                 except (OrchError, OSError, ValueError, tarfile.TarError) as exc:
                     entry.update(status="failed", reason=f"its results are unreadable: {exc}")
@@ -248,6 +265,17 @@ class NodeJoin:
             summary.append(entry)
         (staged / NODES_JSON).write_text(json.dumps(summary, indent=2) + "\n")
         return summary
+
+
+def _slurm_node_name(folder: Path) -> str | None:
+    """The Slurm node (SLURMD_NODENAME) a part ran on, from its snapshot; None if unknown."""
+    try:
+        snapshot = json.loads((folder / SNAPSHOT_PRE).read_text())
+        name = snapshot["slurm"]["node_name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    ok = isinstance(name, str) and name and not name.startswith(".") and "/" not in name
+    return name if ok else None
 
 
 def joined_verdict(
