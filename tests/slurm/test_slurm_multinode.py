@@ -5,6 +5,7 @@ between the nodes' network namespaces."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,18 +22,20 @@ pytestmark = [pytest.mark.slow]
 SIM = ["{{ orch_python }}", "-m", "orchestrator.sim"]
 
 
-def _playbook(tmp: Path, model: Path) -> Path:
+def _playbook(tmp: Path) -> Path:
+    """Every node reads its own simulated model, `model-<node_rank>.json` (`_models`)."""
     data: dict[str, Any] = {
         "name": "slurm-two-node",
         "matrix": {"spec": ["off"]},
-        "env": {"ORCH_SIM_TIME_SCALE": "0.02", "ORCH_SIM_SEED": "7", "SLURM_MN_TEST": tmp.name},
+        "env": {"ORCH_SIM_TIME_SCALE": "0.02", "ORCH_SIM_SEED": "7", "NCCL_ALGO": "Ring",
+                "SLURM_MN_TEST": tmp.name},
         "server": {
             "adapter": "sglang",
             "launcher": [*SIM, "serve"],
             "nodes": 2,
             "dist_port": free_port(),
             "args": {"model-path": "/models/Kimi-K2.5", "port": "{{ srv_port }}", "tp-size": 2,
-                     "sim-model": str(model)},
+                     "sim-model": str(tmp / "model-{{ node_rank }}.json")},
             "ready": {"timeout": 60},
             "stop_grace": 5,
         },
@@ -52,6 +55,14 @@ def _playbook(tmp: Path, model: Path) -> Path:
     path = tmp / "playbook.yml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def _models(tmp: Path, node_1_bugs: dict[str, Any] | None = None) -> None:
+    for rank, bugs in enumerate((None, node_1_bugs)):
+        params = m.model_params()
+        if bugs:
+            params["bugs"] = bugs
+        (tmp / f"model-{rank}.json").write_text(m.dump_params(params))
 
 
 def _inventory(tmp: Path) -> Path:
@@ -74,9 +85,8 @@ def _load(path: Path) -> Any:
 def test_a_two_node_cell_runs_in_one_job_with_a_runner_per_node(
     slurm_cluster: SlurmTestCluster, tmp_path: Path
 ) -> None:
-    model = tmp_path / "model.json"
-    model.write_text(m.dump_params(m.model_params()))
-    playbook, inventory = _playbook(tmp_path, model), _inventory(tmp_path)
+    _models(tmp_path)
+    playbook, inventory = _playbook(tmp_path), _inventory(tmp_path)
     first = next_job_id(slurm_cluster)
     proc = apply(slurm_cluster, tmp_path, playbook, inventory)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -104,3 +114,35 @@ def test_a_two_node_cell_runs_in_one_job_with_a_runner_per_node(
     assert "node rank 1 joined" in (cell / "server.log").read_text()
     assert "node rank 1 joined the head" in (cell / "nodes" / "node2" / "server.log").read_text()
     assert _load(cell / "metrics.json")["summary"]["output_throughput"]["median"] > 0
+
+
+def _sim_processes(marker: str) -> list[int]:
+    """Simulator processes (servers, workers) still alive that carry this test's marker."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"orchestrator.sim" in cmd and f"SLURM_MN_TEST={marker}\0".encode() in env:
+            found.append(int(pid))
+    return found
+
+
+def test_a_node_whose_part_fails_fails_the_cell_and_nothing_keeps_running(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path
+) -> None:
+    _models(tmp_path, {"drop_env": ["NCCL_ALGO"]})  # node 1's workers start without it
+    playbook, inventory = _playbook(tmp_path), _inventory(tmp_path)
+    first = next_job_id(slurm_cluster)
+    proc = apply(slurm_cluster, tmp_path, playbook, inventory)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (entry,) = _load(run_dir(tmp_path) / "run.json")["cells"].values()
+    assert entry["status"] == "failed" and entry["failed_step"] == "verify_env", entry
+    assert entry["reason"].startswith("node node2 (rank 1): verify_env:"), entry
+    assert "NCCL_ALGO" in entry["reason"] or "env_check.json" in entry["reason"], entry
+    jobs = [j for j in jobs_since(slurm_cluster, first) if j["name"].startswith("orch")]
+    # the job ended with the run (FAILED: the runners' exit status says a cell failed)
+    assert [(j["state"], j["nodes"]) for j in jobs] == [("FAILED", "node[1-2]")], jobs
+    assert _sim_processes(tmp_path.name) == []
