@@ -95,8 +95,9 @@ def node_groups(
     if len(direct) % nodes:
         raise InputError(
             f"server.nodes is {nodes}, but the play selects {len(direct)} host"
-            f"{'' if len(direct) == 1 else 's'} not run by Slurm ({', '.join(direct)}): not a "
-            f"multiple of {nodes}",
+            f"{'' if len(direct) == 1 else 's'} ({', '.join(direct)})"
+            f"{' besides its Slurm hosts' if len(direct) < len(hosts) else ''}: not a multiple "
+            f"of {nodes}",
             location=playbook.locate(("server", "nodes")),
             key_path="server.nodes",
             hint=f"select a multiple of {nodes} hosts (hosts: / --limit); each {nodes} "
