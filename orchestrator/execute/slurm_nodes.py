@@ -1,16 +1,16 @@
 """A multi-node cell on a Slurm host: one job of N nodes, one runner per node, one stdout.
 
-The host's queue (heads and their part cells alike) goes to one
-`srun --nodes N --ntasks-per-node 1 --label` whose every task gets the same stdin; each runner
-keeps its rank's cells (runner/slurm_tasks.py, told by `ORCH_SLURM_TASKS=N`). srun merges the
-tasks' stdout, cutting long lines into labelled pieces; `TaskLines` puts each task's lines back
-together (the runner marks every real line end) and hands them on, each task in its own thread:
-a head's archive waits for its parts' archives (execute/nodes.py), which the other tasks'
-threads still deliver, as each node's own connection does over SSH.
+The host's queue (heads and their part cells alike) goes to one `srun --nodes N
+--ntasks-per-node 1 --input=all --label`: every task gets the same stdin, and each runner keeps
+its rank's cells (runner/slurm_tasks.py, told by `ORCH_SLURM_TASKS=N`) in a workdir of its own.
+srun merges the tasks' stdout, cutting long lines into labelled pieces; `TaskLines` puts each
+task's lines back together (the runner marks every real line end) and hands them on, each task in
+its own thread: a head's archive waits for its parts' archives (execute/nodes.py), which the
+other tasks' threads still deliver, as each node's own connection does over SSH.
 
 End requests (release, abort) reach the nodes as a short step of the same job, `srun
---jobid=<id> --overlap` on every node of it: the end file is named by cell, so only the node
-running that cell reads it.
+--jobid=<id> --overlap` on every node of it: the end file is named by cell (and lies in its
+rank's workdir), so only the node running that cell reads it.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def queue_nodes(cells: Iterable[Cell]) -> int:
 
 def task_options(nodes: int) -> list[str]:
     """srun's options for a runner on each of `nodes` nodes (after the allocation's own)."""
-    return [f"--nodes={nodes}", "--ntasks-per-node=1", "--label"]
+    return [f"--nodes={nodes}", "--ntasks-per-node=1", "--input=all", "--label"]
 
 
 def task_argv(argv: Sequence[str], nodes: int) -> list[str]:
