@@ -29,7 +29,7 @@ from orchestrator.errors import ConnectionFailure, ExecutionError, OrchError
 from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.interrupts import raise_on_sigterm, restore_sigterm, signals_deferred
 from orchestrator.execute.machine import machine_id
-from orchestrator.execute.nodes import NodeJoin, joined_verdict
+from orchestrator.execute.nodes import NodeJoin, joined_verdict, with_head_address
 from orchestrator.execute.outcomes import (
     ApplyOptions,
     CellOutcome,
@@ -43,7 +43,6 @@ from orchestrator.execute.runlock import acquire_run_lock
 from orchestrator.execute.secret_values import extra_vars_in_argv, scrub, secret_values
 from orchestrator.execute.ship import runner_invocation
 from orchestrator.execute.slurm import SlurmConnection, SlurmJob
-from orchestrator.execute.slurm_nodes import with_head_address
 from orchestrator.execute.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
 from orchestrator.plan.sessions import session_key
 from orchestrator.results.archive import extract_archive

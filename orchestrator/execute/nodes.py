@@ -13,12 +13,18 @@ group reach a cell together (runner/node.py says what a part does). The controll
 
 End requests are a file the runner polls (`runs/<run>/.<cell>.end`), written by one short
 command on the node's connection: no second channel into the runner is needed.
+
+On a Slurm host every node of a cell is that one host, one job (execute/slurm_nodes.py): an end
+request is a step in the job, each part's folder is named by the Slurm node it ran on
+(`nodes/<NodeName>/`, `via` the host in nodes.json), and the head is scored against the address
+its runner found for itself (`with_head_address`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import secrets
 import shutil
 import tarfile
@@ -32,8 +38,8 @@ from orchestrator.cell import Cell, NodePart, NodeRole, part_id
 from orchestrator.errors import OrchError
 from orchestrator.execute.slurm import SlurmConnection
 from orchestrator.results.archive import extract_archive
-from orchestrator.results.layout import NODES_DIR, NODES_JSON, SNAPSHOT_PRE
-from orchestrator.runner.slurm_tasks import node_workdir
+from orchestrator.results.layout import CELL_JSON, NODES_DIR, NODES_JSON, SNAPSHOT_PRE
+from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER, node_workdir
 
 if TYPE_CHECKING:
     from orchestrator.execute.connection import Connection
@@ -301,3 +307,40 @@ def joined_verdict(
         said.append(f"head: {reason}")
     status = "interrupted" if status == "interrupted" else "failed"
     return status, "; ".join(said), failed[0].get("failed_step") or step
+
+
+def with_head_address(cell: Cell, cell_dir: Path) -> Cell:
+    """`cell` as its runner ran it on a Slurm job's head: the address the runner put where
+    planning wrote HEAD_PLACEHOLDER, read back from the cell as `cell.json` records it, so the
+    server's reported arguments are scored against what it was really given."""
+    declared = cell.model_dump(mode="json")
+    if HEAD_PLACEHOLDER not in json.dumps(declared):
+        return cell
+    try:
+        ran = json.loads((cell_dir / CELL_JSON).read_text()).get("cell")
+    except (OSError, ValueError, AttributeError):
+        return cell
+    address = _address_in(declared, ran)
+    if address is None:
+        return cell
+    text = json.dumps(declared).replace(HEAD_PLACEHOLDER, address)
+    return Cell.model_validate({**json.loads(text), "id": cell.id})
+
+
+def _address_in(declared: Any, ran: Any) -> str | None:
+    """What stands for HEAD_PLACEHOLDER in `ran`, found where `declared` holds it."""
+    if isinstance(declared, str) and isinstance(ran, str) and HEAD_PLACEHOLDER in declared:
+        first, *rest = (re.escape(piece) for piece in declared.split(HEAD_PLACEHOLDER))
+        pattern = first + r"(?P<a>[A-Za-z0-9][A-Za-z0-9._-]*)" + r"(?P=a)".join(rest)
+        found = re.fullmatch(pattern, ran)
+        return found.group("a") if found else None
+    pairs: list[tuple[Any, Any]] = []
+    if isinstance(declared, dict) and isinstance(ran, dict):
+        pairs = [(declared[k], ran[k]) for k in declared if k in ran]
+    elif isinstance(declared, list) and isinstance(ran, list) and len(declared) == len(ran):
+        pairs = list(zip(declared, ran, strict=True))
+    for mine, theirs in pairs:
+        address = _address_in(mine, theirs)
+        if address is not None:
+            return address
+    return None

@@ -15,19 +15,15 @@ rank's workdir), so only the node running that cell reads it.
 
 from __future__ import annotations
 
-import json
 import queue
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
-from typing import Any
 
 from orchestrator.cell import Cell
 from orchestrator.errors import ExecutionError
 from orchestrator.execute.transport import Connection, RunResult
-from orchestrator.results.layout import CELL_JSON
-from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER, RECORD_END, TASKS_VARIABLE
+from orchestrator.runner.slurm_tasks import RECORD_END, TASKS_VARIABLE
 
 __all__ = [
     "TaskLines",
@@ -35,7 +31,6 @@ __all__ = [
     "run_in_job",
     "task_argv",
     "task_options",
-    "with_head_address",
 ]
 
 _LABEL = re.compile(r"^\s*(\d+): ?(.*)$", re.DOTALL)  # srun --label: `<task>: <text>`
@@ -146,40 +141,3 @@ def run_in_job(
             f"{result.stderr.strip()[-300:]}"
         )
     return result
-
-
-def with_head_address(cell: Cell, cell_dir: Path) -> Cell:
-    """`cell` as its runner ran it on a Slurm job's head: the address the runner put where
-    planning wrote HEAD_PLACEHOLDER, read back from the cell as `cell.json` records it, so the
-    server's reported arguments are scored against what it was really given."""
-    declared = cell.model_dump(mode="json")
-    if HEAD_PLACEHOLDER not in json.dumps(declared):
-        return cell
-    try:
-        ran = json.loads((cell_dir / CELL_JSON).read_text()).get("cell")
-    except (OSError, ValueError, AttributeError):
-        return cell
-    address = _address_in(declared, ran)
-    if address is None:
-        return cell
-    text = json.dumps(declared).replace(HEAD_PLACEHOLDER, address)
-    return Cell.model_validate({**json.loads(text), "id": cell.id})
-
-
-def _address_in(declared: Any, ran: Any) -> str | None:
-    """What stands for HEAD_PLACEHOLDER in `ran`, found where `declared` holds it."""
-    if isinstance(declared, str) and isinstance(ran, str) and HEAD_PLACEHOLDER in declared:
-        first, *rest = (re.escape(piece) for piece in declared.split(HEAD_PLACEHOLDER))
-        pattern = first + r"(?P<a>[A-Za-z0-9][A-Za-z0-9._-]*)" + r"(?P=a)".join(rest)
-        found = re.fullmatch(pattern, ran)
-        return found.group("a") if found else None
-    pairs: list[tuple[Any, Any]] = []
-    if isinstance(declared, dict) and isinstance(ran, dict):
-        pairs = [(declared[k], ran[k]) for k in declared if k in ran]
-    elif isinstance(declared, list) and isinstance(ran, list) and len(declared) == len(ran):
-        pairs = list(zip(declared, ran, strict=True))
-    for mine, theirs in pairs:
-        address = _address_in(mine, theirs)
-        if address is not None:
-            return address
-    return None

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.cell import Cell
-from orchestrator.execute.slurm_nodes import TaskLines, queue_nodes, with_head_address
+from orchestrator.execute.nodes import with_head_address
+from orchestrator.execute.slurm_nodes import TaskLines, queue_nodes
 from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER, RECORD_END, node_payload
 
 ROOT = Path(__file__).resolve().parents[2]
