@@ -82,6 +82,18 @@ def _fake_device(path: Path) -> None:
         path.touch()
 
 
+def _cable(a: SlurmTestNode, b: SlurmTestNode, name: str) -> None:
+    """A veth between two nodes' namespaces, so each reaches the other's address directly, as
+    the nodes of a cluster do (the root side does not forward between them)."""
+    peer = f"{name}p"
+    _run(["ip", "-n", a.namespace, "link", "add", name, "type", "veth", "peer", "name", peer])
+    _run(["ip", "-n", a.namespace, "link", "set", peer, "netns", b.namespace])
+    _run(["ip", "-n", a.namespace, "link", "set", name, "up"])
+    _run(["ip", "-n", b.namespace, "link", "set", peer, "up"])
+    _run(["ip", "-n", a.namespace, "route", "add", f"{b.address}/32", "dev", name])
+    _run(["ip", "-n", b.namespace, "route", "add", f"{a.address}/32", "dev", peer])
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("", 0))
@@ -295,6 +307,10 @@ class SlurmTestCluster:
                 self.controller_address = outer_ip
             (self.base / name / "spool").mkdir(parents=True, exist_ok=True)
             self.nodes.append(SlurmTestNode(name, inner_ip, namespace))
+        nodes = self.main_nodes
+        for i, a in enumerate(nodes):
+            for b in nodes[i + 1 :]:
+                _cable(a, b, f"oc{i}{secrets.token_hex(2)}")
 
     def _spawn(
         self, argv: Sequence[str], log_name: str, *, user: str | None = None

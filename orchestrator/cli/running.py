@@ -126,7 +126,7 @@ def plan(
     rows = [
         [
             c.id,
-            "+".join(c.hosts),  # a server over several hosts: its nodes, head first
+            _hosts_label(c.hosts),  # a server over several hosts: its nodes, head first
             *(_short(shown_axes[c.id].get(a, "")) for a in axes),
             _version(c),
             servers[c.id],
@@ -142,7 +142,8 @@ def plan(
     if multi:
         echo(
             f"{len(multi)} cell(s) run one server over {len(multi[0].hosts)} nodes: the first "
-            "host is the head (rank 0, serves HTTP, runs the bench)"
+            "host is the head (rank 0, serves HTTP, runs the bench); on a Slurm host, one job "
+            "of that many nodes, its first node (SLURM_NODEID 0) the head"
         )
     for res in resolutions:
         echo(f"repo.version {res.describe()}")
@@ -540,3 +541,10 @@ def _metric_not_reported(exc: MetricNotReported, run_dir: Path | None) -> None:
         again = resume_command(fixed, run_dir)
         click.echo(f"what was measured is kept; continue with: {again}{name}", err=True)
     sys.exit(exc.exit_code)
+
+
+def _hosts_label(hosts: tuple[str, ...]) -> str:
+    """A cell's hosts for `orch plan`: `a+b`, or `login (2 nodes)` for one Slurm job's nodes."""
+    if len(hosts) > 1 and len(set(hosts)) == 1:
+        return f"{hosts[0]} ({len(hosts)} nodes)"
+    return "+".join(hosts)

@@ -29,7 +29,7 @@ from orchestrator.errors import ConnectionFailure, ExecutionError, OrchError
 from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.interrupts import raise_on_sigterm, restore_sigterm, signals_deferred
 from orchestrator.execute.machine import machine_id
-from orchestrator.execute.nodes import NodeJoin, joined_verdict
+from orchestrator.execute.nodes import NodeJoin, joined_verdict, with_head_address
 from orchestrator.execute.outcomes import (
     ApplyOptions,
     CellOutcome,
@@ -517,7 +517,7 @@ class Run:
             # The host redacted its captures (server_info): compare what it reported with the
             # declared cell redacted the same way, as `orch report`/`audit` read them later.
             nodes = self.nodes.join(cell, staged) if cell.nodes else None
-            verdict = score_cell(staged, self._recorded_cell(cell))
+            verdict = score_cell(staged, with_head_address(self._recorded_cell(cell), staged))
             if nodes is not None:
                 verdict.status, verdict.reason, verdict.failed_step = joined_verdict(
                     verdict.status,

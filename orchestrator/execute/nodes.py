@@ -13,12 +13,18 @@ group reach a cell together (runner/node.py says what a part does). The controll
 
 End requests are a file the runner polls (`runs/<run>/.<cell>.end`), written by one short
 command on the node's connection: no second channel into the runner is needed.
+
+On a Slurm host every node of a cell is that one host, one job (execute/slurm_nodes.py): an end
+request is a step in the job, each part's folder is named by the Slurm node it ran on
+(`nodes/<NodeName>/`, `via` the host in nodes.json), and the head is scored against the address
+its runner found for itself (`with_head_address`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import secrets
 import shutil
 import tarfile
@@ -30,8 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.cell import Cell, NodePart, NodeRole, part_id
 from orchestrator.errors import OrchError
+from orchestrator.execute.slurm import SlurmConnection
 from orchestrator.results.archive import extract_archive
-from orchestrator.results.layout import NODES_DIR, NODES_JSON
+from orchestrator.results.layout import CELL_JSON, NODES_DIR, NODES_JSON, SNAPSHOT_PRE
+from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER, node_workdir
 
 if TYPE_CHECKING:
     from orchestrator.execute.connection import Connection
@@ -147,7 +155,7 @@ class NodeJoin:
             for p in parts:
                 p.released = True
         for p in parts:
-            self._send(p.host, p.cell.id, "release", "the head's cell ended")
+            self._send(p.host, p.cell.id, "release", "the head's cell ended", p.rank)
 
     def part_failed(self, cid: str, reason: str) -> None:
         """A node's part failed: abort the head's cell unless it already ended."""
@@ -158,20 +166,28 @@ class NodeJoin:
             if part.head in self.head_ended or part.head in self.aborted:
                 return
             self.aborted[part.head] = why
-        self._send(head.host, head.id, "abort", why)
+        self._send(head.host, head.id, "abort", why, 0)
 
-    def _send(self, host: str, cid: str, kind: str, reason: str) -> None:
+    def _send(self, host: str, cid: str, kind: str, reason: str, rank: int) -> None:
         with self.cond:
             found = self.queues.get(host)
         if found is None:
             return  # that host's runner is not running: nothing there to end
         conn, invocation, run_id = found
-        path = f"{conn.host.workdir}/runs/{run_id}/.{cid}.end"
+        workdir = conn.host.workdir
+        if isinstance(conn, SlurmConnection):  # the nodes of one job: each rank has its own
+            workdir = node_workdir(workdir, rank)
+        path = f"{workdir}/runs/{run_id}/.{cid}.end"
         text = json.dumps({"kind": kind, "reason": reason, "invocation": invocation})
+
+        argv = [conn.host.python, "-c", _WRITE_END, path, text]
 
         def send() -> None:
             with contextlib.suppress(OrchError):  # a lost node's runner ends its part on EOF
-                conn.run([conn.host.python, "-c", _WRITE_END, path, text], timeout=60)
+                # on Slurm: a step in the job of the nodes' runners, where one runs
+                if isinstance(conn, SlurmConnection) and conn.run_on_job_nodes(argv, 60.0):
+                    return
+                conn.run(argv, timeout=60)
 
         threading.Thread(target=send, daemon=True, name=f"end-{cid}").start()
 
@@ -228,9 +244,16 @@ class NodeJoin:
             entry: dict[str, Any] = {"host": p.host, "rank": p.rank, "part": p.cell.id}
             if p.archive is not None:
                 dest = staged / NODES_DIR / p.host
+                shared = p.host == head.host  # the nodes of one Slurm job: named by Slurm
+                if shared:
+                    dest = staged / NODES_DIR / f".rank{p.rank}"
                 try:
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     extract_archive(p.archive, dest)
+                    if shared:
+                        entry["host"] = _slurm_node_name(dest) or f"{p.host}.n{p.rank}"
+                        entry["via"] = p.host
+                        dest = dest.rename(dest.parent / entry["host"])
                     doc = json.loads((dest / "cell.json").read_text())
                 except (OrchError, OSError, ValueError, tarfile.TarError) as exc:
                     entry.update(status="failed", reason=f"its results are unreadable: {exc}")
@@ -248,6 +271,17 @@ class NodeJoin:
             summary.append(entry)
         (staged / NODES_JSON).write_text(json.dumps(summary, indent=2) + "\n")
         return summary
+
+
+def _slurm_node_name(folder: Path) -> str | None:
+    """The Slurm node (SLURMD_NODENAME) a part ran on, from its snapshot; None if unknown."""
+    try:
+        snapshot = json.loads((folder / SNAPSHOT_PRE).read_text())
+        name = snapshot["slurm"]["node_name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    ok = isinstance(name, str) and name and not name.startswith(".") and "/" not in name
+    return name if ok else None
 
 
 def joined_verdict(
@@ -273,3 +307,40 @@ def joined_verdict(
         said.append(f"head: {reason}")
     status = "interrupted" if status == "interrupted" else "failed"
     return status, "; ".join(said), failed[0].get("failed_step") or step
+
+
+def with_head_address(cell: Cell, cell_dir: Path) -> Cell:
+    """`cell` as its runner ran it on a Slurm job's head: the address the runner put where
+    planning wrote HEAD_PLACEHOLDER, read back from the cell as `cell.json` records it, so the
+    server's reported arguments are scored against what it was really given."""
+    declared = cell.model_dump(mode="json")
+    if HEAD_PLACEHOLDER not in json.dumps(declared):
+        return cell
+    try:
+        ran = json.loads((cell_dir / CELL_JSON).read_text()).get("cell")
+    except (OSError, ValueError, AttributeError):
+        return cell
+    address = _address_in(declared, ran)
+    if address is None:
+        return cell
+    text = json.dumps(declared).replace(HEAD_PLACEHOLDER, address)
+    return Cell.model_validate({**json.loads(text), "id": cell.id})
+
+
+def _address_in(declared: Any, ran: Any) -> str | None:
+    """What stands for HEAD_PLACEHOLDER in `ran`, found where `declared` holds it."""
+    if isinstance(declared, str) and isinstance(ran, str) and HEAD_PLACEHOLDER in declared:
+        first, *rest = (re.escape(piece) for piece in declared.split(HEAD_PLACEHOLDER))
+        pattern = first + r"(?P<a>[A-Za-z0-9][A-Za-z0-9._-]*)" + r"(?P=a)".join(rest)
+        found = re.fullmatch(pattern, ran)
+        return found.group("a") if found else None
+    pairs: list[tuple[Any, Any]] = []
+    if isinstance(declared, dict) and isinstance(ran, dict):
+        pairs = [(declared[k], ran[k]) for k in declared if k in ran]
+    elif isinstance(declared, list) and isinstance(ran, list) and len(declared) == len(ran):
+        pairs = list(zip(declared, ran, strict=True))
+    for mine, theirs in pairs:
+        address = _address_in(mine, theirs)
+        if address is not None:
+            return address
+    return None

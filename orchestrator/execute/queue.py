@@ -8,6 +8,7 @@ archives and sends it, and starts no other.
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 import threading
@@ -23,7 +24,8 @@ from orchestrator.execute.connection import Connection
 from orchestrator.execute.outcomes import STOPPED, CellOutcome, stopped_outcome
 from orchestrator.execute.secret_values import scrub
 from orchestrator.execute.ship import runner_invocation
-from orchestrator.execute.slurm import SlurmJobEnded, slurm_jobs
+from orchestrator.execute.slurm import SlurmConnection, SlurmJobEnded, slurm_jobs
+from orchestrator.execute.slurm_nodes import queue_nodes
 from orchestrator.execute.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
 from orchestrator.plan.sessions import session_key
 from orchestrator.runner.protocol import SCHEMA_VERSION
@@ -191,8 +193,12 @@ class HostQueue:
         self.run_.nodes.attach(self.conn, self.invocation, self.run_.run_id)
         with tempfile.TemporaryDirectory(prefix="orch-stream-") as tmp:
             stream = ArchiveStream(Path(tmp))
+            run = self.conn.run
+            nodes = queue_nodes(self.cells.values())
+            if isinstance(self.conn, SlurmConnection) and nodes > 1:  # one job, a runner a node
+                run = functools.partial(self.conn.run, tasks=nodes)
             try:
-                res = self.conn.run(
+                res = run(
                     argv,
                     stdin=shipped + (json.dumps(self.payload()) + "\n").encode(),
                     keep_stdin_open=True,

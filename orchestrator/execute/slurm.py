@@ -41,6 +41,7 @@ from typing import Any
 
 from orchestrator.config.host import Host, SlurmOptions
 from orchestrator.errors import ExecutionError, OrchError
+from orchestrator.execute.slurm_nodes import TaskLines, run_in_job, task_argv, task_options
 from orchestrator.execute.transport import CommandTimeout, Connection, RunResult
 
 __all__ = [
@@ -79,9 +80,15 @@ _ENDED_BY_SLURM = {
 }
 
 
-def srun_options(options: SlurmOptions, job_name: str, timeout: float | None) -> list[str]:
-    """srun's options for one command's job (its name, its allocation, one task a node)."""
-    srun = [f"--job-name={job_name}", f"--nodes={options.nodes}", "--ntasks-per-node=1"]
+def srun_options(
+    options: SlurmOptions, job_name: str, timeout: float | None, *, tasks: int = 1
+) -> list[str]:
+    """srun's options for one command's job (its name, its allocation, one task a node);
+    `tasks` > 1: a runner on each of that many nodes, its output labelled (slurm_nodes.py)."""
+    if tasks > 1:
+        srun = [f"--job-name={job_name}", *task_options(tasks)]
+    else:
+        srun = [f"--job-name={job_name}", f"--nodes={options.nodes}", "--ntasks-per-node=1"]
     for flag, value in (
         ("partition", options.partition),
         ("account", options.account),
@@ -96,8 +103,10 @@ def srun_options(options: SlurmOptions, job_name: str, timeout: float | None) ->
         srun.append(f"--time={math.ceil(timeout / 60) + 1}")
     if options.pending_timeout:  # Slurm itself gives up a job still PENDING by then
         srun.append(f"--immediate={max(1, math.ceil(options.pending_timeout))}")
-    if options.nodes > 1:
+    if options.nodes > 1 and tasks <= 1:
         srun.append("--kill-on-bad-exit=1")  # one node failing ends the others
+    # (not for one runner a node: a node whose part failed still sends its results, and the
+    # head still archives its cell; the controller aborts the head instead)
     return [*srun, *options.extra]
 
 
@@ -157,6 +166,7 @@ class SlurmConnection(Connection):
         self.on_job = on_job
         self.job_names: list[str] = []  # one per command, in start order
         self._jobs: list[SlurmJob] = []
+        self._spanning: dict[str, int] = {}  # job name -> nodes, while a runner a node runs
         self._lock = threading.Lock()
 
     @property
@@ -174,18 +184,50 @@ class SlurmConnection(Connection):
         timeout: float | None = None,
         on_stdout_line: Callable[[str], None] | None = None,
         stop: threading.Event | None = None,
+        tasks: int = 1,
     ) -> RunResult:
         """See `Connection.run`: the command runs as one Slurm job, started by `srun`.
 
         The time spent waiting for the allocation counts against `timeout`. Raises
         `ExecutionError` when Slurm refuses the job, `SlurmJobEnded` when Slurm ended it (or
-        it stayed PENDING past `slurm_pending_timeout`).
+        it stayed PENDING past `slurm_pending_timeout`). `tasks` > 1: the runner `argv` runs
+        on that many nodes of the job, each task's lines handed on whole (slurm_nodes.py).
         """
         job = SlurmJob(f"{self.job_prefix}-{secrets.token_hex(6)}")
         with self._lock:
             self.job_names.append(job.name)
             self._jobs.append(job)
-        srun = ["srun", *srun_options(self.options, job.name, timeout), "--", *argv]
+        lines = TaskLines(on_stdout_line) if tasks > 1 else None
+        command = list(argv)
+        if lines is not None:
+            command = task_argv(argv, tasks)
+            on_stdout_line = lines.feed
+            self._spanning[job.name] = tasks
+        srun = ["srun", *srun_options(self.options, job.name, timeout, tasks=tasks), "--", *command]
+        try:
+            result = self._run_job(job, argv, srun, stdin, keep_stdin_open, timeout,
+                                   on_stdout_line, stop)  # fmt: skip
+        finally:
+            if lines is not None:
+                lines.close()
+                self._spanning.pop(job.name, None)
+        if lines is None:
+            return result
+        if lines.error is not None:
+            raise lines.error
+        return replace(result, stdout=lines.stdout())
+
+    def _run_job(
+        self,
+        job: SlurmJob,
+        argv: Sequence[str],
+        srun: list[str],
+        stdin: bytes | None,
+        keep_stdin_open: bool,
+        timeout: float | None,
+        on_stdout_line: Callable[[str], None] | None,
+        stop: threading.Event | None,
+    ) -> RunResult:
         cancelled = threading.Event()
         finished = threading.Event()
 
@@ -395,6 +437,17 @@ class SlurmConnection(Connection):
         self.cancel_job(job_id)
         self._wait_ended(job_id, by="jobs")
         return f"still {state} {grace:g} s after the run was resumed: cancelled"
+
+    def run_on_job_nodes(self, argv: Sequence[str], timeout: float) -> RunResult | None:
+        """`argv` on every node of the job that runs a runner a node now (a step beside it),
+        or None when no such job runs: then there is no runner to reach."""
+        with self._lock:
+            running = [(j.job_id, self._spanning[j.name]) for j in self._jobs
+                       if j.name in self._spanning and j.job_id]  # fmt: skip
+        if not running:
+            return None
+        job_id, nodes = running[-1]
+        return run_in_job(self.login, str(job_id), nodes, argv, timeout)
 
     def cancel_job(self, job_id: str) -> None:
         """scancel the job of that id (best effort: it may have ended already)."""

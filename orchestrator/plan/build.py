@@ -89,17 +89,21 @@ def _build_cells(playbook: LoadedPlaybook, inventory: Inventory, limit: str | No
     _check_where_syntax(matrix.where, engine, locate)
     raw_safe = raw_safe_axes(data.get("matrix"), matrix)
     nodes = declared_nodes(playbook)
-    groups = node_groups(hosts, nodes, playbook) if nodes > 1 else [[h] for h in hosts]
-    planners = {}
+    groups = node_groups(hosts, nodes, playbook, inventory) if nodes > 1 else [[h] for h in hosts]
+    planners = {}  # each group's head (rank 0): it decides which points the group runs
+    by_rank = []  # each group's planners, head first (a Slurm host's nodes: the one host)
     for group in groups:
         members = [inventory.hosts[h] for h in group]
         port = dist_port(playbook)
-        for rank, h in enumerate(group):
+        row = []
+        for rank in range(len(group)):
             node = node_vars(members, rank, port) if nodes > 1 else None
-            planners[h] = HostPlanner(playbook, inventory, members[rank], engine, raw_safe, node)
+            row.append(HostPlanner(playbook, inventory, members[rank], engine, raw_safe, node))
+        by_rank.append(row)
+        planners[group[0]] = row[0]
     if nodes > 1:
         heads = [g[0] for g in groups]
-        return _joined_cells(groups, planners, _assign(heads, planners, matrix, strategy, locate))
+        return _joined_cells(groups, by_rank, _assign(heads, planners, matrix, strategy, locate))
 
     assigned = _assign(hosts, planners, matrix, strategy, locate)
     cells: list[Cell] = []
@@ -149,18 +153,19 @@ def _assign(
 
 def _joined_cells(
     groups: list[list[str]],
-    planners: dict[str, HostPlanner],
+    by_rank: list[list[HostPlanner]],
     assigned: dict[str, list[MatrixPoint]],
 ) -> list[Cell]:
     """Multi-node cells: each group renders its head's points on every node, joined by point."""
     cells: list[Cell] = []
-    for group in groups:
+    for group, planners in zip(groups, by_rank, strict=True):
         points = assigned[group[0]]
-        per_rank = [planners[h].cells(points) for h in group]
+        per_rank = [planner.cells(points) for planner in planners]
+        head_address = str((planners[0].node_vars or {})["head_host"])
         joined = []
         for i, (head, _point) in enumerate(per_rank[0]):
-            parts = [(planners[h].host, per_rank[r][i][0]) for r, h in enumerate(group) if r]
-            joined.append(joined_cell(head, planners[group[0]].host.target, parts))
+            parts = [(planners[r].host, per_rank[r][i][0]) for r in range(1, len(group))]
+            joined.append(joined_cell(head, head_address, parts))
         cells.extend(_group_by_repo(joined))
     return cells
 

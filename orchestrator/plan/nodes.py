@@ -1,9 +1,10 @@
 """Multi-node cells, as planned: `server.nodes: N` makes one server span N hosts.
 
 The play's hosts (inventory order, after `--limit`) are cut into consecutive groups of N; the
-first host of a group is its head (rank 0, serves HTTP, runs the bench). Every host of a group
-renders the same points with its own variables plus the node variables below, so each node's
-env and server argv are its own; the head's cell carries the others as `Cell.nodes`.
+first host of a group is its head (rank 0, serves HTTP, runs the bench). A Slurm host is a group
+by itself: its job spans N nodes, and the job's first node is the head (`SLURM_NODEID` 0). Every
+host of a group renders the same points with its own variables plus the node variables below, so
+each node's env and server argv are its own; the head's cell carries the others as `Cell.nodes`.
 
 Node variables, seen by every template (a one-node cell sees rank 0 of 1):
 `node_rank`, `nnodes`, `head_host` (the head's address as the other nodes reach it:
@@ -18,10 +19,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from orchestrator.cell import Cell, NodePart, canonical_json
-from orchestrator.config.host import Host
+from orchestrator.config.host import Host, Inventory
 from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.templates import has_template
 from orchestrator.errors import InputError
+from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER
 
 NODE_VAR_NAMES = ("node_rank", "nnodes", "head_host", "head_port", "node_hosts")
 DIST_PORT_OFFSET = 100  # the default head_port: the server's port + this
@@ -77,19 +79,34 @@ def dist_port(playbook: LoadedPlaybook) -> int:
     return DEFAULT_DIST_PORT
 
 
-def node_groups(hosts: Sequence[str], nodes: int, playbook: LoadedPlaybook) -> list[list[str]]:
-    """The play's hosts cut into consecutive groups of `nodes`, head first; a count that is not
-    a multiple of `nodes` is refused with the hosts found."""
-    if len(hosts) % nodes:
+def node_groups(
+    hosts: Sequence[str], nodes: int, playbook: LoadedPlaybook, inventory: Inventory
+) -> list[list[str]]:
+    """The play's hosts cut into groups of `nodes`, head first: a Slurm host is a group by
+    itself (its job gets `nodes` nodes), the others go in consecutive groups; a count of them
+    that is not a multiple of `nodes` is refused with the hosts found."""
+    groups: list[list[str]] = []
+    direct: list[str] = []
+    for name in hosts:
+        if inventory.hosts[name].executor == "slurm":
+            groups.append([name] * nodes)
+        else:
+            direct.append(name)
+    if len(direct) % nodes:
         raise InputError(
-            f"server.nodes is {nodes}, but the play selects {len(hosts)} host"
-            f"{'' if len(hosts) == 1 else 's'} ({', '.join(hosts)}): not a multiple of {nodes}",
+            f"server.nodes is {nodes}, but the play selects {len(direct)} host"
+            f"{'' if len(direct) == 1 else 's'} ({', '.join(direct)})"
+            f"{' besides its Slurm hosts' if len(direct) < len(hosts) else ''}: not a multiple "
+            f"of {nodes}",
             location=playbook.locate(("server", "nodes")),
             key_path="server.nodes",
             hint=f"select a multiple of {nodes} hosts (hosts: / --limit); each {nodes} "
-            "consecutive hosts in inventory order form one server, the first its head",
+            "consecutive hosts in inventory order form one server, the first its head (a "
+            f"Slurm host runs each cell as one job of {nodes} nodes by itself)",
         )
-    return [list(hosts[i : i + nodes]) for i in range(0, len(hosts), nodes)]
+    groups += [direct[i : i + nodes] for i in range(0, len(direct), nodes)]
+    order = {name: i for i, name in enumerate(hosts)}
+    return sorted(groups, key=lambda group: order[group[0]])
 
 
 def single_node_vars(host: Host) -> dict[str, Any]:
@@ -104,11 +121,14 @@ def single_node_vars(host: Host) -> dict[str, Any]:
 
 
 def node_vars(group: Sequence[Host], rank: int, port: int) -> dict[str, Any]:
-    """The node variables of rank `rank` in `group` (head first)."""
+    """The node variables of rank `rank` in `group` (head first). On a Slurm host the head is
+    the job's first node, known once the job runs: the runner puts its address where
+    `head_host` went (runner/slurm_tasks.py)."""
+    slurm = group[0].executor == "slurm"
     return {
         "node_rank": rank,
         "nnodes": len(group),
-        "head_host": group[0].target,
+        "head_host": HEAD_PLACEHOLDER if slurm else group[0].target,
         "head_port": port,
         "node_hosts": [h.name for h in group],
     }

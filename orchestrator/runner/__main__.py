@@ -30,9 +30,10 @@ from orchestrator.runner.protocol import (
     read_json,
     resolve_path,
 )
-from orchestrator.runner.queue import run_queue, send_archive
+from orchestrator.runner.queue import fail_queue, run_queue, send_archive
 from orchestrator.runner.remote_refs import list_remote_refs, pick_ref
 from orchestrator.runner.repo import RepoChecks
+from orchestrator.runner.slurm_tasks import frame_stdout, node_payload, task_count
 from orchestrator.runner.snapshot import take_snapshot
 
 
@@ -42,6 +43,10 @@ def cmd_run() -> int:
     payload, why = parse_payload(read_first_line())
     if payload is None:
         return bad_input(out, why)
+    if task_count(os.environ) > 1:  # one node of a multi-node Slurm job: its rank's cells
+        payload, failure = node_payload(payload, os.environ)
+        if failure is not None:
+            return fail_queue(payload, out, failure)
     return run_queue(payload, out)
 
 
@@ -200,6 +205,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p_stop.add_argument("run_id")
     p_stop.add_argument("--workdir", default=".orch")
     args = parser.parse_args(argv)
+    if task_count(os.environ) > 1:  # srun cuts and labels long lines: mark where each ends
+        frame_stdout()
     if args.command == "run":
         return cmd_run()
     if args.command == "collect":

@@ -137,6 +137,15 @@ def run_queue(payload: Dict[str, Any], out: IO[bytes]) -> int:
     return worst
 
 
+def fail_queue(payload: Dict[str, Any], out: IO[bytes], reason: str) -> int:
+    """Every cell of the payload failed before it started, for one reason; exit status 2."""
+    control = Control(out)
+    with control.lock:
+        for item in queue_items(payload):
+            bad_input_line(control, str((item.get("cell") or {}).get("id", "")), reason)
+    return 2
+
+
 def session_of(item: Dict[str, Any]) -> str:
     """A queue item's session key (a cell of its own when the controller gave none)."""
     return str(item.get("session") or item["cell"].get("id"))

@@ -14,6 +14,7 @@ from orchestrator.config.playbook import load_playbook
 from orchestrator.errors import InputError
 from orchestrator.execute.nodes import joined_verdict, part_cell
 from orchestrator.plan.build import build_cells
+from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER
 
 INVENTORY = """
 all:
@@ -188,3 +189,48 @@ def test_the_heads_reason_is_left_out_only_when_it_is_the_abort_a_node_caused() 
     own = "setup failed: exit 1"  # the head's own failure is kept, whatever its words
     _, reason, _ = joined_verdict("failed", own, "setup", nodes, abort)
     assert reason == "node gpu2 (rank 1): bench: rc -9; head: setup failed: exit 1"
+
+
+SLURM_INVENTORY = """
+cluster:
+  vars: {orch_executor: slurm, nic: ib0}
+  hosts:
+    login: {ansible_host: login.example.org}
+lab:
+  hosts:
+    gpu1: {ansible_host: 10.0.0.1, nic: eth0}
+    gpu2: {ansible_host: 10.0.0.2, nic: eth1}
+"""
+
+
+def plan_with(tmp_path: Path, inventory: str, limit: str | None = None) -> list[Cell]:
+    (tmp_path / "playbook.yml").write_text(textwrap.dedent(SGLANG))
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(textwrap.dedent(inventory))
+    return build_cells(
+        load_playbook(tmp_path / "playbook.yml", {}), load_inventory(inv), limit=limit
+    )
+
+
+def test_a_slurm_host_is_a_server_of_its_own_jobs_nodes(tmp_path: Path) -> None:
+    cells = plan_with(tmp_path, SLURM_INVENTORY)
+    on_slurm = [c for c in cells if c.host == "login"]
+    assert [c.hosts for c in on_slurm] == [("login", "login")] * 2
+    assert sorted({c.hosts for c in cells}) == [("gpu1", "gpu2"), ("login", "login")]
+    head = on_slurm[0]
+    (node,) = head.nodes
+    assert (node.host, node.rank, node.head_address) == ("login", 1, HEAD_PLACEHOLDER)
+    # the head is the job's first node, known once it runs: its runner fills the address in
+    assert head.env["RANK_SEEN"] == f"0/2 head={HEAD_PLACEHOLDER}:30100"
+    assert node.env["RANK_SEEN"] == f"1/2 head={HEAD_PLACEHOLDER}:30100"
+    assert node.server is not None and flag(node.server.argv, "--node-rank") == "1"
+    assert flag(node.server.argv, "--dist-init-addr") == f"{HEAD_PLACEHOLDER}:30100"
+    part = part_cell(head, node)
+    assert part.node is not None and part.node.head_url is not None
+    assert f"//{HEAD_PLACEHOLDER}:30000/" in part.node.head_url
+
+
+def test_hosts_besides_the_slurm_ones_still_come_in_whole_groups(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as err:
+        plan_with(tmp_path, SLURM_INVENTORY, limit="login,gpu1")
+    assert "1 host (gpu1) besides its Slurm hosts: not a multiple of 2" in err.value.message

@@ -1,0 +1,143 @@
+"""A multi-node cell on a Slurm host: one job of N nodes, one runner per node, one stdout.
+
+The host's queue (heads and their part cells alike) goes to one `srun --nodes N
+--ntasks-per-node 1 --input=all --label`: every task gets the same stdin, and each runner keeps
+its rank's cells (runner/slurm_tasks.py, told by `ORCH_SLURM_TASKS=N`) in a workdir of its own.
+srun merges the tasks' stdout, cutting long lines into labelled pieces; `TaskLines` puts each
+task's lines back together (the runner marks every real line end) and hands them on, each task in
+its own thread: a head's archive waits for its parts' archives (execute/nodes.py), which the
+other tasks' threads still deliver, as each node's own connection does over SSH.
+
+End requests (release, abort) reach the nodes as a short step of the same job, `srun
+--jobid=<id> --overlap` on every node of it: the end file is named by cell (and lies in its
+rank's workdir), so only the node running that cell reads it.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import threading
+from collections.abc import Callable, Iterable, Sequence
+
+from orchestrator.cell import Cell
+from orchestrator.errors import ExecutionError
+from orchestrator.execute.transport import Connection, RunResult
+from orchestrator.runner.slurm_tasks import RECORD_END, TASKS_VARIABLE
+
+__all__ = [
+    "TaskLines",
+    "queue_nodes",
+    "run_in_job",
+    "task_argv",
+    "task_options",
+]
+
+_LABEL = re.compile(r"^\s*(\d+): ?(.*)$", re.DOTALL)  # srun --label: `<task>: <text>`
+_END = object()  # a task thread's last item
+
+
+def queue_nodes(cells: Iterable[Cell]) -> int:
+    """How many nodes a host's queue needs at once: its largest multi-node cell's, else 1."""
+    return max((1 + len(c.nodes) for c in cells if c.nodes), default=1)
+
+
+def task_options(nodes: int) -> list[str]:
+    """srun's options for a runner on each of `nodes` nodes (after the allocation's own)."""
+    return [f"--nodes={nodes}", "--ntasks-per-node=1", "--input=all", "--label"]
+
+
+def task_argv(argv: Sequence[str], nodes: int) -> list[str]:
+    """`argv` told it is one of `nodes` tasks (env(1): srun passes the variable to each)."""
+    return ["env", f"{TASKS_VARIABLE}={nodes}", *argv]
+
+
+class TaskLines:
+    """srun --label's merged stdout back into each task's whole lines, each task's lines handed
+    to `on_line` in a thread of its own, in order (`close` waits for them all)."""
+
+    def __init__(self, on_line: Callable[[str], None] | None) -> None:
+        self.on_line = on_line
+        self.lines: list[str] = []  # every whole line, as the result's stdout
+        self._pieces: dict[int, str] = {}
+        self._queues: dict[int, queue.Queue[object]] = {}
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+
+    def feed(self, raw: str) -> None:
+        """One line of srun's stdout: a labelled piece of some task's line."""
+        found = _LABEL.match(raw)
+        if found is None:  # srun's own words: not a task's
+            self._deliver(-1, raw)
+            return
+        task, piece = int(found.group(1)), found.group(2)
+        if not piece.endswith(RECORD_END):  # cut by srun: the line goes on in the next piece
+            self._pieces[task] = self._pieces.get(task, "") + piece
+            return
+        self._deliver(task, self._pieces.pop(task, "") + piece[: -len(RECORD_END)])
+
+    def _deliver(self, task: int, line: str) -> None:
+        with self._lock:
+            self.lines.append(line)
+        if self.on_line is None:
+            return
+        lines = self._queues.get(task)
+        if lines is None:
+            lines = self._queues[task] = queue.Queue()
+            thread = threading.Thread(
+                target=self._hand_on, args=(lines,), daemon=True, name=f"slurm-task-{task}"
+            )
+            self._threads.append(thread)
+            thread.start()
+        lines.put(line)
+
+    def _hand_on(self, lines: queue.Queue[object]) -> None:
+        while True:
+            line = lines.get()
+            if line is _END:
+                return
+            try:
+                if self.on_line is not None:
+                    self.on_line(str(line))
+            except Exception as exc:  # kept for the caller: the other tasks go on
+                self.error = self.error or exc
+
+    def close(self) -> None:
+        """Hand on what is left (a last line cut short counts whole) and wait for every task's
+        thread to finish its lines."""
+        for task, piece in sorted(self._pieces.items()):
+            self._deliver(task, piece)
+        self._pieces.clear()
+        for lines in self._queues.values():
+            lines.put(_END)
+        for thread in self._threads:
+            thread.join()
+
+    def stdout(self) -> str:
+        """Every whole line, in arrival order, as one text."""
+        with self._lock:
+            return "".join(line + "\n" for line in self.lines)
+
+
+def run_in_job(
+    login: Connection, job_id: str, nodes: int, argv: Sequence[str], timeout: float
+) -> RunResult:
+    """`argv` once on every node of the running job `job_id`, as a step beside the runners'
+    (`--overlap`: it shares their CPUs, memory and GPUs instead of waiting for them)."""
+    srun = [
+        "srun",
+        f"--jobid={job_id}",
+        "--overlap",
+        f"--nodes={nodes}",
+        "--ntasks-per-node=1",
+        "--",
+        *argv,
+    ]
+    result = login.run(srun, timeout=timeout)
+    if result.rc != 0:
+        raise ExecutionError(
+            f"a step in Slurm job {job_id} ({argv[0]}) failed (rc {result.rc}): "
+            f"{result.stderr.strip()[-300:]}"
+        )
+    return result

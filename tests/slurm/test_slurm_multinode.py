@@ -1,0 +1,148 @@
+"""A multi-node cell (`server.nodes: 2`) on the real test Slurm: one job of two nodes, one runner
+per node (rank from SLURM_NODEID), one simulated SGLang server over both, joined over real TCP
+between the nodes' network namespaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from slurm_helpers import apply, free_port, jobs_since, next_job_id, run_dir
+from slurmcluster import SlurmTestCluster
+
+from orchestrator.sim import model as m
+
+pytestmark = [pytest.mark.slow]
+
+SIM = ["{{ orch_python }}", "-m", "orchestrator.sim"]
+
+
+def _playbook(tmp: Path) -> Path:
+    """Every node reads its own simulated model, `model-<node_rank>.json` (`_models`)."""
+    data: dict[str, Any] = {
+        "name": "slurm-two-node",
+        "matrix": {"spec": ["off"]},
+        "env": {"ORCH_SIM_TIME_SCALE": "0.02", "ORCH_SIM_SEED": "7", "NCCL_ALGO": "Ring",
+                "SLURM_MN_TEST": tmp.name},
+        "server": {
+            "adapter": "sglang",
+            "launcher": [*SIM, "serve"],
+            "nodes": 2,
+            "dist_port": free_port(),
+            "args": {"model-path": "/models/Kimi-K2.5", "port": "{{ srv_port }}", "tp-size": 2,
+                     "sim-model": str(tmp / "model-{{ node_rank }}.json")},
+            "ready": {"timeout": 60},
+            "stop_grace": 5,
+        },
+        "bench": {
+            "adapter": "sglang.bench_serving",
+            "launcher": [*SIM, "bench"],
+            "args": {"dataset-name": "random-ids", "random-input-len": 64,
+                     "random-output-len": 16, "random-range-ratio": 1, "num-prompts": 2,
+                     "max-concurrency": 1},
+            "repeats": 1,
+            "timeout": 60,
+        },
+        "snapshot": {"pip_freeze": False, "topo": False},
+        "telemetry": False,
+        "timeouts": {"cell": 120},
+    }  # fmt: skip
+    path = tmp / "playbook.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _models(tmp: Path, node_1_bugs: dict[str, Any] | None = None) -> None:
+    for rank, bugs in enumerate((None, node_1_bugs)):
+        params = m.model_params()
+        if bugs:
+            params["bugs"] = bugs
+        (tmp / f"model-{rank}.json").write_text(m.dump_params(params))
+
+
+def _inventory(tmp: Path) -> Path:
+    host = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "orch_workdir": str(tmp / "orch-home"),
+        "srv_port": free_port(),
+    }
+    data = {"cluster": {"vars": {"orch_executor": "slurm"}, "hosts": {"login": host}}}
+    path = tmp / "hosts.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def test_a_two_node_cell_runs_in_one_job_with_a_runner_per_node(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path
+) -> None:
+    _models(tmp_path)
+    playbook, inventory = _playbook(tmp_path), _inventory(tmp_path)
+    first = next_job_id(slurm_cluster)
+    proc = apply(slurm_cluster, tmp_path, playbook, inventory)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    jobs = [j for j in jobs_since(slurm_cluster, first) if j["name"].startswith("orch")]
+    assert [(j["state"], j["nodes"]) for j in jobs] == [("COMPLETED", "node[1-2]")], jobs
+    run = run_dir(tmp_path)
+    (cid,) = _load(run / "run.json")["cells"]
+    cell = run / "cells" / cid
+    assert _load(cell / "cell.json")["status"] == "passed"
+    nodes = _load(cell / "nodes.json")
+    assert [(n["host"], n["rank"], n["status"], n["via"]) for n in nodes] == [
+        ("node2", 1, "passed", "login")
+    ], nodes
+    assert nodes[0]["hold"]["released"], nodes  # held until the head's cell ended
+    head_job = _load(cell / "snapshot.pre.json")["slurm"]
+    node_job = _load(cell / "nodes" / "node2" / "snapshot.pre.json")["slurm"]
+    assert (head_job["node_id"], head_job["node_name"]) == ("0", "node1")
+    assert (node_job["node_id"], node_job["node_name"]) == ("1", "node2")
+    assert head_job["job_id"] == node_job["job_id"] == jobs[0]["id"]
+    # node 1 joined the head at node1's address, which Slurm gave only once the job ran
+    head_address = slurm_cluster.main_nodes[0].address
+    argv = _load(cell / "nodes" / "node2" / "cell.json")["cell"]["server"]["argv"]
+    assert argv[argv.index("--dist-init-addr") + 1].startswith(f"{head_address}:"), argv
+    assert argv[argv.index("--node-rank") + 1] == "1"
+    assert "node rank 1 joined" in (cell / "server.log").read_text()
+    assert "node rank 1 joined the head" in (cell / "nodes" / "node2" / "server.log").read_text()
+    assert _load(cell / "metrics.json")["summary"]["output_throughput"]["median"] > 0
+
+
+def _sim_processes(marker: str) -> list[int]:
+    """Simulator processes (servers, workers) still alive that carry this test's marker."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"orchestrator.sim" in cmd and f"SLURM_MN_TEST={marker}\0".encode() in env:
+            found.append(int(pid))
+    return found
+
+
+def test_a_node_whose_part_fails_fails_the_cell_and_nothing_keeps_running(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path
+) -> None:
+    _models(tmp_path, {"drop_env": ["NCCL_ALGO"]})  # node 1's workers start without it
+    playbook, inventory = _playbook(tmp_path), _inventory(tmp_path)
+    first = next_job_id(slurm_cluster)
+    proc = apply(slurm_cluster, tmp_path, playbook, inventory)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (entry,) = _load(run_dir(tmp_path) / "run.json")["cells"].values()
+    assert entry["status"] == "failed" and entry["failed_step"] == "verify_env", entry
+    assert entry["reason"].startswith("node node2 (rank 1): verify_env:"), entry
+    assert "NCCL_ALGO" in entry["reason"] or "env_check.json" in entry["reason"], entry
+    jobs = [j for j in jobs_since(slurm_cluster, first) if j["name"].startswith("orch")]
+    # the job ended with the run (FAILED: the runners' exit status says a cell failed)
+    assert [(j["state"], j["nodes"]) for j in jobs] == [("FAILED", "node[1-2]")], jobs
+    assert _sim_processes(tmp_path.name) == []
