@@ -160,6 +160,7 @@ class NodePart(_Frozen):
     address: str  # as the other nodes reach it (ansible_host)
     rank: int  # 1.. (the head, rank 0, is the cell's own host and server)
     head_address: str  # the head as this node reaches it (`head_host`)
+    head_port: int | None = None  # where it joins the head (`head_port`), checked free there
     repo: RepoPin | None = None
     env: dict[str, str] = Field(default_factory=dict)
     server: ServerSpec | None = None

@@ -161,11 +161,12 @@ def _joined_cells(
     for group, planners in zip(groups, by_rank, strict=True):
         points = assigned[group[0]]
         per_rank = [planner.cells(points) for planner in planners]
-        head_address = str((planners[0].node_vars or {})["head_host"])
+        head_vars = planners[0].node_vars or {}
+        head_address, head_port = str(head_vars["head_host"]), int(head_vars["head_port"])
         joined = []
         for i, (head, _point) in enumerate(per_rank[0]):
             parts = [(planners[r].host, per_rank[r][i][0]) for r in range(1, len(group))]
-            joined.append(joined_cell(head, head_address, parts))
+            joined.append(joined_cell(head, head_address, parts, head_port))
         cells.extend(_group_by_repo(joined))
     return cells
 

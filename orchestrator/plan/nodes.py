@@ -134,15 +134,22 @@ def node_vars(group: Sequence[Host], rank: int, port: int) -> dict[str, Any]:
     }
 
 
-def joined_cell(head: Cell, head_address: str, parts: Sequence[tuple[Host, Cell]]) -> Cell:
+def joined_cell(
+    head: Cell,
+    head_address: str,
+    parts: Sequence[tuple[Host, Cell]],
+    head_port: int | None = None,
+) -> Cell:
     """The head's cell with the other nodes' parts; its id hashes theirs (each part's own id
-    already hashes its host, env and server, secrets as placeholders)."""
+    already hashes its host, env and server, secrets as placeholders). `head_port` (the dist
+    port) goes with each part, so the head's runner checks it is free before starting."""
     nodes = tuple(
         NodePart(
             host=cell.host,
             address=host.target,
             rank=rank,
             head_address=head_address,
+            head_port=head_port,
             repo=cell.repo,
             env=dict(cell.env),
             server=cell.server,

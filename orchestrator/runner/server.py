@@ -89,6 +89,17 @@ def http_get(url: str, timeout: float) -> Tuple[Optional[int], bytes, str]:
         return None, b"", "%s: %s" % (type(exc).__name__, reason if reason is not None else exc)
 
 
+def check_port_free(port: int, what: str, why_this_port: str = "") -> None:
+    """Fail preflight when `port` is taken, naming it and, when it can be told, its owner."""
+    why = port_in_use(port)
+    if why:
+        owner = port_owner(port)
+        raise StepFailed(
+            "%s %s%s is already in use: %s%s"
+            % (what, port, why_this_port, why, "; held by " + owner if owner else "")
+        )
+
+
 class LogScanner:
     """Searches a growing log file for a regex, reading only what was appended."""
 
@@ -154,15 +165,21 @@ class ServerSteps(CellContext):
         self.check_gpus(detail)
         port = self.server.get("port") if self.server else None
         if port:
-            why = port_in_use(int(port))
-            if why:
-                owner = port_owner(int(port))
-                raise StepFailed(
-                    "port %s is already in use: %s%s"
-                    % (port, why, "; held by " + owner if owner else "")
-                )
+            check_port_free(int(port), "port")
             detail["port"] = int(port)
+        dist = self.dist_port()
+        if dist is not None:
+            check_port_free(dist, "dist port", " (server.dist_port: where the other nodes join)")
+            detail["dist_port"] = dist
         return detail
+
+    def dist_port(self) -> Optional[int]:
+        """The port a multi-node cell's head listens on for its other nodes (None elsewhere:
+        a node's part has no `nodes`, and it only connects to the head)."""
+        for node in self.cell.get("nodes") or ():
+            if isinstance(node, dict) and isinstance(node.get("head_port"), int):
+                return int(node["head_port"])
+        return None
 
     def cell_gpus(self) -> Optional[List[int]]:
         """The GPU indices the cell's CUDA_VISIBLE_DEVICES names (None: all, or not indices)."""

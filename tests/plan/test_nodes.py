@@ -72,6 +72,7 @@ def test_consecutive_hosts_form_each_server_head_first(tmp_path: Path) -> None:
     assert head.server.ready.url == "http://127.0.0.1:30000/health_generate"
     (node,) = head.nodes
     assert (node.host, node.address, node.rank) == ("gpu2", "10.0.0.2", 1)
+    assert node.head_port == 30100  # the head's runner checks it is free at preflight
     assert node.server is not None
     assert flag(node.server.argv, "--node-rank") == "1"
     assert flag(node.server.argv, "--dist-init-addr") == "10.0.0.1:30100"
@@ -125,6 +126,7 @@ def test_dist_port_is_a_plain_port(tmp_path: Path) -> None:
     assert err.value.key_path == "server.dist_port"
     cells = plan(tmp_path, SGLANG.replace("  nodes: 2\n", "  nodes: 2\n  dist_port: 41000\n"))
     assert cells[0].env["RANK_SEEN"] == "0/2 head=10.0.0.1:41000"
+    assert cells[0].nodes[0].head_port == 41000
 
 
 def test_node_variables_are_reserved(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from runner_helpers import (
@@ -30,6 +31,8 @@ from runner_helpers import (
     server_pid_on,
     via_shell,
 )
+
+from orchestrator.cell import NodePart
 
 
 def _server_pids(home: Path, cell_id: str = "x-1-0000abcd") -> list[int]:
@@ -82,6 +85,37 @@ def test_port_already_taken(home: Path) -> None:
     assert done["reason"].startswith(f"port {port} is already in use")
     assert "held by pid" in done["reason"]
     assert not (cell_dir(home) / "server.json").exists()
+
+
+def _head_cell(port: int, dist_port: int) -> dict[str, Any]:
+    """A multi-node cell's head as its runner gets it: one more node, joining on `dist_port`."""
+    cell = make_cell(port)
+    node = NodePart(
+        host="other", address="10.0.0.2", rank=1, head_address="10.0.0.1", head_port=dist_port
+    )
+    cell["nodes"] = [node.model_dump(mode="json")]
+    return cell
+
+
+def test_dist_port_already_taken_on_the_head(home: Path) -> None:
+    port, dist = free_port(), free_port()
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", dist))
+        sock.listen()
+        runner = run_cell(home, _head_cell(port, dist))
+    done = runner.done
+    assert done["status"] == "failed" and done["step"] == "preflight"
+    assert done["reason"].startswith(f"dist port {dist} (server.dist_port")
+    assert "is already in use" in done["reason"] and "held by pid" in done["reason"]
+    assert not (cell_dir(home) / "server.json").exists()
+
+
+def test_a_free_dist_port_is_recorded_at_preflight(home: Path) -> None:
+    port, dist = free_port(), free_port()
+    runner = run_cell(home, _head_cell(port, dist))
+    assert runner.done["status"] == "passed", runner.done
+    preflight = load(cell_dir(home) / "cell.json")["steps"]["preflight"]
+    assert preflight["detail"]["port"] == port and preflight["detail"]["dist_port"] == dist
 
 
 @pytest.mark.parametrize("mode", ["strict", "warn"])
