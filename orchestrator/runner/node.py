@@ -22,7 +22,7 @@ from typing import Any, Dict, Optional
 
 from orchestrator.runner.context import CellContext
 from orchestrator.runner.protocol import StepFailed, now
-from orchestrator.runner.server import FIRST_POLL, http_get
+from orchestrator.runner.server import FIRST_POLL, http_get, next_poll
 
 PART_EXIT_GRACE = 5.0  # seconds a part that exited waits for its release (the head stopping)
 
@@ -72,7 +72,7 @@ class NodeSteps(CellContext):
                     % (role.get("head"), round(now() - start, 1), last, url)
                 )
             self.stop_event.wait(interval)
-            interval = min(declared, interval * 1.5)
+            interval = next_poll(interval, declared, now() - start)
         self.startup_end = os.path.getsize(self.server_log_path) if self.proc else 0
         self.ready_info = {"seconds": round(now() - start, 3), "url": url, "head": role.get("head")}
         return {"seconds": self.ready_info["seconds"], "head": role.get("head"), "url": url}

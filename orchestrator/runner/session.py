@@ -30,7 +30,16 @@ from orchestrator.runner.protocol import (
     with_tail,
     write_json,
 )
-from orchestrator.runner.server import _OPENER, ServerSteps, file_size, http_get
+from orchestrator.runner.server import (
+    _OPENER,
+    FIRST_POLL,
+    ServerSteps,
+    file_size,
+    http_get,
+    next_poll,
+)
+
+ANSWER_POLL = 0.5  # the longest wait between asking a reset server whether it answers again
 
 
 def http_post(url: str, timeout: float) -> Dict[str, Any]:
@@ -174,8 +183,9 @@ class SessionSteps(ServerSteps):
     def wait_answering(self, url: str, timeout: float) -> None:
         """The readiness URL answers as declared again (a reset may take a moment)."""
         want = int(((self.server or {}).get("ready") or {}).get("status", 200))
-        deadline = min(now() + timeout, self.deadline)
-        wait = 0.02
+        start = now()
+        deadline = min(start + timeout, self.deadline)
+        wait = FIRST_POLL
         last = ""
         while True:
             self.check()
@@ -188,7 +198,7 @@ class SessionSteps(ServerSteps):
             if now() >= deadline:
                 raise StepFailed("the shared server stopped answering %s (%s)" % (url, last))
             self.stop_event.wait(wait)
-            wait = min(0.5, wait * 1.5)
+            wait = next_poll(wait, ANSWER_POLL, now() - start)
 
     def write_server_log(self) -> None:
         """The cell's server.log: the start-up part, then this cell's part of the session's log."""
