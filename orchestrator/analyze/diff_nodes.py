@@ -6,28 +6,16 @@ did in `nodes.json` (execute/nodes.py); the head's files are the cell's own.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from orchestrator.analyze.evidence import CellEvidence
-from orchestrator.results.layout import NODES_DIR, NODES_JSON
+from orchestrator.results.records import node_records
 
 
 def node_folders(cell: CellEvidence) -> dict[int, tuple[str, Path]]:
-    """rank -> (host, folder) of the cell's other nodes (empty for a one-node cell)."""
-    try:
-        listed = json.loads((cell.path / NODES_JSON).read_text())
-    except (OSError, ValueError):
-        return {}
-    out: dict[int, tuple[str, Path]] = {}
-    for entry in listed if isinstance(listed, list) else []:
-        if not isinstance(entry, dict):
-            continue
-        host, rank = entry.get("host"), entry.get("rank")
-        folder = cell.path / NODES_DIR / str(host)
-        if isinstance(host, str) and isinstance(rank, int) and folder.is_dir():
-            out[rank] = (host, folder)
-    return out
+    """rank -> (host, folder) of the cell's other nodes whose folder is there (empty for a
+    one-node cell)."""
+    return {n.rank: (n.host, n.path) for n in node_records(cell.path) if n.path.is_dir()}
 
 
 def paired_nodes(

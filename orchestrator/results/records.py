@@ -120,6 +120,47 @@ class Metrics:
 
 
 @dataclass(frozen=True)
+class NodeRecord:
+    """Another node of a multi-node cell, as `nodes.json` says: what it did and its folder."""
+
+    host: str  # the inventory host (on Slurm: the node's name, `via` the login host)
+    rank: int  # 1..: the head (rank 0) is the cell itself
+    status: str | None
+    reason: str | None
+    failed_step: str | None
+    via: str | None
+    path: Path  # nodes/<host>/ (absent when that node's results never arrived)
+
+
+NODE_TEXTS = ("status", "reason", "failed_step", "via")
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def node_records(cell_dir: Path) -> list[NodeRecord]:
+    """The other nodes of the multi-node cell in `cell_dir`, by rank, from nodes.json: empty for
+    a one-node cell or an unreadable nodes.json; an entry whose host is not a plain folder name
+    (a damaged or hostile bundle) is skipped, so no path leaves the cell folder."""
+    try:
+        listed = json.loads((cell_dir / layout.NODES_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    out = []
+    for entry in _list_of_dicts(listed):
+        host, rank = entry.get("host"), entry.get("rank")
+        if not isinstance(host, str) or not isinstance(rank, int) or isinstance(rank, bool):
+            continue
+        if not host or host.startswith(".") or "/" in host or "\\" in host:
+            continue
+        status, reason, step, via = (_text(entry.get(k)) for k in NODE_TEXTS)
+        path = cell_dir / layout.NODES_DIR / host
+        out.append(NodeRecord(host, rank, status, reason, step, via, path))
+    return sorted(out, key=lambda n: n.rank)
+
+
+@dataclass(frozen=True)
 class RepeatRecord:
     """One benchmark run of a cell: `bench/<n>/` (measure) or `bench/warmup-<n>/`."""
 
@@ -330,6 +371,11 @@ class CellRecord:
     def warmups(self) -> list[RepeatRecord]:
         """Warmup runs bench/warmup-<n>/, in order."""
         return self._bench("warmup")
+
+    @cached_property
+    def nodes(self) -> list[NodeRecord]:
+        """A multi-node cell's other nodes, by rank (empty for a one-node cell)."""
+        return node_records(self.path)
 
     @property
     def logs(self) -> dict[str, Path]:

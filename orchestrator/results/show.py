@@ -12,7 +12,7 @@ from tabulate import tabulate
 
 from orchestrator.results.layout import CELLS_DIR
 from orchestrator.results.read import RunBundle
-from orchestrator.results.records import CellRecord, Metrics
+from orchestrator.results.records import CellRecord, Metrics, NodeRecord
 
 # (recorded cell, metrics.json, metric) -> unit: the analyze layer's lookup, which falls back on
 # the adapters' catalogues for bundles from before metrics.json recorded units
@@ -122,7 +122,7 @@ def describe_cell(cell: CellRecord, *, unit_of: UnitOf = recorded_unit) -> str:
     lines = [
         f"cell      {cell.id}",
         f"path      {location}",
-        f"host      {cell.host}",
+        f"host      {cell.host}" + (" (head, rank 0)" if cell.nodes else ""),
         f"axes      {json.dumps(cell.axes, sort_keys=True)}",
         f"status    {cell.status}"
         + (f" (failed at {cell.failed_step})" if cell.failed_step else ""),
@@ -165,7 +165,27 @@ def describe_cell(cell: CellRecord, *, unit_of: UnitOf = recorded_unit) -> str:
         lines.append(f"  {name:<12} {shown(path)}")
     for rep in cell.repeats:
         lines.append(f"  bench {rep.path.name:<6} {shown(rep.path)}")
+    lines += _node_lines(cell.nodes, shown)
     if packed and run is not None:
         archive = shlex.quote(str(run.source))
         lines.append(f"extract with: tar -xzf {archive} {shlex.quote(run.member(cell.path))}")
     return "\n".join(lines)
+
+
+def _node_lines(nodes: list[NodeRecord], shown: Callable[[Path], str]) -> list[str]:
+    """One line per other node of a multi-node cell: rank, host, status, its folder, and the
+    first line of its reason when it failed (the head's lines are the cell's own, above)."""
+    if not nodes:
+        return []
+    width = max(len(n.host) for n in nodes)
+    lines = [f"\nnodes: ({len(nodes) + 1} in all; the head's files are the cell's own)"]
+    for node in nodes:
+        folder = shown(node.path) + ("/" if node.path.is_dir() else " (not there)")
+        line = f"  rank {node.rank}  {node.host:<{width}}  {node.status or '?':<7} {folder}"
+        if node.via:
+            line += f"  via {node.via}"
+        if node.status != "passed":
+            step = f"at {node.failed_step}: " if node.failed_step else ""
+            line += f"  {step}{_first_line(node.reason) or 'no reason recorded'}"
+        lines.append(line)
+    return lines

@@ -202,6 +202,13 @@ def test_a_variable_dropped_on_node_1_only_is_named_with_its_node(
     node_check = load(cell_dir / "nodes" / "host2" / "env_check.json")
     assert [x["name"] for x in node_check["mismatches"]] == ["NCCL_ALGO"]
     assert _sim_processes(load(run / "run.json")["run_id"]) == []
+    # orch show RUN/CELL names every node: the head first, then node 1 with why it failed
+    shown = orch("show", f"{run.name}/{cid}", "--results", str(tmp_path / "results"), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "host      host1 (head, rank 0)" in shown.stdout, shown.stdout
+    (node_line,) = [ln for ln in shown.stdout.splitlines() if ln.startswith("  rank 1  host2")]
+    assert node_line.split()[3:5] == ["failed", f"{cell_dir / 'nodes' / 'host2'}/"], node_line
+    assert "at verify_env: " in node_line and "NCCL_ALGO" in node_line, node_line
 
     # orch diff compares node by node: the variable is named with its node, the head unchanged
     diff = orch(
