@@ -174,7 +174,8 @@ def describe_cell(cell: CellRecord, *, unit_of: UnitOf = recorded_unit) -> str:
 
 def _node_lines(nodes: list[NodeRecord], shown: Callable[[Path], str]) -> list[str]:
     """One line per other node of a multi-node cell: rank, host, status, its folder, and the
-    first line of its reason when it failed (the head's lines are the cell's own, above)."""
+    first line of its reason when it failed (the whole reason is in the node's cell.json, and
+    the cell's own reason names the node first; the head's lines are the cell's own, above)."""
     if not nodes:
         return []
     width = max(len(n.host) for n in nodes)
@@ -187,5 +188,7 @@ def _node_lines(nodes: list[NodeRecord], shown: Callable[[Path], str]) -> list[s
         if node.status != "passed":
             step = f"at {node.failed_step}: " if node.failed_step else ""
             line += f"  {step}{_first_line(node.reason) or 'no reason recorded'}"
+            if len(str(node.reason).strip().splitlines()) > 1:
+                line += " (more in its cell.json)"
         lines.append(line)
     return lines

@@ -208,7 +208,9 @@ def test_a_variable_dropped_on_node_1_only_is_named_with_its_node(
     assert "host      host1 (head, rank 0)" in shown.stdout, shown.stdout
     (node_line,) = [ln for ln in shown.stdout.splitlines() if ln.startswith("  rank 1  host2")]
     assert node_line.split()[3:5] == ["failed", f"{cell_dir / 'nodes' / 'host2'}/"], node_line
-    assert "at verify_env: " in node_line and "NCCL_ALGO" in node_line, node_line
+    assert "at verify_env: environment mismatch in 1 of 2" in node_line, node_line
+    reason = shown.stdout.split("\nreason:\n", 1)[1]  # the cell's reason, naming the node
+    assert "node host2 (rank 1)" in reason and "NCCL_ALGO" in reason, shown.stdout
 
     # orch diff compares node by node: the variable is named with its node, the head unchanged
     diff = orch(

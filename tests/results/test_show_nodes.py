@@ -45,7 +45,9 @@ def test_show_lists_every_other_node_after_the_heads_lines(tmp_path: Path) -> No
         ["rank", "3", "host4", "failed"],
     ]
     assert block[0].endswith(f"{head / 'nodes' / 'host2'}/")
-    assert f"{head / 'nodes' / 'host3'}/  at verify_env: {REASON.splitlines()[0]}" in block[1]
+    first = REASON.splitlines()[0]
+    folder = head / "nodes" / "host3"
+    assert block[1].endswith(f"{folder}/  at verify_env: {first} (more in its cell.json)")
     assert "more detail" not in text  # one line per node: the reason's first line
     assert f"{head / 'nodes' / 'host4'} (not there)  its result never arrived" in block[2]
 
