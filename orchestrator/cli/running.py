@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from orchestrator.cli.common import (
     reports_errors,
     results_option,
 )
+from orchestrator.cli.plan_output import echo_plan
 from orchestrator.errors import EXIT_FAILED, EXIT_OK, BundleError, InputError, OrchError
 
 if TYPE_CHECKING:
@@ -100,87 +100,11 @@ def plan(
     verbose: bool,
 ) -> None:
     """Show the cells PLAYBOOK expands to: cells x axes x host. Secret values are hidden."""
-    from orchestrator.execute.slurm import describe_executor
-    from orchestrator.plan.lint import unchecked_ready_note
-    from orchestrator.plan.sessions import session_labels
-    from orchestrator.results.redact import cell_json_by_name, redact_text
-
     planned = _planned(playbook, inventory, extra_vars, limit, cells_selector)
     planned.warn()
     # Only the controller asks the origins: planning connects to no host.
     cells, resolutions = _pinned(planned, None, ask_hosts=False)
-    secrets = planned.secret_values()
-
-    def echo(text: str) -> None:
-        # Plan output ends up in CI logs and chat: secrets are hidden as in a bundle.
-        click.echo(redact_text(text, secrets))
-
-    if as_json:
-        echo(json.dumps([cell_json_by_name(c) for c in cells], indent=2))
-        return
-    axes: list[str] = []
-    for c in cells:
-        axes.extend(a for a in c.axes if a not in axes)
-    servers = session_labels(cells)
-    shown_axes = {c.id: cell_json_by_name(c)["axes"] for c in cells}  # secret axes by name
-    rows = [
-        [
-            c.id,
-            _hosts_label(c.hosts),  # a server over several hosts: its nodes, head first
-            *(_short(shown_axes[c.id].get(a, "")) for a in axes),
-            _version(c),
-            servers[c.id],
-        ]
-        for c in cells
-    ]
-    echo(tabulate(rows, headers=["cell", "host", *axes, "repo version", "server"]))
-    hosts = sorted({h for c in cells for h in c.hosts})
-    echo(f"\n{len(cells)} cells on {len(hosts)} host(s): {', '.join(hosts)}")
-    for name in hosts:  # how each runs its cells: direct, or as Slurm jobs (and how big)
-        echo(f"  {name}: {describe_executor(planned.inventory.hosts[name])}")
-    multi = [c for c in cells if c.nodes]
-    if multi:
-        echo(
-            f"{len(multi)} cell(s) run one server over {len(multi[0].hosts)} nodes: the first "
-            "host is the head (rank 0, serves HTTP, runs the bench); on a Slurm host, one job "
-            "of that many nodes, its first node (SLURM_NODEID 0) the head"
-        )
-    for res in resolutions:
-        echo(f"repo.version {res.describe()}")
-    with_server = [c for c in cells if c.server is not None]
-    if with_server:
-        starts = len({servers[c.id] for c in with_server})
-        echo(
-            f"{starts} server start(s) for {len(with_server)} cells: cells with the same "
-            "`server` label share one start (server.restart: per_cell starts one per cell)"
-        )
-    note = unchecked_ready_note(planned.playbook, cells)
-    if note is not None:
-        echo(note)
-    if verbose:
-        for c in cells:
-            echo(f"\n== {c.id} on {c.host}")
-            # Redacted before quoting: a quote inside a secret would split it for the sweep.
-            for k, v in c.env.items():
-                shown = "***REDACTED***" if k in c.secrets else redact_text(v, secrets)
-                echo(f"  env {k}={shlex.quote(shown)}")
-            if c.server is not None:
-                echo(f"  server: {shlex.join(redact_text(a, secrets) for a in c.server.argv)}")
-            for n in c.nodes:
-                if n.server is not None:
-                    argv = shlex.join(redact_text(a, secrets) for a in n.server.argv)
-                    echo(f"  node {n.rank} ({n.host}): {argv}")
-            echo(f"  bench:  {shlex.join(redact_text(a, secrets) for a in c.bench.argv)}")
-            echo(f"  repeats: {c.bench.warmup} warmup + {c.bench.repeats}")
-
-
-def _version(cell: Cell) -> str:
-    """The repo version column: the ref as written, and the commit it was pinned to."""
-    if cell.repo is None:
-        return ""
-    if cell.repo.requested is None:
-        return cell.repo.version
-    return f"{cell.repo.requested} ({cell.repo.version[:12]})"
+    echo_plan(planned, cells, resolutions, as_json=as_json, verbose=verbose)
 
 
 def _pinned(
@@ -193,11 +117,6 @@ def _pinned(
     return pin_refs(
         planned.cells, planned.inventory, earlier=earlier, ask_hosts=ask_hosts, location=location
     )
-
-
-def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @main.command()
@@ -541,10 +460,3 @@ def _metric_not_reported(exc: MetricNotReported, run_dir: Path | None) -> None:
         again = resume_command(fixed, run_dir)
         click.echo(f"what was measured is kept; continue with: {again}{name}", err=True)
     sys.exit(exc.exit_code)
-
-
-def _hosts_label(hosts: tuple[str, ...]) -> str:
-    """A cell's hosts for `orch plan`: `a+b`, or `login (2 nodes)` for one Slurm job's nodes."""
-    if len(hosts) > 1 and len(set(hosts)) == 1:
-        return f"{hosts[0]} ({len(hosts)} nodes)"
-    return "+".join(hosts)

@@ -19,16 +19,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from orchestrator import __version__
 from orchestrator.analyze.verdict import record_verdict, score_cell
 from orchestrator.cell import Cell
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import ConnectionFailure, ExecutionError, OrchError
 from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.interrupts import raise_on_sigterm, restore_sigterm, signals_deferred
-from orchestrator.execute.machine import machine_id
 from orchestrator.execute.nodes import NodeJoin, joined_verdict, with_head_address
 from orchestrator.execute.outcomes import (
     ApplyOptions,
@@ -39,6 +35,7 @@ from orchestrator.execute.outcomes import (
 from orchestrator.execute.pool import StartSpacing
 from orchestrator.execute.progress import Progress
 from orchestrator.execute.queue import HostQueue
+from orchestrator.execute.run_record import RunRecord
 from orchestrator.execute.runlock import acquire_run_lock
 from orchestrator.execute.secret_values import extra_vars_in_argv, scrub, secret_values
 from orchestrator.execute.ship import runner_invocation
@@ -48,26 +45,8 @@ from orchestrator.plan.sessions import session_key
 from orchestrator.results.archive import extract_archive
 from orchestrator.results.bundle import BundleWriter
 from orchestrator.results.documents import read_json
-from orchestrator.results.layout import (
-    CELL_JSON,
-    CELLS_DIR,
-    FACTS_JSON,
-    HOSTS_DIR,
-    INVENTORY_JSON,
-    PLAN_JSON,
-    RUN_JSON,
-)
-from orchestrator.results.redact import (
-    cell_json_by_name,
-    redact_mapping,
-    redact_text,
-    redact_tree,
-    redact_yaml_file,
-)
-from orchestrator.runner.protocol import SCHEMA_VERSION
-
-RUN_SCHEMA_VERSION = 1
-PROTOCOL_VERSION = SCHEMA_VERSION  # the runner protocol's, from the runner package itself
+from orchestrator.results.layout import CELL_JSON, FACTS_JSON, HOSTS_DIR
+from orchestrator.results.redact import redact_text, redact_tree
 
 
 class Run:
@@ -99,7 +78,6 @@ class Run:
             *(h.vars for name, h in inventory.hosts.items() if name in used_hosts),
             files=playbook_files,
         )
-        self._secret_names = sorted({n for c in self.cells for n in c.secrets})
         # One controller per run: a resume locks before the writer touches the bundle.
         resumed = options.results_dir / (options.run_id or "")
         lock = None
@@ -120,134 +98,44 @@ class Run:
         self.run_id = self.writer.run_id
         self.outcomes: dict[str, CellOutcome] = {}
         self._lock = threading.Lock()
-        self._started = time.time()
-        self._playbook_files = list(playbook_files)
-        self._playbook_dir = playbook_dir
+        self.run_record = RunRecord(
+            writer=self.writer,
+            playbook_name=playbook_name,
+            playbook_files=playbook_files,
+            playbook_dir=playbook_dir,
+            inventory=inventory,
+            cells=self.cells,
+            options=options,
+            secrets=self.secrets,
+            outcomes=self.outcomes,
+            lock=self._lock,
+        )
         by_host: dict[str, int] = {}
         for c in self.cells:
             for name in c.hosts:  # a node of a multi-node cell counts its part
                 by_host[name] = by_host.get(name, 0) + 1
         self.nodes = NodeJoin(self.cells)
         self.progress = progress or Progress(by_host)
-        self._previous: dict[str, Any] = {}
         self._conns: set[Connection] = set()
-        self._slurm_jobs: dict[str, dict[str, dict[str, Any]]] = {}  # host -> job name -> job
 
-    # --- bundle bookkeeping -------------------------------------------------------------
-
-    def _write_start(self) -> None:
-        if self.options.resume:
-            self._previous = self.writer.read_json(RUN_JSON) or {}
-        else:
-            copies = self.writer.copy_playbook_files(self._playbook_files, self._playbook_dir)
-            for copy in copies:
-                # Every layer's value under a secret name, not only the one the run used.
-                redact_yaml_file(copy, self._secret_names)
-        plan = [scrub(self._redacted_cell(c), self.secrets) for c in self.cells]
-        hosts = {
-            name: scrub(redact_mapping(_host_json(h), self._secret_names), self.secrets)
-            for name, h in self.inventory.hosts.items()
-            if any(name in c.hosts for c in self.cells)
-        }
-        if self.options.resume:
-            # A resumed bundle may hold cells of other Runs (bisect adds one-cell Runs to one
-            # bundle): keep what they recorded, this Run's version of a cell wins.
-            ours = {c["id"] for c in plan}
-            earlier = (self.writer.read_json(PLAN_JSON) or {}).get("cells", [])
-            plan = [c for c in earlier if c.get("id") not in ours] + plan
-            hosts = {**(self.writer.read_json(INVENTORY_JSON) or {}).get("hosts", {}), **hosts}
-        self.writer.write_json(PLAN_JSON, {"cells": plan})
-        self.writer.write_json(INVENTORY_JSON, {"source": self.inventory.source, "hosts": hosts})
-        self._write_run_json("running")
-
-    def _redacted_cell(self, cell: Cell) -> dict[str, Any]:
-        return cell_json_by_name(cell)
-
-    def _recorded_cell(self, cell: Cell) -> Cell:
-        """`cell` as the bundle records it: secret env values and every known secret hidden.
-
-        Scoring a cell against its redacted captures needs the declared side redacted alike:
-        a secret server arg (`--api-key`) the server reports back is `***REDACTED***` in both.
-        """
-        try:
-            return Cell.model_validate(scrub(self._redacted_cell(cell), self.secrets))
-        except ValidationError:  # a secret equal to a typed value (a Literal): compare as is
-            return cell
-
-    def _merged_cells(self) -> dict[str, Any]:
-        """Every cell of the bundle: earlier Runs' entries, then this Run's outcomes."""
-        cells = dict(self._previous.get("cells", {}))
-        cells.update({cid: o.to_json() for cid, o in self.outcomes.items()})
-        for c in self.cells:
-            cells.setdefault(c.id, {"host": c.host, "status": "pending"})
-        return cells
-
-    def _write_run_json(self, status: str) -> None:
-        with self._lock:
-            cells = self._merged_cells()
-            doc = {
-                "orch_version": __version__,
-                "protocol_version": PROTOCOL_VERSION,
-                "run_id": self.run_id,
-                "argv": scrub(list(self.options.argv), self.secrets),
-                "playbook": self.playbook_name,
-                "started": self._previous.get("started", _iso(self._started)),
-                "resumed": [*self._previous.get("resumed", []), _iso(self._started)]
-                if self.options.resume
-                else [],
-                "finished": _iso(time.time()) if status != "running" else None,
-                "status": status,
-                "hosts": sorted({*self._previous.get("hosts", []), *(c.host for c in self.cells)}),
-                # The machine that made the bundle (a resume keeps it): replay asks before
-                # running a bundle made elsewhere, and one without the record counts as such.
-                "machine_id": self._previous.get("machine_id")
-                if self.options.resume
-                else machine_id(),
-                "host_key_checking": {
-                    **self._previous.get("host_key_checking", {}),
-                    **{
-                        h: self.inventory.hosts[h].host_key_checking
-                        for h in {c.host for c in self.cells}
-                    },
-                },
-                "cells": cells,
-                **self._slurm_json(),
-                **self.options.extra_run_fields,
-            }
-            self.writer.write_json(RUN_JSON, doc)
-
-    def _slurm_json(self) -> dict[str, Any]:
-        """run.json's `slurm_jobs` (the Slurm executor only): every job per host, a resume's
-        earlier ones kept."""
-        jobs = {h: list(j.values()) for h, j in self._slurm_jobs.items()}
-        earlier = self._previous.get("slurm_jobs")
-        if isinstance(earlier, dict):
-            jobs = {h: [*earlier.get(h, []), *jobs.get(h, [])] for h in {*earlier, *jobs}}
-        return {"slurm_jobs": jobs} if jobs else {}
+    # --- recording as it happens (run.json: execute/run_record.py) -----------------------
 
     def _slurm_job(self, host_name: str, job: SlurmJob) -> None:
         """A host's Slurm job changed (queued, running): show why it waits; record it at once."""
         if job.state == "PENDING":
             self.progress.host_step(host_name, f"Slurm job {job.job_id} PENDING ({job.reason})")
-        with self._lock:
-            self._slurm_jobs.setdefault(host_name, {})[job.name] = job.as_json()
-        self._write_run_json("running")
+        self.run_record.slurm_job(host_name, job)
 
     def _settle_slurm_jobs(self, conn: Connection, host_name: str) -> None:
         """Slurm only: the jobs the interrupted run left for this host end before the resume
         starts one (`SlurmConnection.settle_earlier_jobs`); run.json says how each ended."""
-        earlier = self._previous.get("slurm_jobs")
-        if not isinstance(conn, SlurmConnection) or not isinstance(earlier, dict):
-            return
-        recorded = earlier.get(host_name)
-        if not isinstance(recorded, list) or not recorded:
+        recorded = self.run_record.earlier_slurm_jobs(host_name)
+        if not isinstance(conn, SlurmConnection) or not recorded:
             return
         settled = conn.settle_earlier_jobs(
             recorded, lambda text: self.progress.host_step(host_name, text)
         )
-        with self._lock:
-            earlier[host_name] = settled
-        self._write_run_json("running")
+        self.run_record.settled_slurm_jobs(host_name, settled)
 
     def _record(self, outcome: CellOutcome) -> None:
         if outcome.reason:  # git/ssh errors can quote a URL or argv holding a secret
@@ -261,7 +149,7 @@ class Run:
         with self._lock:
             self.outcomes[outcome.cell_id] = outcome
         self.progress.cell_done(outcome.host, outcome.cell_id, outcome.status, outcome.reason)
-        self._write_run_json("running")
+        self.run_record.write("running")
 
     # --- running ------------------------------------------------------------------------
 
@@ -278,14 +166,14 @@ class Run:
         return cid in self.outcomes or self.nodes.part_finished(cid)
 
     def _execute(self) -> RunOutcome:
-        self._write_start()
+        self.run_record.write_start()
         done = self.writer.complete_cells() if self.options.resume else set()
         # --retry-failed: failed attempts move to retried/; the cells run again, not collected
         self.retrying = set[str]()
         if self.options.retry_failed:
             self.retrying = self.writer.set_aside_failed(c.id for c in self.cells)
             done -= self.retrying
-        self._trust_cell_files(done)
+        self.run_record.trust_cell_files(done)
         todo: dict[str, list[Cell]] = {}
         for cell in self.cells:
             if cell.id in done:
@@ -330,7 +218,7 @@ class Run:
                         self.stop.set()
                 for f in futures:
                     f.result()
-            status = "passed" if self._all_passed() else "failed"
+            status = "passed" if self.run_record.all_passed() else "failed"
         finally:
             restore_sigterm(previous_term)
             # Another Ctrl-C here would leave run.json, the last redaction or the manifest
@@ -338,60 +226,19 @@ class Run:
             with signals_deferred():
                 if self.stop.is_set():
                     status = "interrupted"
-                self._write_run_json(status)
+                self.run_record.write(status)
                 # Last sweep: playbook copies, facts and logs alike never keep a secret value.
                 redact_tree(self.writer.path, self.secrets)
                 self.writer.finalize()
         if interrupted:
             raise KeyboardInterrupt
-        return RunOutcome(self.run_id, self.writer.path, status, self._all_outcomes())
-
-    def _trust_cell_files(self, done: set[str]) -> None:
-        """A finished cell's own cell.json beats run.json's entry for it.
-
-        A controller killed between installing a cell and rewriting run.json left the entry
-        "pending"; the resume skips the cell, so its status must come from the cell itself.
-        """
-        cells = self._previous.setdefault("cells", {})
-        hosts = {c.id: c.host for c in self.cells}
-        for cid in done:
-            doc = self.writer.read_json(f"{CELLS_DIR}/{cid}/{CELL_JSON}")
-            if not isinstance(doc, dict) or not isinstance(cells, dict):
-                continue
-            entry = cells.setdefault(cid, {"host": hosts.get(cid, "")})
-            for key in ("status", "reason", "failed_step"):
-                if key in doc:
-                    entry[key] = doc[key]
-
-    def _all_outcomes(self) -> dict[str, CellOutcome]:
-        """This invocation's outcomes, and every earlier one of a resumed run (a resume with
-        a narrower --limit still answers for the whole run)."""
-        outcomes: dict[str, CellOutcome] = {}
-        for cid, entry in self._previous.get("cells", {}).items():
-            if cid not in self.outcomes and isinstance(entry, dict):
-                outcomes[cid] = CellOutcome(
-                    cid,
-                    str(entry.get("host", "")),
-                    str(entry.get("status", "")),
-                    entry.get("reason"),
-                    entry.get("failed_step"),
-                    entry.get("seconds"),
-                    earlier=True,
-                )
-        outcomes.update(self.outcomes)
-        return outcomes
+        return RunOutcome(self.run_id, self.writer.path, status, self.run_record.all_outcomes())
 
     def _close_all(self) -> None:
         with self._lock:
             conns = list(self._conns)
         for conn in conns:
             conn.close()
-
-    def _all_passed(self) -> bool:
-        """The run passed when every cell it holds passed, this Run's and earlier ones alike."""
-        with self._lock:
-            cells = self._merged_cells()
-        return all(entry.get("status") == "passed" for entry in cells.values())
 
     def _connect(self, host: Host) -> Connection:
         self.spacing.wait()
@@ -517,7 +364,9 @@ class Run:
             # The host redacted its captures (server_info): compare what it reported with the
             # declared cell redacted the same way, as `orch report`/`audit` read them later.
             nodes = self.nodes.join(cell, staged) if cell.nodes else None
-            verdict = score_cell(staged, with_head_address(self._recorded_cell(cell), staged))
+            verdict = score_cell(
+                staged, with_head_address(self.run_record.recorded_cell(cell), staged)
+            )
             if nodes is not None:
                 verdict.status, verdict.reason, verdict.failed_step = joined_verdict(
                     verdict.status,
@@ -539,24 +388,6 @@ class Run:
             or (cell_json.get("failed_step") if isinstance(cell_json, dict) else None),
             round(seconds, 3),
         )
-
-
-def _host_json(host: Host) -> dict[str, Any]:
-    return {
-        "name": host.name,
-        "connection": host.connection,
-        "address": host.target,
-        "port": host.port,
-        "user": host.user,
-        "python": host.python,
-        "groups": list(host.groups),
-        "host_key_checking": host.host_key_checking,
-        "vars": dict(host.vars),
-    }
-
-
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
 
 
 def _checkout_key(cell: Cell) -> tuple[str, str, str]:
