@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import secrets
 import shlex
 import threading
@@ -41,6 +42,7 @@ from typing import Any
 
 from orchestrator.config.host import Host, SlurmOptions
 from orchestrator.errors import ExecutionError, OrchError
+from orchestrator.execute.local import LocalConnection
 from orchestrator.execute.slurm_nodes import TaskLines, run_in_job, task_argv, task_options
 from orchestrator.execute.transport import CommandTimeout, Connection, RunResult
 
@@ -203,7 +205,8 @@ class SlurmConnection(Connection):
             command = task_argv(argv, tasks)
             on_stdout_line = lines.feed
             self._spanning[job.name] = tasks
-        srun = ["srun", *srun_options(self.options, job.name, timeout, tasks=tasks), "--", *command]
+        srun = [*self.srun_command(), *srun_options(self.options, job.name, timeout, tasks=tasks)]
+        srun += ["--", *command]
         try:
             result = self._run_job(job, argv, srun, stdin, keep_stdin_open, timeout,
                                    on_stdout_line, stop)  # fmt: skip
@@ -447,7 +450,19 @@ class SlurmConnection(Connection):
         if not running:
             return None
         job_id, nodes = running[-1]
-        return run_in_job(self.login, str(job_id), nodes, argv, timeout)
+        return run_in_job(self.login, self.srun_command(), str(job_id), nodes, argv, timeout)
+
+    def srun_command(self) -> list[str]:
+        """`srun`, with the controller's own SLURM_* variables unset when the login is this
+        machine: orch started inside an allocation (salloc, an sbatch script) would otherwise
+        make every srun a step of that job, sized by its SLURM_NNODES/SLURM_NTASKS, instead of
+        a job of its own with the declared allocation. SLURM_CONF (which cluster) is kept."""
+        if not isinstance(self.login, LocalConnection):
+            return ["srun"]  # a login shell over SSH starts outside any job
+        inherited = sorted(k for k in os.environ if k.startswith("SLURM_") and k != "SLURM_CONF")
+        if not inherited:
+            return ["srun"]
+        return ["env", *(f"--unset={name}" for name in inherited), "srun"]
 
     def cancel_job(self, job_id: str) -> None:
         """scancel the job of that id (best effort: it may have ended already)."""

@@ -121,12 +121,18 @@ class TaskLines:
 
 
 def run_in_job(
-    login: Connection, job_id: str, nodes: int, argv: Sequence[str], timeout: float
+    login: Connection,
+    srun_command: Sequence[str],
+    job_id: str,
+    nodes: int,
+    argv: Sequence[str],
+    timeout: float,
 ) -> RunResult:
     """`argv` once on every node of the running job `job_id`, as a step beside the runners'
-    (`--overlap`: it shares their CPUs, memory and GPUs instead of waiting for them)."""
+    (`--overlap`: it shares their CPUs, memory and GPUs instead of waiting for them);
+    `srun_command` is how the login runs srun (SlurmConnection.srun_command)."""
     srun = [
-        "srun",
+        *srun_command,
         f"--jobid={job_id}",
         "--overlap",
         f"--nodes={nodes}",

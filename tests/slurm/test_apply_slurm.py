@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from slurm_helpers import (
     apply,
+    apply_argv,
     jobs_since,
     next_job_id,
     run_dir,
@@ -147,3 +148,31 @@ def test_a_job_cancelled_mid_cell_fails_that_cell_with_its_state(
         assert f"Slurm job {job_id} (orch-" in entry["reason"]
         assert "ended CANCELLED" in entry["reason"]
     assert slurm_cluster.job(job_id)["JobState"] == "CANCELLED"
+
+
+def test_orch_started_inside_an_allocation_still_submits_jobs_of_its_own(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path
+) -> None:
+    """orch run from inside salloc or an sbatch script: its environment names that job and its
+    size, which srun would take (a step of that job, 3 tasks). Each host's queue is still one
+    job of its own, sized as the inventory says."""
+    records = tmp_path / "records"
+    records.mkdir()
+    playbook = write_playbook(tmp_path, records)
+    inventory = write_inventory(tmp_path)
+    inside = {"SLURM_JOB_ID": "999999", "SLURM_JOBID": "999999", "SLURM_NNODES": "2",
+              "SLURM_NTASKS": "3", "SLURM_JOB_NODELIST": "node[1-2]"}  # fmt: skip
+    first = next_job_id(slurm_cluster)
+    shown = subprocess.run(
+        apply_argv(playbook, inventory, tmp_path / "results"),
+        cwd=tmp_path, env={**slurm_cluster.env, **inside}, capture_output=True, text=True,
+        timeout=240,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    jobs = jobs_since(slurm_cluster, first)
+    assert [job["state"] for job in jobs] == ["COMPLETED"], jobs
+    cells = json.loads((run_dir(tmp_path) / "run.json").read_text())["cells"]
+    assert {entry["status"] for entry in cells.values()} == {"passed"}
+    for cell_id in cells:
+        env = json.loads((records / f"{cell_id}.server.json").read_text())["env"]
+        assert env["SLURM_JOB_ID"] == jobs[0]["id"] and env["SLURM_NTASKS"] == "1"
