@@ -169,9 +169,12 @@ def proxy() -> Iterator[tuple[int, list[bytes]]]:
             with conn:
                 conn.settimeout(2)
                 try:
-                    found = _REQUEST_HOST.match(conn.recv(4096))
+                    request = conn.recv(4096)
                 except OSError:
                     continue
+                if not request:  # a socket Chromium opened ahead (preconnect) and closed unused
+                    continue
+                found = _REQUEST_HOST.match(request)
                 hosts.append(found.group(1) if found else b"?")
 
     thread = threading.Thread(target=serve, daemon=True)
