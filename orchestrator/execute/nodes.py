@@ -38,7 +38,13 @@ from orchestrator.cell import Cell, NodePart, NodeRole, part_id
 from orchestrator.errors import OrchError
 from orchestrator.execute.slurm import SlurmConnection
 from orchestrator.results.archive import extract_archive
-from orchestrator.results.layout import CELL_JSON, NODES_DIR, NODES_JSON, SNAPSHOT_PRE
+from orchestrator.results.layout import (
+    CELL_JSON,
+    NODES_DIR,
+    NODES_JSON,
+    SNAPSHOT_PRE,
+    is_node_folder_name,
+)
 from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER, node_workdir
 
 if TYPE_CHECKING:
@@ -280,8 +286,7 @@ def _slurm_node_name(folder: Path) -> str | None:
         name = snapshot["slurm"]["node_name"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    ok = isinstance(name, str) and name and not name.startswith(".") and "/" not in name
-    return name if ok else None
+    return name if is_node_folder_name(name) else None
 
 
 def joined_verdict(

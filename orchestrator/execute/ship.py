@@ -18,6 +18,7 @@ import orchestrator.runner
 from orchestrator.config.host import Host
 from orchestrator.errors import ExecutionError
 from orchestrator.execute.connection import Connection
+from orchestrator.runner.protocol import UNPACKED_SUFFIX
 
 RUNNER_DIR = Path(orchestrator.runner.__file__).parent
 ARCHIVE_NAME = "runner.pyz"
@@ -96,12 +97,11 @@ _WRITE = (
 )
 
 
-UNPACKED_SUFFIX = ".d"
 # runner.pyz unpacked beside itself (`<pyz>.d/`) and byte-compiled once, so each start loads
 # cached bytecode instead of compiling the runner from the zip again (about 0.2 s of CPU a start);
 # `u` is what to run: the folder, or the archive itself where the folder cannot be made.
 _UNPACK = (
-    "u=p+'.d'\n"
+    f"u=p+{UNPACKED_SUFFIX!r}\n"
     "if not os.path.isdir(u):\n"
     "    try:\n"
     "        import compileall,shutil,zipfile\n"

@@ -204,7 +204,8 @@ class SlurmConnection(Connection):
         if lines is not None:
             command = task_argv(argv, tasks)
             on_stdout_line = lines.feed
-            self._spanning[job.name] = tasks
+            with self._lock:
+                self._spanning[job.name] = tasks
         srun = [*self.srun_command(), *srun_options(self.options, job.name, timeout, tasks=tasks)]
         srun += ["--", *command]
         try:
@@ -213,7 +214,8 @@ class SlurmConnection(Connection):
         finally:
             if lines is not None:
                 lines.close()
-                self._spanning.pop(job.name, None)
+                with self._lock:
+                    self._spanning.pop(job.name, None)
         if lines is None:
             return result
         if lines.error is not None:

@@ -92,9 +92,9 @@ def _build_cells(playbook: LoadedPlaybook, inventory: Inventory, limit: str | No
     groups = node_groups(hosts, nodes, playbook, inventory) if nodes > 1 else [[h] for h in hosts]
     planners = {}  # each group's head (rank 0): it decides which points the group runs
     by_rank = []  # each group's planners, head first (a Slurm host's nodes: the one host)
+    port = dist_port(playbook)
     for group in groups:
         members = [inventory.hosts[h] for h in group]
-        port = dist_port(playbook)
         row = []
         for rank in range(len(group)):
             node = node_vars(members, rank, port) if nodes > 1 else None

@@ -25,7 +25,6 @@ from orchestrator.config.templates import has_template
 from orchestrator.errors import InputError
 from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER
 
-NODE_VAR_NAMES = ("node_rank", "nnodes", "head_host", "head_port", "node_hosts")
 DIST_PORT_OFFSET = 100  # the default head_port: the server's port + this
 DEFAULT_DIST_PORT = 30100  # when the server's port is not a plain number
 

@@ -15,6 +15,7 @@ result bundle"). The writer, the reader and every analysis take their names from
 from __future__ import annotations
 
 import re
+from typing import TypeGuard
 
 # The newest bundle layout this orch writes and reads; run.json and cell.json carry it.
 SCHEMA_VERSION = 1
@@ -60,6 +61,18 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")  # a packed run
 def is_archive_name(name: str) -> bool:
     """True for a packed run's file name (`<run-id>.tar.gz` or `.tgz`)."""
     return name.endswith(ARCHIVE_SUFFIXES)
+
+
+def is_node_folder_name(name: object) -> TypeGuard[str]:
+    """A name `nodes/<name>/` may take: one plain folder inside the cell's (not empty, no path
+    separator, not hidden, not `..`), whoever wrote it (nodes.json, a Slurm node's snapshot)."""
+    return (
+        isinstance(name, str)
+        and bool(name)
+        and not name.startswith(".")
+        and "/" not in name
+        and "\\" not in name
+    )
 
 
 def is_tmp(name: str) -> bool:

@@ -152,7 +152,7 @@ def node_records(cell_dir: Path) -> list[NodeRecord]:
         host, rank = entry.get("host"), entry.get("rank")
         if not isinstance(host, str) or not isinstance(rank, int) or isinstance(rank, bool):
             continue
-        if not host or host.startswith(".") or "/" in host or "\\" in host:
+        if not layout.is_node_folder_name(host):
             continue
         status, reason, step, via = (_text(entry.get(k)) for k in NODE_TEXTS)
         path = cell_dir / layout.NODES_DIR / host

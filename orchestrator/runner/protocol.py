@@ -64,13 +64,17 @@ def exit_code(status: str) -> int:
     return EXIT_CODES.get(status, EXIT_CODES["interrupted"])
 
 
+UNPACKED_SUFFIX = ".d"  # runner.pyz unpacked beside itself: `runner.pyz.d/` (execute/ship.py)
+
+
 def _runner_path() -> str:
     """The file the runner runs from: runner.pyz when shipped (also when it runs from the folder
     the bootstrap unpacked beside it, `runner.pyz.d/`), else this package's directory."""
     here = os.path.abspath(__file__)
     top = os.path.dirname(os.path.dirname(os.path.dirname(here)))  # above orchestrator/runner/
-    if top.endswith(".pyz.d") and os.path.isfile(top[: -len(".d")]):
-        return top[: -len(".d")]
+    archive = top[: -len(UNPACKED_SUFFIX)]
+    if top.endswith(".pyz" + UNPACKED_SUFFIX) and os.path.isfile(archive):
+        return archive
     path = here
     while path and not os.path.exists(path):  # inside a zip: climb to the archive itself
         parent = os.path.dirname(path)

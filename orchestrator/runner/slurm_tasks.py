@@ -138,7 +138,6 @@ def node_payload(
     try:
         _name, address = head_address(environ)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
-        mine["queue"] = kept
         return mine, "cannot find the job's head node: %s" % exc
     mine["queue"] = [
         json.loads(json.dumps(item).replace(HEAD_PLACEHOLDER, address)) for item in kept
