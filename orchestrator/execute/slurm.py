@@ -309,13 +309,16 @@ class SlurmConnection(Connection):
 
     def _watch(self, job: SlurmJob, finished: threading.Event) -> None:
         """Follow the job through squeue until it runs (or the command ends): its id, its
-        PENDING reason, its nodes. Polls less often as it waits."""
+        PENDING reason, its nodes. Polls less often as it waits in the queue; until squeue first
+        shows it, every _POLL_SECONDS: a job that starts at once must be seen (and recorded by
+        `on_job`) before a controller killed mid-cell leaves it for `--resume` to find by id."""
         pause = _POLL_SECONDS
         while not finished.wait(pause):
             self._refresh(job)
             if job.state is not None and job.state not in _WAITING:
                 return
-            pause = min(pause * 2, _WATCH_MAX_SECONDS)
+            if job.job_id is not None:
+                pause = min(pause * 2, _WATCH_MAX_SECONDS)
 
     def _squeue(self, selector: str) -> _Seen | None:
         """(id, state, reason, nodes, name) of the job `--name=N` or `--jobs=ID` selects, as
