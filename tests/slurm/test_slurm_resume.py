@@ -100,7 +100,9 @@ def test_resume_cancels_the_job_a_killed_controller_left_pending(
         deadline = time.monotonic() + 60
         recorded: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
-            if (tmp_path / "results").is_dir() and list((tmp_path / "results").iterdir()):
+            results = tmp_path / "results"
+            # the run's folder is made before its run.json is first written
+            if results.is_dir() and any((p / "run.json").is_file() for p in results.iterdir()):
                 recorded = run_json(tmp_path).get("slurm_jobs", {}).get("login", [])
                 if recorded and recorded[0]["state"] == "PENDING":
                     break
