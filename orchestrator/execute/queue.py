@@ -135,6 +135,12 @@ class HostQueue:
             data = event.get("data")
             self.facts = data if isinstance(data, dict) else {"absent": "facts not an object"}
             return
+        if kind == "slurm_job":  # the runner's job, named before its first cell starts
+            if isinstance(self.conn, SlurmConnection):
+                self.conn.job_running(
+                    str(event.get("name") or ""), str(event.get("job_id") or ""), event.get("nodes")
+                )
+            return
         cid = str(event.get("cell") or "")
         if cid not in self.cells:
             return

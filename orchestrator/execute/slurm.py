@@ -349,6 +349,28 @@ class SlurmConnection(Connection):
             with contextlib.suppress(Exception):  # a listener's bug must not end the command
                 self.on_job(copy)
 
+    def job_running(self, name: str, job_id: str, nodes: object = None) -> None:
+        """The program inside job `name` says it runs as `job_id` (on `nodes`): record that now,
+        without waiting for the watcher's next squeue."""
+        if not job_id:
+            return
+        with self._lock:
+            job = next((j for j in self._jobs if j.name == name), None)
+            if job is None:
+                return
+            running = job.state is None or job.state in _WAITING
+            if job.job_id == job_id and not running:
+                return
+            job.job_id = job_id
+            if running:
+                job.state, job.reason = "RUNNING", None
+            if job.nodes is None and isinstance(nodes, str) and nodes:
+                job.nodes = nodes
+            copy = replace(job)
+        if self.on_job is not None:
+            with contextlib.suppress(Exception):  # a listener's bug must not end the command
+                self.on_job(copy)
+
     def _timed_out(
         self, argv: Sequence[str], job: SlurmJob, timeout: float | None, result: RunResult
     ) -> CommandTimeout:

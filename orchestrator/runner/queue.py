@@ -6,7 +6,8 @@ order; consecutive cells with the same `session` key share one server (session.p
 `stream`, each finished cell's archive follows its `done` event on stdout as `archive` (size),
 `archive_data` (base64 chunks) and `archive_end` (sha256) lines, so the controller needs no
 file transfer (no SFTP) and writes each cell as it arrives. With `facts`, a host snapshot is
-taken first, in a thread beside the first cell, and sent as one `facts` event.
+taken first, in a thread beside the first cell, and sent as one `facts` event. Inside a Slurm
+job, a `slurm_job` event (id, name, nodes from the job's env) comes before anything else.
 
 A stop request (stdin EOF, a signal, the controller's parent gone) interrupts the cell in flight;
 its archive is still sent, and no further cell starts.
@@ -95,9 +96,28 @@ def _facts(control: Control, payload: Dict[str, Any]) -> threading.Thread:
     return thread
 
 
+def announce_slurm_job(control: Control) -> None:
+    """Inside a Slurm job, say which one first: the controller records its id before any cell
+    starts, so a controller killed mid-cell leaves it for `--resume` to find (squeue alone may
+    not show a job that started at once in time)."""
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if not job_id:
+        return
+    event = {
+        "event": "slurm_job",
+        "job_id": job_id,
+        "name": os.environ.get("SLURM_JOB_NAME"),
+        "nodes": os.environ.get("SLURM_JOB_NODELIST"),
+        "t": now(),
+    }
+    with control.lock:
+        control.write_line(json.dumps(event))
+
+
 def run_queue(payload: Dict[str, Any], out: IO[bytes]) -> int:
     """Run every cell of the payload in order; the exit status of the worst cell."""
     control = Control(out)
+    announce_slurm_job(control)
     control.start_watchers()
     heartbeat = payload.get("heartbeat")
     if isinstance(heartbeat, (int, float)) and heartbeat > 0:

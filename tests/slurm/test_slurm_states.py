@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import threading
@@ -138,3 +139,33 @@ def test_a_program_failing_by_itself_keeps_its_exit_code(
     assert failed.rc == 5  # not a Slurm verdict: no exception, the exit code as it was
     (job,) = connection.jobs
     assert job.job_id is not None and job.state == "FAILED"
+
+
+def test_the_runners_first_word_records_its_job_at_once(
+    slurm_cluster: SlurmTestCluster, login: Host
+) -> None:
+    """The runner names its job (SLURM_JOB_ID) before any cell: recorded as RUNNING then, not
+    when the watcher's squeue next looks (a controller killed in between loses the job)."""
+    seen: list[SlurmJob] = []
+    connection = SlurmConnection(LocalConnection(login), SlurmOptions(), on_job=seen.append)
+    recorded: list[SlurmJob] = []
+
+    def on_line(line: str) -> None:
+        event = json.loads(line)
+        connection.job_running("orch-not-ours", "999999")  # another job's word changes nothing
+        connection.job_running(event["name"], event["job_id"], event["nodes"])
+        recorded.extend(connection.jobs)
+        assert seen and seen[-1] == recorded[0]  # on_job heard it before job_running returned
+
+    script = (
+        "import sys, time; from orchestrator.runner.context import Control; "
+        "from orchestrator.runner.queue import announce_slurm_job; "
+        "announce_slurm_job(Control(sys.stdout.buffer)); time.sleep(1)"
+    )
+    result = connection.run([PY, "-c", script], timeout=60, on_stdout_line=on_line)
+    assert result.rc == 0, result.stderr
+    (job,) = recorded
+    event = json.loads(result.stdout)
+    assert event["event"] == "slurm_job" and event["name"] == job.name
+    assert (job.job_id, job.state) == (event["job_id"], "RUNNING")
+    assert job.nodes == event["nodes"] and job.nodes and job.nodes.startswith("node")
