@@ -135,6 +135,9 @@ class HostQueue:
             data = event.get("data")
             self.facts = data if isinstance(data, dict) else {"absent": "facts not an object"}
             return
+        if kind == "task_end":  # one runner of a multi-node Slurm job ended (slurm_nodes.py)
+            self._task_ended(event)
+            return
         if kind == "slurm_job":  # the runner's job, named before its first cell starts
             if isinstance(self.conn, SlurmConnection):
                 self.conn.job_running(
@@ -158,6 +161,26 @@ class HostQueue:
             if not event.get("archive"):
                 self._without_archive(cid, event)
         self.run_.progress.cell_event(host, cid, scrub(event, self.run_.secrets))
+
+    def _task_ended(self, event: dict[str, Any]) -> None:
+        """A runner of a multi-node job ended badly: the cells of its rank it never answered for
+        fail now, so the other nodes are released (or their head aborted) at once; srun runs on
+        until every task has ended, and a part would otherwise hold until its cell timeout."""
+        rc, rank = event.get("rc"), event.get("rank")
+        if rc == 0 or self.run_.stop.is_set():
+            return  # it answered for its cells, or stopped as asked: fail_rest says the rest
+        node = event.get("node") or "?"
+        host = self.conn.host.name
+        for cid in self.order:
+            cell = self.cells[cid]
+            if (cell.node.rank if cell.node else 0) != rank or self.run_.finished(cid):
+                continue
+            if cid in self.done:
+                reason = "the runner said the cell was done but its archive never arrived"
+                self._outcome(CellOutcome(cid, host, "failed", reason, "collect"))
+                continue
+            reason = f"the runner on node {node} (rank {rank}) ended without a result (rc {rc})"
+            self._outcome(CellOutcome(cid, host, "failed", reason, "runner", self._seconds(cid)))
 
     def _archived(self, cid: str, archive: Path | str) -> None:
         cell = self.cells[cid]

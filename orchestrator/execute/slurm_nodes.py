@@ -6,7 +6,9 @@ its rank's cells (runner/slurm_tasks.py, told by `ORCH_SLURM_TASKS=N`) in a work
 srun merges the tasks' stdout, cutting long lines into labelled pieces; `TaskLines` puts each
 task's lines back together (the runner marks every real line end) and hands them on, each task in
 its own thread: a head's archive waits for its parts' archives (execute/nodes.py), which the
-other tasks' threads still deliver, as each node's own connection does over SSH.
+other tasks' threads still deliver, as each node's own connection does over SSH. Each runner
+runs in a small shell whose last line (`task_end` {rank, node, rc}) says how it ended: srun runs
+on until every task has, so a head's runner that died is heard of there, and its nodes released.
 
 End requests (release, abort) reach the nodes as a short step of the same job, `srun
 --jobid=<id> --overlap` on every node of it: the end file is named by cell (and lies in its
@@ -47,9 +49,22 @@ def task_options(nodes: int) -> list[str]:
     return [f"--nodes={nodes}", "--ntasks-per-node=1", "--input=all", "--label"]
 
 
+# sh around each task's runner: its last line says how the runner ended, even when it was killed
+# (srun runs on until every task has ended, so one task's end is heard only on its own lines).
+# A trapped signal waits for the runner, which handles it; the runner's children get defaults.
+TASK_END_SCRIPT = (
+    "trap : INT TERM HUP; "
+    '"$@"; rc=$?; '
+    'printf \'{"event": "task_end", "rank": %d, "node": "%s", "rc": %d}\\036\\n\' '
+    '"${SLURM_NODEID:-0}" "${SLURMD_NODENAME:-}" "$rc"; '
+    'exit "$rc"'
+)
+
+
 def task_argv(argv: Sequence[str], nodes: int) -> list[str]:
-    """`argv` told it is one of `nodes` tasks (env(1): srun passes the variable to each)."""
-    return ["env", f"{TASKS_VARIABLE}={nodes}", *argv]
+    """`argv` told it is one of `nodes` tasks (env(1): srun passes the variable to each), in a
+    shell whose last line is a `task_end` event {rank, node, rc}."""
+    return ["sh", "-c", TASK_END_SCRIPT, "orch-task", "env", f"{TASKS_VARIABLE}={nodes}", *argv]
 
 
 class TaskLines:

@@ -13,7 +13,7 @@ from typing import Any
 
 from orchestrator.cell import Cell
 from orchestrator.execute.nodes import with_head_address
-from orchestrator.execute.slurm_nodes import TaskLines, queue_nodes
+from orchestrator.execute.slurm_nodes import TaskLines, queue_nodes, task_argv
 from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER, RECORD_END, node_payload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,3 +106,30 @@ def test_the_heads_address_is_read_back_from_the_cell_it_ran(tmp_path: Path) -> 
     (tmp_path / "cell.json").write_text(json.dumps({"cell": ran}))
     assert with_head_address(cell, tmp_path).env["DIST"] == cell.env["DIST"]
     assert queue_nodes([cell]) == 1
+
+
+def _task(script: str, *, rank: str) -> tuple[int, list[str]]:
+    """A task as srun starts it (`task_argv`): its exit status and its lines, framed."""
+    argv = task_argv([sys.executable, "-c", script], 2)
+    env = {"PATH": "/usr/bin:/bin", "SLURM_NODEID": rank, "SLURMD_NODENAME": f"node{rank}"}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+    return done.returncode, done.stdout.split("\n")[:-1]
+
+
+def test_a_tasks_last_line_says_how_its_runner_ended() -> None:
+    rc, lines = _task(
+        "import os, sys; print(os.environ['ORCH_SLURM_TASKS']); sys.exit(3)", rank="1"
+    )
+    assert rc == 3  # srun still sees the runner's own status
+    assert lines[0] == "2"  # the runner is told how many tasks share stdout
+    assert lines[-1].endswith(RECORD_END)  # a whole line to TaskLines
+    assert json.loads(lines[-1][: -len(RECORD_END)]) == {
+        "event": "task_end", "rank": 1, "node": "node1", "rc": 3
+    }  # fmt: skip
+
+
+def test_a_killed_runner_still_gets_its_last_line() -> None:
+    rc, lines = _task("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", rank="0")
+    assert rc == 128 + 9
+    (last,) = lines
+    assert json.loads(last[: -len(RECORD_END)])["rc"] == 137

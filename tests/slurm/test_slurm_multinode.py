@@ -22,8 +22,9 @@ pytestmark = [pytest.mark.slow]
 SIM = ["{{ orch_python }}", "-m", "orchestrator.sim"]
 
 
-def _playbook(tmp: Path) -> Path:
-    """Every node reads its own simulated model, `model-<node_rank>.json` (`_models`)."""
+def _playbook(tmp: Path, **replaced: Any) -> Path:
+    """Every node reads its own simulated model, `model-<node_rank>.json` (`_models`);
+    `replaced` replaces top-level keys."""
     data: dict[str, Any] = {
         "name": "slurm-two-node",
         "matrix": {"spec": ["off"]},
@@ -52,6 +53,7 @@ def _playbook(tmp: Path) -> Path:
         "telemetry": False,
         "timeouts": {"cell": 120},
     }  # fmt: skip
+    data.update(replaced)
     path = tmp / "playbook.yml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -145,4 +147,23 @@ def test_a_node_whose_part_fails_fails_the_cell_and_nothing_keeps_running(
     jobs = [j for j in jobs_since(slurm_cluster, first) if j["name"].startswith("orch")]
     # the job ended with the run (FAILED: the runners' exit status says a cell failed)
     assert [(j["state"], j["nodes"]) for j in jobs] == [("FAILED", "node[1-2]")], jobs
+    assert _sim_processes(tmp_path.name) == []
+
+
+def test_a_head_runner_killed_mid_cell_fails_the_cell_and_releases_the_other_node(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path
+) -> None:
+    """srun runs on while any task does: the head's runner, killed, is heard from its task's
+    last line, and node 2's part is released then, not at the cell timeout (600 s here, past
+    `apply`'s own 240 s limit)."""
+    _models(tmp_path)
+    kill_runner = {"command": "sh -c 'kill -9 $PPID; sleep 60'", "repeats": 1, "timeout": 60}
+    playbook = _playbook(tmp_path, bench=kill_runner, timeouts={"cell": 600})
+    proc = apply(slurm_cluster, tmp_path, playbook, _inventory(tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (entry,) = _load(run_dir(tmp_path) / "run.json")["cells"].values()
+    assert (entry["status"], entry["failed_step"]) == ("failed", "runner"), entry
+    assert entry["reason"].startswith(
+        "the runner on node node1 (rank 0) ended without a result (rc 137)"
+    ), entry
     assert _sim_processes(tmp_path.name) == []
