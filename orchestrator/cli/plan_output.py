@@ -11,6 +11,7 @@ import click
 from tabulate import tabulate
 
 from orchestrator.cli.common import Planned
+from orchestrator.config.host import Host, SlurmOptions
 
 if TYPE_CHECKING:
     from orchestrator.cell import Cell
@@ -26,7 +27,6 @@ def echo_plan(
     verbose: bool,
 ) -> None:
     """Print the planned `cells` (pinned as `resolutions` say): a table, or JSON with --json."""
-    from orchestrator.execute.slurm import describe_executor
     from orchestrator.plan.lint import unchecked_ready_note
     from orchestrator.plan.sessions import session_labels
     from orchestrator.results.redact import cell_json_by_name, redact_text
@@ -116,3 +116,26 @@ def _hosts_label(hosts: tuple[str, ...]) -> str:
     if len(hosts) > 1 and len(set(hosts)) == 1:
         return f"{hosts[0]} ({len(hosts)} nodes)"
     return "+".join(hosts)
+
+
+def describe_executor(host: Host) -> str:
+    """How a host runs its cells, for `orch plan`: direct over SSH or locally, or as a Slurm
+    job through a login host, with the job's allocation (partition, gres, nodes, time)."""
+    address = f"{host.user + '@' if host.user else ''}{host.target}" + (
+        f":{host.port}" if host.port else ""
+    )
+    if host.executor != "slurm":
+        return "direct, on this machine" if host.connection == "local" else f"direct, ssh {address}"
+    options = host.slurm or SlurmOptions()
+    parts = [
+        f"partition {options.partition or '(the default)'}",
+        f"gres {options.gres or '(none)'} per node",
+        f"{options.nodes} node{'s' if options.nodes > 1 else ''}",
+        f"time {options.time}" if options.time else "time from the cells' timeouts",
+    ]
+    parts += [f"{name} {value}" for name, value in (("account", options.account),
+              ("qos", options.qos)) if value]  # fmt: skip
+    if options.extra:
+        parts.append(shlex.join(options.extra))
+    login = "this machine" if host.connection == "local" else f"login host ssh {address}"
+    return f"Slurm, srun on {login}: {', '.join(parts)}"

@@ -40,6 +40,7 @@ from orchestrator.execute.runlock import acquire_run_lock
 from orchestrator.execute.secret_values import extra_vars_in_argv, scrub, secret_values
 from orchestrator.execute.ship import runner_invocation
 from orchestrator.execute.slurm import SlurmConnection, SlurmJob
+from orchestrator.execute.slurm_resume import settle_earlier_jobs
 from orchestrator.execute.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
 from orchestrator.plan.sessions import session_key
 from orchestrator.results.archive import extract_archive
@@ -128,12 +129,12 @@ class Run:
 
     def _settle_slurm_jobs(self, conn: Connection, host_name: str) -> None:
         """Slurm only: the jobs the interrupted run left for this host end before the resume
-        starts one (`SlurmConnection.settle_earlier_jobs`); run.json says how each ended."""
+        starts one (execute/slurm_resume.py); run.json says how each ended."""
         recorded = self.run_record.earlier_slurm_jobs(host_name)
         if not isinstance(conn, SlurmConnection) or not recorded:
             return
-        settled = conn.settle_earlier_jobs(
-            recorded, lambda text: self.progress.host_step(host_name, text)
+        settled = settle_earlier_jobs(
+            conn, recorded, lambda text: self.progress.host_step(host_name, text)
         )
         self.run_record.settled_slurm_jobs(host_name, settled)
 

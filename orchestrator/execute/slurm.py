@@ -21,9 +21,7 @@ ended by Slurm (CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY, ...) ra
 `SlurmJobEnded` naming the job, its state and Slurm's reason. States come from squeue, which
 works without accounting storage (sacct does not).
 
-A resume meets the jobs its dead controller left (`settle_earlier_jobs`): one still PENDING is
-cancelled, one still RUNNING is waited for (its runner saw stdin's EOF and is wrapping up the
-cell in flight), so the resume never has two jobs of one host at once.
+A resume meets the jobs its dead controller left in execute/slurm_resume.py.
 """
 
 from __future__ import annotations
@@ -35,10 +33,9 @@ import secrets
 import shlex
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from orchestrator.config.host import Host, SlurmOptions
 from orchestrator.errors import ExecutionError, OrchError
@@ -47,11 +44,13 @@ from orchestrator.execute.slurm_nodes import TaskLines, run_in_job, task_argv, t
 from orchestrator.execute.transport import CommandTimeout, Connection, RunResult
 
 __all__ = [
+    "ALIVE_STATES",
+    "WAITING_STATES",
     "SlurmConnection",
     "SlurmJob",
     "SlurmJobEnded",
     "SlurmOptions",
-    "describe_executor",
+    "SqueueRow",
     "slurm_jobs",
     "srun_options",
 ]
@@ -61,15 +60,20 @@ _REFUSED = ("srun: error: Unable to allocate resources", "srun: error: Invalid "
 # after a timeout's scancel: how long srun may take to see its job end (Slurm's KillWait, 30 s
 # by default, lies between the TERM and the KILL)
 _CANCEL_GRACE_SECONDS = 60.0
-_ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING"}
+ALIVE_STATES = {
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "SUSPENDED",
+    "STOPPED",
+    "RESIZING",
+}
 _POLL_SECONDS = 0.5  # squeue while a cancelled job completes; the watcher's first pause
 _WATCH_MAX_SECONDS = 5.0  # the watcher's longest pause between two squeue while a job waits
-_WAITING = {"PENDING", "CONFIGURING"}
+WAITING_STATES = {"PENDING", "CONFIGURING"}
 # a job as squeue shows it: id, state, reason, nodes, name
-_Seen = tuple[str, str, str | None, str | None, str]
-# how long a resume waits for a job its dead controller left running (its runner, at stdin's
-# EOF, stops the cell in flight and its server, then archives it) before cancelling it
-LEFT_RUNNING_GRACE_SECONDS = 300.0
+SqueueRow = tuple[str, str, str | None, str | None, str]
 # job states in which Slurm, not the program, ended the job: the reason a cell gets
 _ENDED_BY_SLURM = {
     "CANCELLED": "cancelled (scancel, an admin, or Slurm itself)",
@@ -258,7 +262,7 @@ class SlurmConnection(Connection):
             )
         except CommandTimeout as exc:
             self.cancel(job.name)
-            self._wait_ended(job.name)
+            self.wait_ended(job.name)
             raise self._timed_out(argv, job, timeout, exc.result) from exc
         finally:
             finished.set()
@@ -267,13 +271,13 @@ class SlurmConnection(Connection):
         watcher.join(timeout=_POLL_SECONDS * 4)
         if cancelled.is_set():
             error = self._timed_out(argv, replace(job), timeout, result)  # as seen before it
-            self._wait_ended(job.name)
+            self.wait_ended(job.name)
             self._refresh(job)
             raise error
         if result.rc == 0:
             self._refresh(job)  # its id when it ran too briefly for the watcher, and its end
             return result
-        self._wait_ended(job.name)
+        self.wait_ended(job.name)
         self._refresh(job)
         self._raise_if_slurm_ended(argv, job, result)
         return result
@@ -315,12 +319,12 @@ class SlurmConnection(Connection):
         pause = _POLL_SECONDS
         while not finished.wait(pause):
             self._refresh(job)
-            if job.state is not None and job.state not in _WAITING:
+            if job.state is not None and job.state not in WAITING_STATES:
                 return
             if job.job_id is not None:
                 pause = min(pause * 2, _WATCH_MAX_SECONDS)
 
-    def _squeue(self, selector: str) -> _Seen | None:
+    def squeue(self, selector: str) -> SqueueRow | None:
         """(id, state, reason, nodes, name) of the job `--name=N` or `--jobs=ID` selects, as
         squeue shows it; None when squeue does not (any more) or cannot answer."""
         try:
@@ -337,7 +341,7 @@ class SlurmConnection(Connection):
 
     def _refresh(self, job: SlurmJob) -> None:
         """Read the job's id, state, reason and nodes from squeue (best effort)."""
-        found = self._squeue(f"--name={job.name}")
+        found = self.squeue(f"--name={job.name}")
         if found is None:
             return
         seen = found[:4]
@@ -358,7 +362,7 @@ class SlurmConnection(Connection):
             job = next((j for j in self._jobs if j.name == name), None)
             if job is None:
                 return
-            running = job.state is None or job.state in _WAITING
+            running = job.state is None or job.state in WAITING_STATES
             if job.job_id == job_id and not running:
                 return
             job.job_id = job_id
@@ -375,7 +379,7 @@ class SlurmConnection(Connection):
         self, argv: Sequence[str], job: SlurmJob, timeout: float | None, result: RunResult
     ) -> CommandTimeout:
         # a job that never left the queue says so: the time went to waiting, not to the program
-        waiting = f", never started: PENDING ({job.reason})" if job.state in _WAITING else ""
+        waiting = f", never started: PENDING ({job.reason})" if job.state in WAITING_STATES else ""
         return CommandTimeout(
             f"{shlex.join(argv)} on {self.host.name} (Slurm job {job.job_id or '?'}, "
             f"{job.name}) timed out after {timeout:g} s (job cancelled{waiting})",
@@ -387,7 +391,7 @@ class SlurmConnection(Connection):
         with contextlib.suppress(OrchError):
             self.login.run(["scancel", f"--name={job_name}"], timeout=30)
 
-    def _wait_ended(
+    def wait_ended(
         self, job_name: str, timeout: float = _CANCEL_GRACE_SECONDS, *, by: str = "name"
     ) -> bool:
         """Wait until no process of the job (`by` name or id) is left: squeue lists it neither
@@ -402,71 +406,11 @@ class SlurmConnection(Connection):
                 )
             except OrchError:
                 return True
-            if not _ALIVE.intersection(shown.stdout.split()):
+            if not ALIVE_STATES.intersection(shown.stdout.split()):
                 return True
             time.sleep(pause)
             pause = min(pause * 2, _WATCH_MAX_SECONDS)
         return False
-
-    def settle_earlier_jobs(
-        self,
-        recorded: Sequence[Mapping[str, Any]],
-        say: Callable[[str], None],
-        *,
-        grace: float = LEFT_RUNNING_GRACE_SECONDS,
-    ) -> list[dict[str, Any]]:
-        """A resume's first step on a Slurm host: every job the interrupted run recorded that
-        Slurm still holds ends before this run starts one, so no cell runs in two jobs at once.
-
-        A PENDING job is cancelled: its srun lost its controller, so once started its runner
-        would find stdin closed and run nothing. A RUNNING one is waited for: its runner saw
-        stdin's EOF and is stopping the cell in flight and its server, and archives the cell
-        for the resume to collect; still running after `grace`, it is cancelled. `say` hears
-        each step. Returns the recorded entries with the state each ended in and, where the
-        resume met it alive, what it did (`resume`).
-        """
-        settled = []
-        for entry in recorded:
-            job = dict(entry)
-            job_id, name = job.get("job_id"), job.get("job_name")
-            # by id and name alike: Slurm reuses ids once they wrap, never our random names
-            seen = self._squeue(f"--jobs={job_id}") if job_id else None
-            if seen is not None and name and seen[4] != name:
-                seen = None
-            if seen is not None and seen[1] in _ALIVE:
-                job["resume"] = self._settle(str(job_id), name, seen, say, grace)
-                seen = self._squeue(f"--jobs={job_id}") or seen
-            if seen is not None:
-                job["state"], job["reason"], job["nodes"] = seen[1:4]
-            settled.append(job)
-        return settled
-
-    def _settle(
-        self,
-        job_id: str,
-        job_name: Any,
-        seen: _Seen,
-        say: Callable[[str], None],
-        grace: float,
-    ) -> str:
-        """End one job the interrupted run left alive; what was done, for the bundle."""
-        _, state, reason, nodes, _ = seen
-        what = f"Slurm job {job_id} ({job_name or '?'}) of the interrupted run"
-        if state in _WAITING:
-            say(f"{what} is still {state} ({reason or 'no reason given'}): cancelling it")
-            self.cancel_job(job_id)
-            self._wait_ended(job_id, by="jobs")
-            return f"still {state} when the run was resumed: cancelled"
-        say(
-            f"waiting for {what}, still {state} on {nodes or '?'}, to end: its runner is "
-            "stopping the cell in flight"
-        )
-        if self._wait_ended(job_id, grace, by="jobs"):
-            return f"still {state} when the run was resumed: waited for it to end"
-        say(f"{what} is still {state} after {grace:g} s: cancelling it")
-        self.cancel_job(job_id)
-        self._wait_ended(job_id, by="jobs")
-        return f"still {state} {grace:g} s after the run was resumed: cancelled"
 
     def run_on_job_nodes(self, argv: Sequence[str], timeout: float) -> RunResult | None:
         """`argv` on every node of the job that runs a runner a node now (a step beside it),
@@ -507,29 +451,6 @@ class SlurmConnection(Connection):
     def close(self) -> None:
         """Close the login connection: each running srun's task sees EOF on stdin."""
         self.login.close()
-
-
-def describe_executor(host: Host) -> str:
-    """How a host runs its cells, for `orch plan`: direct over SSH or locally, or as a Slurm
-    job through a login host, with the job's allocation (partition, gres, nodes, time)."""
-    address = f"{host.user + '@' if host.user else ''}{host.target}" + (
-        f":{host.port}" if host.port else ""
-    )
-    if host.executor != "slurm":
-        return "direct, on this machine" if host.connection == "local" else f"direct, ssh {address}"
-    options = host.slurm or SlurmOptions()
-    parts = [
-        f"partition {options.partition or '(the default)'}",
-        f"gres {options.gres or '(none)'} per node",
-        f"{options.nodes} node{'s' if options.nodes > 1 else ''}",
-        f"time {options.time}" if options.time else "time from the cells' timeouts",
-    ]
-    parts += [f"{name} {value}" for name, value in (("account", options.account),
-              ("qos", options.qos)) if value]  # fmt: skip
-    if options.extra:
-        parts.append(shlex.join(options.extra))
-    login = "this machine" if host.connection == "local" else f"login host ssh {address}"
-    return f"Slurm, srun on {login}: {', '.join(parts)}"
 
 
 def slurm_jobs(connection: Connection, since: int = 0) -> list[dict[str, str | None]]:
