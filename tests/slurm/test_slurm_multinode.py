@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from slurm_helpers import apply, free_port, jobs_since, next_job_id, run_dir
+from slurm_helpers import apply, apply_argv, free_port, jobs_since, next_job_id, run_dir
 from slurmcluster import SlurmTestCluster
 
 from orchestrator.sim import model as m
@@ -166,4 +169,48 @@ def test_a_head_runner_killed_mid_cell_fails_the_cell_and_releases_the_other_nod
     assert entry["reason"].startswith(
         "the runner on node node1 (rank 0) ended without a result (rc 137)"
     ), entry
+    assert _sim_processes(tmp_path.name) == []
+
+
+def test_ctrl_c_stops_both_nodes_and_resume_runs_the_cell_again(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path
+) -> None:
+    """SIGINT mid-bench: every task reads srun's stdin, so both nodes' runners stop their cell
+    and their part of the server; the job ends and `--resume` runs the two-node cell again."""
+    _models(tmp_path)
+    mark = tmp_path / "bench-started"
+    # the first bench waits to be interrupted; the resume's bench finds the mark and passes
+    bench = {"command": f"sh -c 'test -e {mark} && exit 0; touch {mark}; sleep 60'",
+             "repeats": 1, "timeout": 90}  # fmt: skip
+    playbook = _playbook(tmp_path, bench=bench, timeouts={"cell": 120})
+    argv = apply_argv(playbook, _inventory(tmp_path), tmp_path / "results")
+    first = next_job_id(slurm_cluster)
+    log = tmp_path / "apply.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, cwd=tmp_path, env=slurm_cluster.env, stdout=out, stderr=out)
+        deadline = time.monotonic() + 60
+        while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert mark.exists(), log.read_text()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, log.read_text()
+    run = run_dir(tmp_path)
+    doc = _load(run / "run.json")
+    (entry,) = doc["cells"].values()
+    assert (doc["status"], entry["status"]) == ("interrupted", "interrupted"), entry
+    (job,) = [j for j in jobs_since(slurm_cluster, first) if j["name"].startswith("orch")]
+    assert job["nodes"] == "node[1-2]"
+    slurm_cluster.wait_for_job(job["id"], ["COMPLETED", "FAILED"])  # ended by its runners
+    assert _sim_processes(tmp_path.name) == []
+
+    resumed = subprocess.run(
+        [*argv, "--resume", str(run)], cwd=tmp_path, env=slurm_cluster.env,
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    (entry,) = _load(run / "run.json")["cells"].values()
+    assert entry["status"] == "passed", entry
+    (cid,) = _load(run / "run.json")["cells"]
+    nodes = _load(run / "cells" / cid / "nodes.json")
+    assert [(n["host"], n["status"]) for n in nodes] == [("node2", "passed")], nodes
     assert _sim_processes(tmp_path.name) == []
