@@ -26,6 +26,12 @@ class UndefinedName(UndefinedError):
 
 _UNKNOWN = re.compile(r"No (filter|test) named '([^']+)'")
 
+# Names orch defines only where it can know them: why one is undefined here.
+_DEFINED_ELSEWHERE = {
+    "node_hosts": "a multi-node cell on a Slurm host has no node_hosts: Slurm picks the job's "
+    "nodes when it starts; head_host (filled in then), node_rank and nnodes are defined",
+}
+
 
 def syntax_error(
     exc: TemplateSyntaxError, where: SourceLocation, key_path: str, env: Any = None
@@ -72,6 +78,7 @@ def render_error(
         if exc.obj is missing:
             close = _close_variables(str(name), scope)
             hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else None
+            hint = _DEFINED_ELSEWHERE.get(str(name), hint)
             return InputError(
                 f"undefined variable {name!r}",
                 location=where,

@@ -9,7 +9,8 @@ each node's env and server argv are its own; the head's cell carries the others 
 Node variables, seen by every template (a one-node cell sees rank 0 of 1):
 `node_rank`, `nnodes`, `head_host` (the head's address as the other nodes reach it:
 `ansible_host`), `head_port` (`server.dist_port`, default the server's port + 100) and
-`node_hosts` (the group's inventory names, head first).
+`node_hosts` (the group's inventory names, head first; undefined on a Slurm host, whose nodes
+Slurm picks).
 """
 
 from __future__ import annotations
@@ -122,12 +123,15 @@ def single_node_vars(host: Host) -> dict[str, Any]:
 def node_vars(group: Sequence[Host], rank: int, port: int) -> dict[str, Any]:
     """The node variables of rank `rank` in `group` (head first). On a Slurm host the head is
     the job's first node, known once the job runs: the runner puts its address where
-    `head_host` went (runner/slurm_tasks.py)."""
-    slurm = group[0].executor == "slurm"
+    `head_host` went (runner/slurm_tasks.py); `node_hosts` is left undefined there (Slurm
+    picks the nodes), so a template that reads it is refused rather than given the login host."""
+    if group[0].executor == "slurm":
+        return {"node_rank": rank, "nnodes": len(group), "head_host": HEAD_PLACEHOLDER,
+                "head_port": port}  # fmt: skip
     return {
         "node_rank": rank,
         "nnodes": len(group),
-        "head_host": HEAD_PLACEHOLDER if slurm else group[0].target,
+        "head_host": group[0].target,
         "head_port": port,
         "node_hosts": [h.name for h in group],
     }

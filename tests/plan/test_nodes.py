@@ -205,8 +205,15 @@ lab:
 """
 
 
-def plan_with(tmp_path: Path, inventory: str, limit: str | None = None) -> list[Cell]:
-    (tmp_path / "playbook.yml").write_text(textwrap.dedent(SGLANG))
+NODE_HOSTS_LINE = """  NODES: "{{ node_hosts | join(',') }}"\n"""
+
+
+def plan_with(
+    tmp_path: Path, inventory: str, limit: str | None = None, playbook: str | None = None
+) -> list[Cell]:
+    """SGLANG (without node_hosts, which a Slurm host does not define) on `inventory`."""
+    text = SGLANG.replace(NODE_HOSTS_LINE, "") if playbook is None else playbook
+    (tmp_path / "playbook.yml").write_text(textwrap.dedent(text))
     inv = tmp_path / "inventory.yml"
     inv.write_text(textwrap.dedent(inventory))
     return build_cells(
@@ -236,3 +243,17 @@ def test_hosts_besides_the_slurm_ones_still_come_in_whole_groups(tmp_path: Path)
     with pytest.raises(InputError) as err:
         plan_with(tmp_path, SLURM_INVENTORY, limit="login,gpu1")
     assert "1 host (gpu1) besides its Slurm hosts: not a multiple of 2" in err.value.message
+
+
+def test_node_hosts_on_a_slurm_host_is_refused_with_why(tmp_path: Path) -> None:
+    """Slurm picks the job's nodes when it starts: a template reading node_hosts there gets
+    no stand-in (the login host once per node), but an error that says so."""
+    assert NODE_HOSTS_LINE in SGLANG
+    with pytest.raises(InputError) as err:
+        plan_with(tmp_path, SLURM_INVENTORY, playbook=SGLANG)
+    assert err.value.message == "undefined variable 'node_hosts'"
+    assert err.value.key_path == "env.NODES"
+    assert err.value.hint is not None and "Slurm picks the job's nodes" in err.value.hint
+    # the same playbook on hosts reached directly has it
+    cells = plan_with(tmp_path, SLURM_INVENTORY, limit="lab", playbook=SGLANG)
+    assert {c.env["NODES"] for c in cells} == {"gpu1,gpu2"}
