@@ -319,6 +319,13 @@ def test_leftover_server_of_another_run_blocks_preflight_until_stop_all(home: Pa
     server_pid = server_pid_on(port)
     first.kill()  # SIGKILL: the runner cannot clean up, its server is orphaned
     record = next((home / ".orch" / "servers").glob("*.json"))
+    # The shell gets its parent-death signal a moment later: until it is gone, the record's
+    # live processes are [shell, server] and the reason names the shell's pid, the lower one.
+    shell = load(record)["pid"]
+    deadline = time.monotonic() + 10
+    while alive(shell) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not alive(shell) and shell != server_pid
     # As a runner that did not record itself left it: whether that run is live is unknown
     # (a record whose runner is known dead is an orphan, stopped by the next preflight).
     rec = load(record)
