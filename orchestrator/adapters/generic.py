@@ -7,20 +7,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.adapters.base import (
-    BenchAdapter,
-    RepeatResult,
-    ServerAdapter,
-    apply_regex_metrics,
+from orchestrator.adapters.base import BenchAdapter, RepeatResult, ServerAdapter
+from orchestrator.adapters.outputs import apply_regex_metrics, finite_float, read_text
+from orchestrator.adapters.sections import (
     as_mapping,
     build_captures,
     build_ready,
     common_bench_fields,
     common_server_fields,
-    finite_float,
     get_port,
     get_str,
-    read_text,
     split_command,
 )
 from orchestrator.cell import BenchSpec, Cell, ServerSpec

@@ -15,24 +15,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.adapters.base import (
-    MetricInfo,
-    ServerAdapter,
+from orchestrator.adapters.base import MetricInfo, ServerAdapter
+from orchestrator.adapters.flags import ListStyle, flags_to_argv, normalize_args
+from orchestrator.adapters.nccl import analyze_nccl
+from orchestrator.adapters.outputs import finite_float, read_json, read_text
+from orchestrator.adapters.sections import (
     as_mapping,
     build_captures,
     build_ready,
     common_server_fields,
-    finite_float,
     get_port,
     get_str,
     node_of,
-    read_json,
-    read_text,
     server_url,
     split_command,
 )
-from orchestrator.adapters.flags import ListStyle, flags_to_argv, normalize_args
-from orchestrator.adapters.nccl import analyze_nccl
 from orchestrator.cell import Cell, ServerSpec
 from orchestrator.errors import InputError
 

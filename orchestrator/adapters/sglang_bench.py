@@ -11,20 +11,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.adapters.base import (
-    BenchAdapter,
-    MetricInfo,
-    RepeatResult,
+from orchestrator.adapters.base import BenchAdapter, MetricInfo, RepeatResult
+from orchestrator.adapters.flags import flags_to_argv, normalize_args
+from orchestrator.adapters.outputs import (
     apply_regex_metrics,
-    as_mapping,
-    common_bench_fields,
     finite_float,
     read_json_lines,
     read_last_json_line,
     read_text,
-    server_url,
 )
-from orchestrator.adapters.flags import flags_to_argv, normalize_args
+from orchestrator.adapters.sections import as_mapping, common_bench_fields, server_url
 from orchestrator.adapters.sglang import (
     internal_states,
     launcher_argv,

@@ -16,27 +16,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from orchestrator.adapters.base import (
-    BenchAdapter,
-    MetricInfo,
-    RepeatResult,
-    ServerAdapter,
-    apply_regex_metrics,
+from orchestrator.adapters.base import BenchAdapter, MetricInfo, RepeatResult, ServerAdapter
+from orchestrator.adapters.flags import ListStyle, flags_to_argv, normalize_args
+from orchestrator.adapters.nccl import analyze_nccl
+from orchestrator.adapters.outputs import apply_regex_metrics, finite_float, read_json, read_text
+from orchestrator.adapters.sections import (
     as_mapping,
     build_captures,
     build_ready,
     common_bench_fields,
     common_server_fields,
-    finite_float,
     get_port,
     node_of,
-    read_json,
-    read_text,
     server_url,
     split_command,
 )
-from orchestrator.adapters.flags import ListStyle, flags_to_argv, normalize_args
-from orchestrator.adapters.nccl import analyze_nccl
 from orchestrator.adapters.sglang import section_vs_args
 from orchestrator.adapters.sglang_bench import server_base_url
 from orchestrator.adapters.vllm_log import (

@@ -1,0 +1,103 @@
+"""Reading what a cell left: finite numbers, JSON and JSON-lines files, text, regex metrics;
+each reader says why it found nothing instead of raising."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from orchestrator.adapters.base import RepeatResult
+
+
+def finite_float(value: Any) -> float | None:
+    """`value` as a finite float, or None (bools, strings, NaN and infinities are not metrics)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    result = float(value)
+    return result if math.isfinite(result) else None
+
+
+def read_last_json_line(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The last JSON object line of a JSONL file (json.loads accepts Infinity), or a reason."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return None, f"cannot read {path.name}: {exc.strerror or exc}"
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return None, f"{path.name} is empty"
+    try:
+        data = json.loads(lines[-1])
+    except json.JSONDecodeError as exc:
+        return None, f"last line of {path.name} is not JSON: {exc}"
+    if not isinstance(data, dict):
+        return None, f"last line of {path.name} is not a JSON object"
+    return data, None
+
+
+def read_json_lines(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every JSON object line of a JSONL file, and a note for each line that is not one."""
+    notes: list[str] = []
+    rows: list[dict[str, Any]] = []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return [], [f"cannot read {path.name}: {exc.strerror or exc}"]
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            notes.append(f"{path.name} line {i} is not JSON")
+            continue
+        if isinstance(data, dict):
+            rows.append(data)
+        else:
+            notes.append(f"{path.name} line {i} is not a JSON object")
+    return rows, notes
+
+
+def read_json(path: Path) -> tuple[Any, str | None]:
+    """A JSON document, or None and a reason."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8", errors="replace")), None
+    except OSError as exc:
+        return None, f"cannot read {path.name}: {exc.strerror or exc}"
+    except json.JSONDecodeError as exc:
+        return None, f"{path.name} is not JSON: {exc}"
+
+
+def apply_regex_metrics(
+    patterns: Mapping[str, str], stdout: str, result: RepeatResult, source: str = "stdout"
+) -> None:
+    """Fill `result` from `{name: regex}` on `stdout`: the first match's first group (or the
+    whole match when the regex has no group), as a float."""
+    for name, pattern in patterns.items():
+        match = re.search(pattern, stdout, re.MULTILINE)
+        if match is None:
+            result.notes.append(f"metric {name}: regex {pattern!r} did not match {source}")
+            continue
+        text = match.group(1) if match.re.groups else match.group(0)
+        try:
+            value = float(text.strip())
+        except (TypeError, ValueError, AttributeError):
+            result.notes.append(f"metric {name}: {text!r} is not a number")
+            continue
+        if not math.isfinite(value):
+            result.notes.append(f"metric {name}: {text!r} is not finite")
+            continue
+        result.metrics[name] = value
+        result.sources[name] = source
+
+
+def read_text(path: Path) -> str | None:
+    """A text file's contents, or None when it is missing or unreadable."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
