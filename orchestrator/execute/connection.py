@@ -16,8 +16,8 @@ import errno
 import logging
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import paramiko
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -29,11 +29,12 @@ from tenacity import (
 
 from orchestrator.config.host import Host, SlurmOptions
 from orchestrator.errors import ConnectionFailure, OrchError
-from orchestrator.execute import hostkeys
 from orchestrator.execute.local import LocalConnection
 from orchestrator.execute.slurm import SlurmConnection
-from orchestrator.execute.ssh import SSHConnection, open_ssh
 from orchestrator.execute.transport import CommandTimeout, Connection, RunResult
+
+if TYPE_CHECKING:
+    from orchestrator.execute.ssh import SSHConnection
 
 __all__ = [
     "CommandTimeout",
@@ -46,6 +47,16 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+def __getattr__(name: str) -> Any:
+    # Fabric and paramiko (about 0.13 s of imports) load only once SSH is used: `orch plan`,
+    # a local run and the simulator never pay for them.
+    if name == "SSHConnection":
+        from orchestrator.execute.ssh import SSHConnection
+
+        return SSHConnection
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def connect(
@@ -87,6 +98,7 @@ def _open(
     """The plain connection to `host` (local or SSH, with retries): see `connect`."""
     if host.connection == "local":
         return LocalConnection(host)
+    from orchestrator.execute.ssh import open_ssh
 
     def attempt() -> SSHConnection:
         return open_ssh(host, connect_timeout, keepalive, ssh_config_path)
@@ -123,6 +135,10 @@ def _open(
 
 def _is_retryable(exc: BaseException) -> bool:
     """Network trouble is retried; host keys, authentication and our own errors are not."""
+    import paramiko  # loaded already: only an SSH attempt gets here
+
+    from orchestrator.execute import hostkeys
+
     if isinstance(exc, OrchError) or hostkeys.is_refusal(exc):
         return False
     if isinstance(exc, paramiko.AuthenticationException):
@@ -134,6 +150,8 @@ def _is_retryable(exc: BaseException) -> bool:
 
 def _describe(exc: BaseException) -> str:
     """The last cause in a few words: 'connection refused', 'timed out', ..."""
+    import paramiko  # loaded already: only an SSH attempt gets here
+
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
         codes = {getattr(e, "errno", None) for e in exc.errors.values()}
         if errno.ECONNREFUSED in codes:
