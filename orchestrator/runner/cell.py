@@ -95,11 +95,12 @@ class CellRunner(
             self.step("preflight", self.do_preflight_shared if shared else self.do_preflight, True)
             self.step("snapshot_pre", lambda: self.do_snapshot("snapshot.pre.json", None), True)
             self.start_telemetry()
+            part = self.node_role is not None  # a node's part of a server over several hosts
             if shared:
                 self.skipped_step("server_start", self.do_server_shared())
             else:
-                self.step("server_start", self.do_server_start, bool(server))
-            part = self.node_role is not None  # a node's part of a server over several hosts
+                start = self.do_server_start_part if part else self.do_server_start
+                self.step("server_start", start, bool(server))
             if part:
                 ready = self.do_ready_part
             else:

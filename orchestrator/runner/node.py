@@ -18,7 +18,7 @@ invocation of the runner (an earlier attempt) is ignored.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from orchestrator.runner.context import CellContext
 from orchestrator.runner.protocol import StepFailed, now
@@ -32,11 +32,27 @@ class NodeSteps(CellContext):
 
     proc: Any
 
+    if TYPE_CHECKING:  # ServerSteps' (runner/server.py), beside this in CellRunner
+
+        def do_server_start(self) -> Dict[str, Any]: ...
+
     @property
     def node_role(self) -> Optional[Dict[str, Any]]:
         """{of, rank, head, head_url} when this cell is a node's part, else None."""
         role = self.cell.get("node")
         return role if isinstance(role, dict) else None
+
+    def do_server_start_part(self) -> Dict[str, Any]:
+        """Start this node's part, unless the head's cell has already ended: the controller
+        released it before this node reached the cell (the head failed early, or its runner
+        died), and a part started now would only wait for a head that never comes."""
+        request = self.end_request()
+        if request is not None:
+            raise StepFailed(
+                "the head's cell ended before this node's part started: %s"
+                % request.get("reason", "")
+            )
+        return self.do_server_start()
 
     def do_ready_part(self) -> Dict[str, Any]:
         """Wait until the head answers on its readiness URL while this part stays alive."""

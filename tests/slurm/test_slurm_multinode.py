@@ -158,18 +158,27 @@ def test_a_head_runner_killed_mid_cell_fails_the_cell_and_releases_the_other_nod
 ) -> None:
     """srun runs on while any task does: the head's runner, killed, is heard from its task's
     last line, and node 2's part is released then, not at the cell timeout (600 s here, past
-    `apply`'s own 240 s limit)."""
+    `apply`'s own 240 s limit); the next cell, whose head will never run, starts nothing."""
     _models(tmp_path)
     kill_runner = {"command": "sh -c 'kill -9 $PPID; sleep 60'", "repeats": 1, "timeout": 60}
-    playbook = _playbook(tmp_path, bench=kill_runner, timeouts={"cell": 600})
+    playbook = _playbook(
+        tmp_path, bench=kill_runner, timeouts={"cell": 600}, matrix={"spec": ["a", "b"]}
+    )
     proc = apply(slurm_cluster, tmp_path, playbook, _inventory(tmp_path))
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    (entry,) = _load(run_dir(tmp_path) / "run.json")["cells"].values()
-    assert (entry["status"], entry["failed_step"]) == ("failed", "runner"), entry
-    assert entry["reason"].startswith(
-        "the runner on node node1 (rank 0) ended without a result (rc 137)"
-    ), entry
+    entries = _load(run_dir(tmp_path) / "run.json")["cells"]
+    for entry in entries.values():  # the cell in flight, and the one the head never reached
+        assert (entry["status"], entry["failed_step"]) == ("failed", "runner"), entry
+        assert entry["reason"].startswith(
+            "the runner on node node1 (rank 0) ended without a result (rc 137)"
+        ), entry
     assert _sim_processes(tmp_path.name) == []
+    # node 2 reached the second cell released already: it started no part of a server there
+    parts = sorted((tmp_path / "orch-home" / "nodes" / "1" / "runs").glob("*/*.n1"))
+    assert [(p / "server.json").exists() for p in parts] == [True, False], parts
+    second = _load(parts[1] / "cell.json")
+    assert second["failed_step"] == "server_start", second
+    assert second["reason"].startswith("the head's cell ended before this node's part started")
 
 
 def test_ctrl_c_stops_both_nodes_and_resume_runs_the_cell_again(
