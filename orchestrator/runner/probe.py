@@ -10,93 +10,35 @@ Every item is collected on its own: a missing tool, a timeout or a parse error b
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
-import re
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from orchestrator.runner.interpreters import cached_answers, remember_answers
+from orchestrator.runner.probe_gpu import compute_apps, query_gpus, query_topo, smi_header
 from orchestrator.runner.probe_parse import (
-    GPU_FIELDS,
-    LEGACY_FIELDS,
     find_nccl_versions,
-    parse_compute_apps,
     parse_cpuinfo,
-    parse_gpu_apps,
-    parse_gpu_csv,
     parse_loadavg,
     parse_meminfo,
     parse_nvcc_version,
     parse_os_release,
-    parse_smi_header,
-    parse_topo,
     short_tail,
 )
+from orchestrator.runner.probe_run import Absent, run_command, which
 from orchestrator.runner.probe_slurm import slurm_item
 from orchestrator.runner.redaction import REDACTED, is_secret_name
 
 SCHEMA_VERSION = 1
 ENV_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "VLLM_", "TORCH_", "PYTORCH_")
 ENV_EXTRA = ("LD_LIBRARY_PATH", "LD_PRELOAD", "OMP_NUM_THREADS")  # they change which libs load
-
-
-class Absent(Exception):
-    """An item could not be collected; the message is the reason recorded in the snapshot."""
-
-
-def _cmd_env() -> Dict[str, str]:
-    env = dict(os.environ)
-    env["LC_ALL"] = "C"  # stable, parseable tool output
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    return env
-
-
-def run_command(
-    argv: Sequence[str], timeout: float, cwd: Optional[str] = None
-) -> Tuple[int, str, str]:
-    """Run argv without a shell; (rc, stdout, stderr). Absent when missing or timed out.
-
-    The child gets its own session so a timeout kills everything it started.
-    """
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=_cmd_env(),
-            start_new_session=True,
-        )
-    except FileNotFoundError:
-        raise Absent("%s: not found" % argv[0]) from None
-    except OSError as exc:
-        raise Absent("%s: cannot run: %s" % (argv[0], exc)) from None
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise Absent("%s: timed out after %ss" % (" ".join(argv[:3]), timeout)) from None
-    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-
-
-def _which(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        raise Absent("%s not found on PATH" % tool)
-    return path
 
 
 def collect_env(environ: Mapping[str, str]) -> Dict[str, str]:
@@ -140,133 +82,6 @@ def _cpu() -> Dict[str, Any]:
     except Absent as exc:
         info["cpuinfo"] = {"absent": str(exc)}
     return info
-
-
-_INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field')
-
-
-def _variant(fields: Sequence[str]) -> str:
-    if list(fields) == list(GPU_FIELDS):
-        return "current"
-    if list(fields) == [LEGACY_FIELDS.get(f, f) for f in GPU_FIELDS]:
-        return "legacy"
-    return "mixed"
-
-
-def _gpus(smi: str) -> Dict[str, Any]:
-    """Query every field; on a rejected name swap it for its other spelling and ask again."""
-    swap = dict(LEGACY_FIELDS)
-    swap.update((old, new) for new, old in LEGACY_FIELDS.items())
-    fields = list(GPU_FIELDS)
-    tried = []  # type: List[List[str]]
-    attempts = []  # type: List[Dict[str, Any]]
-    while fields not in tried and len(tried) < 2 + len(LEGACY_FIELDS):
-        tried.append(fields)
-        argv = [smi, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"]
-        rc, out, err = run_command(argv, timeout=30)
-        if rc == 0:
-            try:
-                devices = parse_gpu_csv(out, fields)
-            except ValueError as exc:
-                attempts.append({"fields": _variant(fields), "rc": rc, "error": str(exc)})
-                break
-            return {
-                "count": len(devices),
-                "fields": _variant(fields),
-                "query": fields,
-                "devices": devices,
-                "failed_attempts": attempts,
-            }
-        message = short_tail(out + "\n" + err)
-        attempts.append({"fields": _variant(fields), "rc": rc, "error": message})
-        if "not a valid field" not in message:
-            break  # no devices, driver not loaded...: other names will not help
-        match = _INVALID_FIELD.search(message)
-        bad = match.group(1) if match else None
-        if bad in swap:
-            fields = [swap[bad] if f == bad else f for f in fields]
-        else:  # a message we cannot place: try every old name at once
-            fields = [LEGACY_FIELDS.get(f, f) for f in GPU_FIELDS]
-    raise Absent(
-        "nvidia-smi --query-gpu failed: %s"
-        % "; ".join("%s (rc %s): %s" % (a["fields"], a["rc"], a["error"]) for a in attempts)
-    )
-
-
-def _compute_apps(smi: str) -> List[Dict[str, Any]]:
-    argv = [
-        smi,
-        "--query-compute-apps=pid,process_name,used_memory",
-        "--format=csv,noheader,nounits",
-    ]
-    rc, out, err = run_command(argv, timeout=30)
-    if rc != 0:
-        raise Absent(
-            "nvidia-smi --query-compute-apps failed (rc %d): %s" % (rc, short_tail(out + err))
-        )
-    return parse_compute_apps(out)
-
-
-def gpu_occupancy(smi: str) -> Dict[str, Any]:
-    """Who holds the GPUs now: {"gpus": [{index, uuid, memory_used_mib}], "apps": [{pid,
-    process_name, used_memory_mib, gpu}]}, each app's GPU as an index. Absent when nvidia-smi
-    cannot answer."""
-    argv = [smi, "--query-gpu=index,uuid,memory.used", "--format=csv,noheader,nounits"]
-    rc, out, err = run_command(argv, timeout=30)
-    if rc != 0:
-        raise Absent("nvidia-smi --query-gpu failed (rc %d): %s" % (rc, short_tail(out + err)))
-    gpus = parse_gpu_csv(out, ["index", "uuid", "memory.used"])
-    by_uuid = {str(g.get("uuid")): g.get("index") for g in gpus}
-    argv = [
-        smi,
-        "--query-compute-apps=gpu_uuid,pid,used_memory,process_name",
-        "--format=csv,noheader,nounits",
-    ]
-    rc, out, err = run_command(argv, timeout=30)
-    if rc != 0:
-        raise Absent(
-            "nvidia-smi --query-compute-apps failed (rc %d): %s" % (rc, short_tail(out + err))
-        )
-    apps = []
-    for app in parse_gpu_apps(out):
-        uuid = app.pop("gpu_uuid")
-        app["gpu"] = by_uuid.get(uuid, uuid)
-        apps.append(app)
-    return {
-        "gpus": [
-            {
-                "index": g.get("index"),
-                "uuid": g.get("uuid"),
-                "memory_used_mib": g.get("memory.used"),
-            }
-            for g in gpus
-        ],
-        "apps": apps,
-    }
-
-
-def _topo(smi: str) -> Dict[str, Any]:
-    rc, out, err = run_command([smi, "topo", "-m"], timeout=30)
-    if rc != 0:
-        raise Absent("nvidia-smi topo -m failed (rc %d): %s" % (rc, short_tail(out + err)))
-    result = {"text": out}  # type: Dict[str, Any]
-    try:
-        result.update(parse_topo(out))
-    except (ValueError, IndexError) as exc:
-        result["parse_error"] = str(exc)
-    return result
-
-
-def _smi_header(smi: str) -> Dict[str, Any]:
-    rc, out, err = run_command([smi], timeout=30)
-    if rc != 0:
-        raise Absent("nvidia-smi failed (rc %d): %s" % (rc, short_tail(out + err)))
-    header = parse_smi_header(out)
-    if header["driver_version"] is None and header["cuda_version"] is None:
-        raise Absent(
-            "no 'Driver Version'/'CUDA Version' in nvidia-smi output: %s" % short_tail(out, 200)
-        )
-    return dict(header)
 
 
 def _nvcc() -> Dict[str, Any]:
@@ -371,7 +186,7 @@ def _server_log_nccl(server_log: str) -> Dict[str, Any]:
 def _git(repo_dir: str) -> Dict[str, Any]:
     if not os.path.isdir(repo_dir):
         raise Absent("%s is not a directory" % repo_dir)
-    _which("git")
+    which("git")
 
     def git(*args: str) -> Tuple[int, str, str]:
         # safe.directory: the repo may belong to another user; we only read it.
@@ -462,10 +277,10 @@ def snapshot(
         "cpu": _cpu,
         "memory": lambda: parse_meminfo(_read("/proc/meminfo")),
         "load": lambda: parse_loadavg(_read("/proc/loadavg")),
-        "nvidia_smi": lambda: _smi_header(need_smi()),
-        "gpus": lambda: _gpus(need_smi()),
-        "compute_apps": lambda: _compute_apps(need_smi()),
-        "topo": (lambda: _topo(need_smi())) if topo else disabled("topo"),
+        "nvidia_smi": lambda: smi_header(need_smi()),
+        "gpus": lambda: query_gpus(need_smi()),
+        "compute_apps": lambda: compute_apps(need_smi()),
+        "topo": (lambda: query_topo(need_smi())) if topo else disabled("topo"),
         "nvcc": _nvcc,
         "python": lambda: _python(py),
         "torch": lambda: _torch(py),

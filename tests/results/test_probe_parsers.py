@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from results_helpers import FAKE_SMI, FIXTURES
 
-from orchestrator.runner import probe, probe_parse
+from orchestrator.runner import probe, probe_gpu, probe_parse, probe_run
 
 
 def _fields(name: str) -> list[str]:
@@ -178,7 +178,7 @@ def test_collect_env_keeps_prefixes_and_redacts_secret_names() -> None:
 
 def test_current_driver_answers_the_first_query(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "h100-throttled"))
-    gpus = probe._gpus(str(FAKE_SMI))
+    gpus = probe_gpu.query_gpus(str(FAKE_SMI))
     assert gpus["fields"] == "current" and gpus["failed_attempts"] == []
     assert gpus["count"] == 8
     assert gpus["devices"][3]["clocks_event_reasons.names"] == [
@@ -191,7 +191,7 @@ def test_old_driver_rejects_new_names_and_the_probe_falls_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(FIXTURES / "old-driver"))
-    gpus = probe._gpus(str(FAKE_SMI))
+    gpus = probe_gpu.query_gpus(str(FAKE_SMI))
     assert gpus["fields"] == "legacy"
     assert "clocks_throttle_reasons.active" in gpus["query"]
     first, second = gpus["failed_attempts"]
@@ -210,7 +210,7 @@ def test_a_driver_with_only_one_new_name_gets_the_mixed_query(
     fields[fields.index("clocks_event_reasons.active")] = "clocks_throttle_reasons.active"
     (mixed / "fields.txt").write_text("\n".join(fields) + "\n")
     monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(mixed))
-    gpus = probe._gpus(str(FAKE_SMI))
+    gpus = probe_gpu.query_gpus(str(FAKE_SMI))
     assert gpus["fields"] == "mixed"
     assert len(gpus["failed_attempts"]) == 1
     assert "clocks_throttle_reasons.active" in gpus["query"]
@@ -221,5 +221,5 @@ def test_a_broken_nvidia_smi_is_absent_without_retrying_names(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("FAKE_NVIDIA_SMI_DIR", raising=False)  # the fake then fails with rc 9
-    with pytest.raises(probe.Absent, match=r"rc 9.*FAKE_NVIDIA_SMI_DIR"):
-        probe._gpus(str(FAKE_SMI))
+    with pytest.raises(probe_run.Absent, match=r"rc 9.*FAKE_NVIDIA_SMI_DIR"):
+        probe_gpu.query_gpus(str(FAKE_SMI))

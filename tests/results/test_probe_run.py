@@ -18,7 +18,7 @@ import pytest
 from results_helpers import FIXTURES
 
 from orchestrator.execute.ship import runner_hash, write_runner
-from orchestrator.runner import probe
+from orchestrator.runner import probe, probe_run
 
 PROBE = Path(probe.__file__)
 # `runner.pyz probe` is the probe's command line, as the controller's facts step runs it.
@@ -166,8 +166,8 @@ def test_snapshot_in_process_never_raises(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_a_hanging_command_is_killed_with_its_children() -> None:
     started = time.monotonic()
-    with pytest.raises(probe.Absent, match=r"timed out after 0\.5s"):
-        probe.run_command(["sh", "-c", "sleep 30 & sleep 30; wait"], timeout=0.5)
+    with pytest.raises(probe_run.Absent, match=r"timed out after 0\.5s"):
+        probe_run.run_command(["sh", "-c", "sleep 30 & sleep 30; wait"], timeout=0.5)
     assert time.monotonic() - started < 5
 
 

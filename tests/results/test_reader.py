@@ -14,7 +14,7 @@ from results_helpers import make_cell_dir
 from orchestrator.results.archive import pack
 from orchestrator.results.bundle import BundleWriter
 from orchestrator.results.layout import SCHEMA_VERSION
-from orchestrator.runner import probe, probe_parse, probe_shape
+from orchestrator.runner import probe_gpu, probe_parse, probe_shape
 
 CELL = "spec-off-11111111"
 
@@ -117,7 +117,7 @@ def test_the_probe_writes_the_shape_the_reader_declares() -> None:
     assert probe_parse.REASON_FIELD == probe_shape.REASON_FIELD
     assert probe_parse.CLOCK_EVENT_REASONS is probe_shape.CLOCK_EVENT_REASONS
     assert probe_parse.decode_clock_event_reasons is probe_shape.decode_clock_event_reasons
-    assert probe.GPU_FIELDS is probe_shape.GPU_FIELDS
+    assert probe_gpu.GPU_FIELDS is probe_shape.GPU_FIELDS  # what nvidia-smi is asked for
     decode = probe_shape.decode_clock_event_reasons
     assert decode("0x0000000000000048") == ["hw_slowdown", "hw_thermal_slowdown"]
     assert decode("0x0000000000001004") == ["sw_power_cap", "bit_0x1000"]
