@@ -2,7 +2,8 @@
 
 Runs under the host's own python3 (3.8 or newer) inside runner.pyz: `snapshot.take_snapshot`
 calls `snapshot()`, and `python3 runner.pyz probe [--repo DIR] [--python PY] [--server-log FILE]`
-prints the same object. The text parsers live in `probe_parse`.
+prints the same object. The text parsers live in `probe_parse`, the nvidia-smi items in
+`probe_gpu`, running a tool under its timeout in `probe_run`, the Slurm job in `probe_slurm`.
 
 Every item is collected on its own: a missing tool, a timeout or a parse error becomes
 `{"absent": "<reason>"}` for that item only, and `snapshot()` never raises.
