@@ -6,12 +6,10 @@ a host through `runner.pyz resolve URL REF...`: both give the same answer by the
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
-import subprocess
 from typing import Dict, List, Optional, Tuple
+
+from orchestrator.runner.probe_run import Absent, run_command
 
 # A ref written as hex of 7 to 40 digits is a commit name, never resolved on the origin
 # (ls-remote lists refs, not commits): a full SHA is already pinned, a short one is expanded by
@@ -57,34 +55,17 @@ def list_remote_refs(
     if url.startswith("-"):
         # A relative path (git clone takes it after `--`; ls-remote refuses a name so spelled).
         url = "./" + url
-    env = dict(os.environ)
-    env["GIT_TERMINAL_PROMPT"] = "0"
     try:
-        # Its own session: no terminal for ssh to prompt on, and the group (ssh too) is killable.
-        proc = subprocess.Popen(
-            ["git", "ls-remote", "--", url, *patterns],
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return None, "cannot run git: %s" % exc
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return None, "git ls-remote gave no answer in %gs" % timeout
-    if proc.returncode != 0:
-        lines = [ln for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
-        why = lines[0] if lines else "rc %d" % proc.returncode
+        # Its own session (run_command): no terminal for ssh to prompt on, the group killable.
+        rc, out, err = run_command(["git", "ls-remote", "--", url, *patterns], timeout, cwd=cwd)
+    except Absent as exc:
+        return None, "git ls-remote gave no answer: %s" % exc
+    if rc != 0:
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        why = lines[0] if lines else "rc %d" % rc
         return None, "git ls-remote failed: %s" % why.replace("fatal: ", "")
     listed: Dict[str, str] = {}
-    for line in out.decode("utf-8", "replace").splitlines():
+    for line in out.splitlines():
         sha, _tab, name = line.partition("\t")
         if sha and name:
             listed[name] = sha
