@@ -73,40 +73,31 @@ def query_gpus(smi: str) -> Dict[str, Any]:
     )
 
 
-def compute_apps(smi: str) -> List[Dict[str, Any]]:
-    argv = [
-        smi,
-        "--query-compute-apps=pid,process_name,used_memory",
-        "--format=csv,noheader,nounits",
-    ]
+def _csv_query(smi: str, query: str, fields: str) -> str:
+    """`nvidia-smi --query-<query>=<fields>` as bare CSV; Absent when nvidia-smi fails."""
+    argv = [smi, "--query-%s=%s" % (query, fields), "--format=csv,noheader,nounits"]
     rc, out, err = run_command(argv, timeout=30)
     if rc != 0:
         raise Absent(
-            "nvidia-smi --query-compute-apps failed (rc %d): %s" % (rc, short_tail(out + err))
+            "nvidia-smi --query-%s failed (rc %d): %s" % (query, rc, short_tail(out + err))
         )
-    return parse_compute_apps(out)
+    return out
+
+
+def compute_apps(smi: str) -> List[Dict[str, Any]]:
+    """The processes nvidia-smi lists on the GPUs: pid, name, memory used."""
+    return parse_compute_apps(_csv_query(smi, "compute-apps", "pid,process_name,used_memory"))
 
 
 def gpu_occupancy(smi: str) -> Dict[str, Any]:
     """Who holds the GPUs now: {"gpus": [{index, uuid, memory_used_mib}], "apps": [{pid,
     process_name, used_memory_mib, gpu}]}, each app's GPU as an index. Absent when nvidia-smi
     cannot answer."""
-    argv = [smi, "--query-gpu=index,uuid,memory.used", "--format=csv,noheader,nounits"]
-    rc, out, err = run_command(argv, timeout=30)
-    if rc != 0:
-        raise Absent("nvidia-smi --query-gpu failed (rc %d): %s" % (rc, short_tail(out + err)))
-    gpus = parse_gpu_csv(out, ["index", "uuid", "memory.used"])
+    gpus = parse_gpu_csv(
+        _csv_query(smi, "gpu", "index,uuid,memory.used"), ["index", "uuid", "memory.used"]
+    )
     by_uuid = {str(g.get("uuid")): g.get("index") for g in gpus}
-    argv = [
-        smi,
-        "--query-compute-apps=gpu_uuid,pid,used_memory,process_name",
-        "--format=csv,noheader,nounits",
-    ]
-    rc, out, err = run_command(argv, timeout=30)
-    if rc != 0:
-        raise Absent(
-            "nvidia-smi --query-compute-apps failed (rc %d): %s" % (rc, short_tail(out + err))
-        )
+    out = _csv_query(smi, "compute-apps", "gpu_uuid,pid,used_memory,process_name")
     apps = []
     for app in parse_gpu_apps(out):
         uuid = app.pop("gpu_uuid")
