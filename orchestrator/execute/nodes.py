@@ -45,6 +45,7 @@ from orchestrator.results.layout import (
     SNAPSHOT_PRE,
     is_node_folder_name,
 )
+from orchestrator.runner.node import HEAD_ENDED
 from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER, node_workdir
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ class NodeJoin:
             for p in parts:
                 p.released = True
         for p in parts:
-            self._send(p.host, p.cell.id, "release", "the head's cell ended", p.rank)
+            self._send(p.host, p.cell.id, "release", HEAD_ENDED, p.rank)
 
     def part_failed(self, cid: str, reason: str) -> None:
         """A node's part failed: abort the head's cell unless it already ended."""
@@ -298,10 +299,17 @@ def joined_verdict(
 ) -> tuple[str, str | None, str | None]:
     """The cell's (status, reason, failed step) over the head's and every node's: a failed node
     fails the cell and is named first; the head's own reason follows unless it is only the abort
-    a failed node caused (`abort_reason`, which names that node already)."""
+    a failed node caused (`abort_reason`, which names that node already). When every failed node
+    failed only because the head's cell had ended (HEAD_ENDED), the head's reason comes first."""
     failed = [n for n in nodes if n.get("status") != "passed"]
     if not failed:
         return status, reason, step
+    followed = all(str(n.get("reason") or "").startswith(HEAD_ENDED) for n in failed)
+    if followed and status != "passed" and reason:
+        names = ", ".join(f"{n['host']} (rank {n['rank']})" for n in failed)
+        which = "node" if len(failed) == 1 else "nodes"
+        stopped = "interrupted" if status == "interrupted" else "failed"
+        return stopped, f"{reason}; {which} {names} stopped with the head", step
     said = [
         f"node {n['host']} (rank {n['rank']}): "
         + (f"{n['failed_step']}: " if n.get("failed_step") else "")

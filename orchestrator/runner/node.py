@@ -24,7 +24,16 @@ from orchestrator.runner.context import CellContext
 from orchestrator.runner.protocol import StepFailed, now
 from orchestrator.runner.server import FIRST_POLL, http_get, next_poll
 
+# How a part that failed only because its head's cell ended first starts its reason (the
+# controller names the head's own reason first then: execute/nodes.joined_verdict).
+HEAD_ENDED = "the head's cell ended"
 PART_EXIT_GRACE = 5.0  # seconds a part that exited waits for its release (the head stopping)
+
+
+def _why(request: Dict[str, Any]) -> str:
+    """': <reason>' of an end request, unless it only says the head's cell ended."""
+    reason = str(request.get("reason") or "")
+    return ": %s" % reason if reason and reason != HEAD_ENDED else ""
 
 
 class NodeSteps(CellContext):
@@ -48,10 +57,7 @@ class NodeSteps(CellContext):
         died), and a part started now would only wait for a head that never comes."""
         request = self.end_request()
         if request is not None:
-            raise StepFailed(
-                "the head's cell ended before this node's part started: %s"
-                % request.get("reason", "")
-            )
+            raise StepFailed("%s before this node's part started%s" % (HEAD_ENDED, _why(request)))
         return self.do_server_start()
 
     def do_ready_part(self) -> Dict[str, Any]:
@@ -73,9 +79,7 @@ class NodeSteps(CellContext):
                 raise StepFailed(self.server_exit_reason(rc, "before the head was ready"))
             request = self.end_request()
             if request is not None:
-                raise StepFailed(
-                    "the head's cell ended before it was ready: %s" % request.get("reason", "")
-                )
+                raise StepFailed("%s before it was ready%s" % (HEAD_ENDED, _why(request)))
             if not url:
                 break  # no URL to ask: the part only has to be running
             status, _body, err = http_get(str(url), max(0.5, min(5.0, deadline - now())))

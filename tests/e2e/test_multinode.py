@@ -4,6 +4,7 @@ and host2, joined over real TCP between their network namespaces (loopback other
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -260,6 +261,57 @@ def test_killing_node_1_mid_bench_fails_the_cell_and_leaves_nothing_running(
     (cid,) = load(run / "run.json")["cells"]
     head = load(run / "cells" / cid / "cell.json")
     assert head["steps"]["bench"]["status"] == "failed", head["steps"]
+    assert _sim_processes(load(run / "run.json")["run_id"]) == []
+
+
+def _srv_port(inventory: Path) -> int:
+    """The server port the fixture gave every host (one value)."""
+    found: set[int] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "srv_port":
+                    found.add(int(value))
+                else:
+                    walk(value)
+
+    walk(yaml.safe_load(inventory.read_text()))
+    (port,) = found
+    return port
+
+
+def test_a_head_that_fails_first_keeps_its_reason_and_its_node_stops_with_it(
+    ssh_hosts: SSHTestHosts, two_nodes: Path, tmp_path: Path
+) -> None:
+    """The head's port is taken: the head fails at preflight, its node is released and fails
+    with it, and the cell's reason is the head's (not "node host2: the head's cell ended")."""
+    if not ssh_hosts.isolated:
+        pytest.skip("the hosts share one network: a port held on host1 is held on host2")
+    port = _srv_port(two_nodes)
+    code = (
+        "import socket,sys,time; s=socket.socket(); "
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        "s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); print('held', flush=True); "
+        "time.sleep(120)"
+    )
+    argv = ssh_hosts.ssh_argv(ssh_hosts.host("host1"), sys.executable, "-c", shlex.quote(code),
+                              str(port))  # fmt: skip
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL) as holder:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+        try:
+            proc = _apply(tmp_path, two_nodes, _playbook(tmp_path / "pb.yml"))
+        finally:
+            holder.kill()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run = only_run(tmp_path / "results")
+    (entry,) = load(run / "run.json")["cells"].values()
+    assert (entry["status"], entry["failed_step"]) == ("failed", "preflight"), entry
+    assert entry["reason"].startswith(f"port {port} is already in use"), entry
+    assert entry["reason"].endswith("; node host2 (rank 1) stopped with the head"), entry
+    (cid,) = load(run / "run.json")["cells"]
+    (node,) = load(run / "cells" / cid / "nodes.json")
+    assert node["reason"].startswith("the head's cell ended before"), node
     assert _sim_processes(load(run / "run.json")["run_id"]) == []
 
 

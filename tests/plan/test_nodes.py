@@ -257,3 +257,26 @@ def test_node_hosts_on_a_slurm_host_is_refused_with_why(tmp_path: Path) -> None:
     # the same playbook on hosts reached directly has it
     cells = plan_with(tmp_path, SLURM_INVENTORY, limit="lab", playbook=SGLANG)
     assert {c.env["NODES"] for c in cells} == {"gpu1,gpu2"}
+
+
+def test_nodes_that_only_stopped_with_the_head_leave_the_head_its_reason() -> None:
+    """The head failed first (its port taken): the nodes released before they started say so,
+    and the cell's reason is the head's, not theirs."""
+    from orchestrator.runner.node import HEAD_ENDED
+
+    nodes: list[dict[str, Any]] = [
+        {"host": f"gpu{r + 1}", "rank": r, "status": "failed", "failed_step": "server_start",
+         "reason": f"{HEAD_ENDED} before this node's part started"}
+        for r in (1, 2)
+    ]  # fmt: skip
+    own = "port 30000 is already in use"
+    status, reason, step = joined_verdict("failed", own, "preflight", nodes)
+    assert (status, step) == ("failed", "preflight")
+    assert reason == f"{own}; nodes gpu2 (rank 1), gpu3 (rank 2) stopped with the head"
+    # one node with a failure of its own is named first again
+    nodes[1]["reason"] = "rc -9"
+    _, reason, _ = joined_verdict("failed", own, "preflight", nodes)
+    assert reason is not None and reason.startswith("node gpu2 (rank 1): server_start: ")
+    assert "node gpu3 (rank 2): server_start: rc -9" in reason and reason.endswith(f"head: {own}")
+    # a head that passed while its nodes did not take part is no pass
+    assert joined_verdict("passed", None, None, nodes[:1])[0] == "failed"
