@@ -125,16 +125,16 @@ def node_vars(group: Sequence[Host], rank: int, port: int) -> dict[str, Any]:
     the job's first node, known once the job runs: the runner puts its address where
     `head_host` went (runner/slurm_tasks.py); `node_hosts` is left undefined there (Slurm
     picks the nodes), so a template that reads it is refused rather than given the login host."""
-    if group[0].executor == "slurm":
-        return {"node_rank": rank, "nnodes": len(group), "head_host": HEAD_PLACEHOLDER,
-                "head_port": port}  # fmt: skip
-    return {
+    slurm = group[0].executor == "slurm"
+    names: dict[str, Any] = {
         "node_rank": rank,
         "nnodes": len(group),
-        "head_host": group[0].target,
+        "head_host": HEAD_PLACEHOLDER if slurm else group[0].target,
         "head_port": port,
-        "node_hosts": [h.name for h in group],
     }
+    if not slurm:
+        names["node_hosts"] = [h.name for h in group]
+    return names
 
 
 def joined_cell(
