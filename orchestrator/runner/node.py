@@ -55,10 +55,15 @@ class NodeSteps(CellContext):
         """Start this node's part, unless the head's cell has already ended: the controller
         released it before this node reached the cell (the head failed early, or its runner
         died), and a part started now would only wait for a head that never comes."""
+        self.raise_if_head_ended("this node's part started")
+        return self.do_server_start()
+
+    def raise_if_head_ended(self, before: str) -> None:
+        """Fail the step when the controller has released this part already: the head's cell
+        ended `before` this point (the reason starts with HEAD_ENDED)."""
         request = self.end_request()
         if request is not None:
-            raise StepFailed("%s before this node's part started%s" % (HEAD_ENDED, _why(request)))
-        return self.do_server_start()
+            raise StepFailed("%s before %s%s" % (HEAD_ENDED, before, _why(request)))
 
     def do_ready_part(self) -> Dict[str, Any]:
         """Wait until the head answers on its readiness URL while this part stays alive."""
@@ -77,9 +82,7 @@ class NodeSteps(CellContext):
             rc = self.proc.poll()
             if rc is not None:
                 raise StepFailed(self.server_exit_reason(rc, "before the head was ready"))
-            request = self.end_request()
-            if request is not None:
-                raise StepFailed("%s before it was ready%s" % (HEAD_ENDED, _why(request)))
+            self.raise_if_head_ended("it was ready")
             if not url:
                 break  # no URL to ask: the part only has to be running
             status, _body, err = http_get(str(url), max(0.5, min(5.0, deadline - now())))
