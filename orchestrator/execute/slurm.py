@@ -126,6 +126,11 @@ class SlurmJob:
     reason: str | None = None  # squeue's %r: why it waits or ended (Resources, ...)
     nodes: str | None = None  # squeue's %N, e.g. node[1-2]
 
+    @property
+    def seen(self) -> tuple[str | None, str | None, str | None, str | None]:
+        """(id, state, reason, nodes): what a watcher or the job's program told of it."""
+        return self.job_id, self.state, self.reason, self.nodes
+
     def as_json(self) -> dict[str, str | None]:
         """For the bundle: run.json's host entry or a cell's outcome."""
         return {
@@ -344,14 +349,18 @@ class SlurmConnection(Connection):
         found = self.squeue(f"--name={job.name}")
         if found is None:
             return
-        seen = found[:4]
         with self._lock:
-            changed = seen != (job.job_id, job.state, job.reason, job.nodes)
-            job.job_id, job.state, job.reason, job.nodes = seen
+            before = job.seen
+            job.job_id, job.state, job.reason, job.nodes = found[:4]
             copy = replace(job)
-        if changed and self.on_job is not None:
+        if copy.seen != before:
+            self._tell(copy)
+
+    def _tell(self, job: SlurmJob) -> None:
+        """`on_job` hears a changed job (a copy)."""
+        if self.on_job is not None:
             with contextlib.suppress(Exception):  # a listener's bug must not end the command
-                self.on_job(copy)
+                self.on_job(job)
 
     def job_running(self, name: str, job_id: str, nodes: object = None) -> None:
         """The program inside job `name` says it runs as `job_id` (on `nodes`): record that now,
@@ -362,18 +371,15 @@ class SlurmConnection(Connection):
             job = next((j for j in self._jobs if j.name == name), None)
             if job is None:
                 return
-            running = job.state is None or job.state in WAITING_STATES
-            if job.job_id == job_id and not running:
-                return
+            before = job.seen
             job.job_id = job_id
-            if running:
+            if job.state is None or job.state in WAITING_STATES:
                 job.state, job.reason = "RUNNING", None
             if job.nodes is None and isinstance(nodes, str) and nodes:
                 job.nodes = nodes
             copy = replace(job)
-        if self.on_job is not None:
-            with contextlib.suppress(Exception):  # a listener's bug must not end the command
-                self.on_job(copy)
+        if copy.seen != before:
+            self._tell(copy)
 
     def _timed_out(
         self, argv: Sequence[str], job: SlurmJob, timeout: float | None, result: RunResult
