@@ -170,17 +170,21 @@ class HostQueue:
         if rc == 0 or self.run_.stop.is_set():
             return  # it answered for its cells, or stopped as asked: fail_rest says the rest
         node = event.get("node") or "?"
-        host = self.conn.host.name
+        reason = f"the runner on node {node} (rank {rank}) ended without a result (rc {rc})"
         for cid in self.order:
             cell = self.cells[cid]
             if (cell.node.rank if cell.node else 0) != rank or self.run_.finished(cid):
                 continue
-            if cid in self.done:
-                reason = "the runner said the cell was done but its archive never arrived"
-                self._outcome(CellOutcome(cid, host, "failed", reason, "collect"))
-                continue
-            reason = f"the runner on node {node} (rank {rank}) ended without a result (rc {rc})"
-            self._outcome(CellOutcome(cid, host, "failed", reason, "runner", self._seconds(cid)))
+            self._outcome(self._unanswered(cid, reason, self._seconds(cid)))
+
+    def _unanswered(self, cid: str, reason: str, seconds: float | None = None) -> CellOutcome:
+        """A cell its runner ended without answering for: `reason`, unless the runner said it
+        was done and only its archive is missing."""
+        host = self.conn.host.name
+        if cid in self.done:
+            missing = "the runner said the cell was done but its archive never arrived"
+            return CellOutcome(cid, host, "failed", missing, "collect")
+        return CellOutcome(cid, host, "failed", reason, "runner", seconds)
 
     def _archived(self, cid: str, archive: Path | str) -> None:
         cell = self.cells[cid]
@@ -309,9 +313,6 @@ class HostQueue:
             elif isinstance(self.broken, SlurmJobEnded):
                 reason = f"not run: {self.broken}"
                 self.run_.record(CellOutcome(cell.id, host, "failed", reason, "runner"))
-            elif cell.id in self.done:
-                reason = "the runner said the cell was done but its archive never arrived"
-                self.run_.record(CellOutcome(cell.id, host, "failed", reason, "collect"))
             else:
                 reason = f"runner ended without a result (rc {self.rc}): {tail}"
                 if self.rc == 127:  # the shell found no interpreter
@@ -319,4 +320,4 @@ class HostQueue:
                         f"; cannot run {self.conn.host.python!r}: set python / "
                         "ansible_python_interpreter for this host in the inventory"
                     )
-                self.run_.record(CellOutcome(cell.id, host, "failed", reason, "runner"))
+                self.run_.record(self._unanswered(cell.id, reason))
