@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from sim_helpers import BENCH, SERVE, free_port, load, only_run, orch
+from simprocs import sim_processes
 from sshhosts import SSHTestHost, SSHTestHosts
 
 from orchestrator.sim import model as m
@@ -116,22 +117,6 @@ def _link(a: SSHTestHost, b: SSHTestHost) -> str | None:
     return a.namespace
 
 
-def _sim_processes(marker: str) -> list[int]:
-    """Simulator processes (servers and workers) of this test's run still alive, by marker."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes()
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"orchestrator.sim" in cmd and marker.encode() in env:
-            found.append(int(pid))
-    return found
-
-
 def _apply(tmp_path: Path, inventory: Path, playbook: Path) -> subprocess.CompletedProcess[str]:
     return orch(
         "apply", str(playbook), "-i", str(inventory), "--results", str(tmp_path / "results"),
@@ -172,7 +157,7 @@ def test_a_two_node_cell_passes_with_every_node_checked(two_nodes: Path, tmp_pat
     argv = load(cell_dir / "nodes" / "host2" / "cell.json")["cell"]["server"]["argv"]
     assert argv[argv.index("--node-rank") + 1] == "1" and "--nnodes" in argv
     assert argv[argv.index("--dist-init-addr") + 1].endswith(f":{DIST_PORT}")
-    assert _sim_processes(load(run / "run.json")["run_id"]) == []
+    assert sim_processes(load(run / "run.json")["run_id"]) == []
 
 
 def test_a_variable_dropped_on_node_1_only_is_named_with_its_node(
@@ -202,7 +187,7 @@ def test_a_variable_dropped_on_node_1_only_is_named_with_its_node(
     assert not head_check.exists() or load(head_check)["ok"] is True
     node_check = load(cell_dir / "nodes" / "host2" / "env_check.json")
     assert [x["name"] for x in node_check["mismatches"]] == ["NCCL_ALGO"]
-    assert _sim_processes(load(run / "run.json")["run_id"]) == []
+    assert sim_processes(load(run / "run.json")["run_id"]) == []
     # orch show RUN/CELL names every node: the head first, then node 1 with why it failed
     shown = orch("show", f"{run.name}/{cid}", "--results", str(tmp_path / "results"), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
@@ -261,7 +246,7 @@ def test_killing_node_1_mid_bench_fails_the_cell_and_leaves_nothing_running(
     (cid,) = load(run / "run.json")["cells"]
     head = load(run / "cells" / cid / "cell.json")
     assert head["steps"]["bench"]["status"] == "failed", head["steps"]
-    assert _sim_processes(load(run / "run.json")["run_id"]) == []
+    assert sim_processes(load(run / "run.json")["run_id"]) == []
 
 
 def _srv_port(inventory: Path) -> int:
@@ -312,7 +297,7 @@ def test_a_head_that_fails_first_keeps_its_reason_and_its_node_stops_with_it(
     (cid,) = load(run / "run.json")["cells"]
     (node,) = load(run / "cells" / cid / "nodes.json")
     assert node["reason"].startswith("the head's cell ended before"), node
-    assert _sim_processes(load(run / "run.json")["run_id"]) == []
+    assert sim_processes(load(run / "run.json")["run_id"]) == []
 
 
 def _processes(tag: str) -> dict[int, bytes]:
@@ -355,9 +340,9 @@ def test_a_killed_controller_then_resume_and_replay(two_nodes: Path, tmp_path: P
     run_id = load(run / "run.json")["run_id"]
     # the runners read EOF: every node's part and the head stop by themselves
     deadline = time.monotonic() + 30
-    while _sim_processes(run_id) and time.monotonic() < deadline:
+    while sim_processes(run_id) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _sim_processes(run_id) == []
+    assert sim_processes(run_id) == []
 
     again = orch(
         "apply", str(playbook), "--resume", run_id, "-i", str(inventory),
@@ -380,4 +365,4 @@ def test_a_killed_controller_then_resume_and_replay(two_nodes: Path, tmp_path: P
     (entry,) = load(runs[0] / "run.json")["cells"].values()
     assert entry["status"] == "passed"
     assert (runs[0] / "cells" / cid / "nodes" / "host2" / "env_check.json").is_file()
-    assert _sim_processes(run_id) == []
+    assert sim_processes(run_id) == []

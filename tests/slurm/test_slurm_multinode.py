@@ -5,7 +5,6 @@ between the nodes' network namespaces."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from simprocs import sim_processes
 from slurm_helpers import apply, apply_argv, free_port, jobs_since, next_job_id, run_dir
 from slurmcluster import SlurmTestCluster
 
@@ -123,16 +123,7 @@ def test_a_two_node_cell_runs_in_one_job_with_a_runner_per_node(
 
 def _sim_processes(marker: str) -> list[int]:
     """Simulator processes (servers, workers) still alive that carry this test's marker."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes()
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"orchestrator.sim" in cmd and f"SLURM_MN_TEST={marker}\0".encode() in env:
-            found.append(int(pid))
-    return found
+    return sim_processes(f"SLURM_MN_TEST={marker}\0")
 
 
 def test_a_node_whose_part_fails_fails_the_cell_and_nothing_keeps_running(
