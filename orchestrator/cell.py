@@ -69,6 +69,19 @@ class ReadyCheck(_Frozen):
     log: str | None = None  # regex searched in server.log
     timeout: float = 600.0
     interval: float = 0.5
+    # After the checks above: POST this JSON to `generate_url` and want a 200 with `choices`
+    # (one 1-token completion), since /health answers before an engine has generated anything.
+    generate_url: str | None = None
+    generate_body: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_generate(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Left out when off: the ids of cells that do not use it are what they were before.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("generate_url") is None:
+            data.pop("generate_url", None)
+            data.pop("generate_body", None)
+        return data
 
 
 class Capture(_Frozen):
@@ -94,6 +107,9 @@ class ServerSpec(_Frozen):
     # host; `per_cell` starts and stops the server for every cell. `between` runs between cells.
     restart: Literal["per_config", "per_cell"] = "per_config"
     between: tuple[str, ...] | None = None
+    # Variables the adapter puts in the server's environment unless `env:` names them (e.g.
+    # SPT_NOENV=1, so re-titled workers keep a readable /proc/PID/environ); verified like `env`.
+    env_defaults: dict[str, str] = Field(default_factory=dict)
 
     @model_serializer(mode="wrap")
     def _without_session_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -105,6 +121,8 @@ class ServerSpec(_Frozen):
                 data.pop("restart")
             if data.get("between") is None:
                 data.pop("between", None)
+            if not data.get("env_defaults"):
+                data.pop("env_defaults", None)
         return data
 
 

@@ -15,6 +15,11 @@ from typing import Any, ClassVar, Literal
 
 from orchestrator.cell import BenchSpec, Cell, ServerSpec
 
+# SGLang and vLLM re-title their workers with setproctitle, which moves the environment away
+# and zeroes /proc/PID/environ: SPT_NOENV=1 (setproctitle's own switch) keeps it readable, so
+# every worker's env can be verified and its cell marker found (docs/FACTS.md).
+TITLE_ENV_DEFAULTS: dict[str, str] = {"SPT_NOENV": "1"}
+
 
 @dataclass
 class RepeatResult:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.adapters.base import MetricInfo, ServerAdapter
+from orchestrator.adapters.base import TITLE_ENV_DEFAULTS, MetricInfo, ServerAdapter
 from orchestrator.adapters.flags import ListStyle, flags_to_argv, normalize_args
 from orchestrator.adapters.nccl import analyze_nccl
 from orchestrator.adapters.outputs import finite_float, read_json, read_text
@@ -131,6 +131,7 @@ class SglangServer(ServerAdapter):
             ),
             captures=build_captures(section, host=host, port=port, default=[SERVER_INFO_CAPTURE]),
             args=args,
+            env_defaults=dict(TITLE_ENV_DEFAULTS),
             **common_server_fields(section),
         )
 

@@ -16,7 +16,14 @@ import threading
 import traceback
 from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
-from orchestrator.runner.procs import MARKER_VAR, kill_group, parent_death_signal, proc_info
+from orchestrator.runner.guard import GUARD
+from orchestrator.runner.procs import (
+    MARKER_VAR,
+    kill_group,
+    parent_death_signal,
+    proc_info,
+    proc_table,
+)
 from orchestrator.runner.protocol import (
     POLL,
     STEPS,
@@ -25,9 +32,8 @@ from orchestrator.runner.protocol import (
     now,
     resolve_path,
     silence_stdout,
-    tail_lines,
     wait_margin,
-    with_tail,
+    with_errors_and_tail,
 )
 from orchestrator.runner.redaction import (
     REDACTED,
@@ -266,10 +272,8 @@ class CellContext:
 
     def server_exit_reason(self, rc: int, when: str) -> str:
         """'server exited <when> (rc N)' with the log tail."""
-        return with_tail(
-            "server exited %s (rc %s)" % (when, rc),
-            tail_lines(self.server_log_path),
-            "server.log",
+        return with_errors_and_tail(
+            "server exited %s (rc %s)" % (when, rc), self.server_log_path, "server.log"
         )
 
     @property
@@ -341,12 +345,53 @@ class CellContext:
             env.update(extra)
         return env
 
+    def env_defaults(self) -> Dict[str, str]:
+        """The adapter's variables for the server that `env:` does not name (SPT_NOENV=1)."""
+        raw = (self.server or {}).get("env_defaults") or {}
+        return {str(k): str(v) for k, v in raw.items() if str(k) not in self.env}
+
+    def server_env(self) -> Dict[str, str]:
+        """The server's environment: `base_env` with the adapter's defaults (never above a
+        variable `env:` declares)."""
+        env = self.base_env()
+        env.update(self.env_defaults())
+        return env
+
+    def expected_env(self) -> Dict[str, str]:
+        """What every server process must carry: the cell's env and the adapter's defaults."""
+        expected = self.env_defaults()
+        expected.update(self.env)
+        return expected
+
+    def adapter_env_note(self) -> Dict[str, Any]:
+        """What the adapter set in the server's environment and why, for the record."""
+        defaults = self.env_defaults()
+        if not defaults:
+            return {}
+        return {
+            "set": defaults,
+            "why": "keeps /proc/PID/environ readable in workers that re-title themselves "
+            "(setproctitle); declare it under env: to override",
+        }
+
     def spawn(self, argv: List[str], **kwargs: Any) -> "subprocess.Popen[bytes]":
         """Popen in a new session, with a parent-death signal where the host has one: a process
         the cell starts does not outlive a runner killed with SIGKILL."""
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             argv, start_new_session=True, preexec_fn=parent_death_signal(), **kwargs
         )
+        # The signal reaches only this child: the guard stops its whole session (workers that
+        # re-titled themselves and were re-parented to init) if the runner is killed.
+        info = proc_info(proc.pid)
+        GUARD.watch(proc.pid, info.start if info else None, self.stop_grace, self.marker)
+        return proc
+
+    def release_session(self, sid: int) -> None:
+        """Tell the guard a session it watches is over, once no process of it is left."""
+        if not GUARD.watching(sid):
+            return
+        if not any(i.sid == sid and i.state not in ("Z", "X") for i in proc_table().values()):
+            GUARD.release(sid)
 
     def wait_proc(
         self,
@@ -365,6 +410,7 @@ class CellContext:
         while True:
             rc = proc.poll()
             if rc is not None:
+                self.release_session(proc.pid)
                 return rc, False, None
             if self.stop_event.is_set() and not self.cleaning:
                 why = "interrupted"
@@ -388,6 +434,7 @@ class CellContext:
             kill_group(proc.pid, signal.SIGKILL)
             proc.wait()
         kill_group(proc.pid, signal.SIGKILL)
+        self.release_session(proc.pid)
         if why == "interrupted":
             raise Interrupted(self.stop_reason)
         if why in ("cell timeout", "aborted"):

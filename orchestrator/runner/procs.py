@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import sys
@@ -116,17 +117,60 @@ def proc_cmdline(pid: int) -> str:
     return " ".join(p.decode("utf-8", "replace") for p in raw.split(b"\0") if p)
 
 
-def proc_environ(pid: int) -> Dict[str, str]:
-    """The environment `pid` was started with (raises OSError when unreadable)."""
-    with open("/proc/%d/environ" % pid, "rb") as fh:
-        raw = fh.read()
+class EnvironRewritten(OSError):
+    """/proc/PID/environ is there but holds no `NAME=value` entry: the process moved its
+    environment away to make room for a longer title (setproctitle, as vLLM's and SGLang's
+    workers do), so what it was started with cannot be read, which is not "missing"."""
+
+    def __init__(self, pid: int, size: int) -> None:
+        super().__init__(
+            "unreadable (process title rewritten): /proc/%d/environ holds %d bytes and no "
+            "NAME=value entry" % (pid, size)
+        )
+        self.pid = pid
+
+
+REWRITTEN = "unreadable (process title rewritten)"
+_NAME_START = re.compile(rb"^[A-Za-z_][A-Za-z0-9_.-]*=")
+
+
+def parse_environ(raw: bytes) -> Optional[Dict[str, str]]:
+    """NAME=value entries of an environ block; None when the block is not empty but holds no
+    entry at all (a rewritten title). An empty block is an empty environment."""
     env: Dict[str, str] = {}
+    entries = 0
     for item in raw.split(b"\0"):
         if not item:
             continue
+        if _NAME_START.match(item):
+            entries += 1
         key, _sep, value = item.decode("utf-8", "surrogateescape").partition("=")
         env.setdefault(key, value)
+    if raw and not entries:
+        return None
     return env
+
+
+def proc_environ(pid: int) -> Dict[str, str]:
+    """The environment `pid` was started with (raises OSError when unreadable, and
+    EnvironRewritten when a rewritten title took its place)."""
+    with open("/proc/%d/environ" % pid, "rb") as fh:
+        raw = fh.read()
+    env = parse_environ(raw)
+    if env is None:
+        raise EnvironRewritten(pid, len(raw))
+    return env
+
+
+def environ_rewritten(pid: int) -> bool:
+    """`pid`'s environ can be opened but a rewritten title took its place."""
+    try:
+        proc_environ(pid)
+    except EnvironRewritten:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def has_marker(pid: int, run_id: str, cell_id: str) -> bool:
@@ -318,7 +362,12 @@ def live_server_records(servers_dir: str) -> List[Tuple[Dict[str, Any], List[int
             same_leader = info.pid == pid and (
                 info.start == rec.get("start_time") or has_marker(pid, run_id, cell_id)
             )
-            in_group = info.pgid == pgid and has_marker(info.pid, run_id, cell_id)
+            # A worker that re-titled itself lost its marker with its environ: its session
+            # (the server's own, which no other process can take while it lives) says it.
+            in_group = info.pgid == pgid and (
+                has_marker(info.pid, run_id, cell_id)
+                or (info.sid == pgid and _started_after(info, rec) and environ_rewritten(info.pid))
+            )
             if same_leader or in_group:
                 pids.append(info.pid)
         if pids:
@@ -326,6 +375,12 @@ def live_server_records(servers_dir: str) -> List[Tuple[Dict[str, Any], List[int
         else:
             unlink_quietly(path)
     return live
+
+
+def _started_after(info: ProcInfo, rec: Dict[str, Any]) -> bool:
+    """`info` started no earlier than the server a record names (when the record says)."""
+    start = rec.get("start_time")
+    return not isinstance(start, int) or info.start >= start
 
 
 def record_runner_state(rec: Dict[str, Any]) -> str:

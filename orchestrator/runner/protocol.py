@@ -14,7 +14,7 @@ import re
 import shlex
 import sys
 import time
-from typing import IO, Any, Dict, Optional, Tuple
+from typing import IO, Any, Dict, List, Optional, Tuple
 
 SCHEMA_VERSION = 1
 STEPS = (
@@ -151,6 +151,48 @@ def tail_lines(path: str, n: int = LOG_TAIL_LINES, max_bytes: int = 64 * 1024) -
         return ""
     lines = data.decode("utf-8", "replace").splitlines()
     return "\n".join(lines[-n:])
+
+
+# Lines that say why a process died, as engines write them; exit noise that follows a death
+# (leaked-semaphore and triton warnings, shutdown chatter) matches none of these.
+_ERROR_LINE = re.compile(
+    r"\b(?:ERROR|CRITICAL|FATAL|Fatal|Traceback|\w*Error\b|\w*Exception\b|exited "
+    r"unexpectedly|died unexpectedly|Segmentation fault|Killed|out of memory)"
+)
+ERROR_LINES = 12
+
+
+def error_lines(path: str, n: int = ERROR_LINES, max_bytes: int = 256 * 1024) -> List[str]:
+    """The last `n` lines of a log's end (`max_bytes`) that name an error, in log order."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError:
+        return []
+    found = [ln for ln in data.decode("utf-8", "replace").splitlines() if _ERROR_LINE.search(ln)]
+    return found[-n:]
+
+
+def with_errors_and_tail(reason: str, path: str, what: str) -> str:
+    """`with_tail`, led by the log's last error lines when the tail does not hold them all: a
+    dead engine's cause (`EngineCore ... died unexpectedly`) often lies above a screenful of
+    exit noise."""
+    tail = tail_lines(path)
+    errors = [ln for ln in error_lines(path) if ln not in tail]
+    text = with_tail(reason, tail, what)
+    if not errors:
+        return text
+    head, sep, rest = text.partition("\n--- last lines")
+    return "%s\n--- last error lines of %s ---\n%s%s%s" % (
+        head,
+        what,
+        "\n".join(errors),
+        sep,
+        rest,
+    )
 
 
 def with_tail(reason: str, tail: str, what: str) -> str:

@@ -115,6 +115,8 @@ class StopStep(CellContext):
                 "server processes still alive after SIGKILL: %s"
                 % ", ".join("%d (%s)" % (p, proc_cmdline(p)[:120]) for p in alive)
             )
+        if self.proc is not None:
+            self.release_session(self.server_pgid)
         if self.server_record:
             with contextlib.suppress(OSError):
                 os.unlink(self.server_record)

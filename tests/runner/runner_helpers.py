@@ -231,6 +231,18 @@ class RunnerProcess:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
 
+    def guard_pid(self) -> int | None:
+        """The runner's session guard (runner/guard.py), a child of the runner, while it runs."""
+        return guard_of(self.proc.pid)
+
+    def kill_guard_then_runner(self) -> None:
+        """SIGKILL the session guard first, then the runner: what a host where the guard could
+        not help sees (the OOM killer took it too), so the next preflight is all that is left."""
+        guard = self.guard_pid()
+        assert guard is not None, "the runner started no session guard"
+        os.kill(guard, signal.SIGKILL)
+        self.kill()
+
     def stderr_text(self) -> str:
         self.stderr.seek(0)
         return self.stderr.read().decode(errors="replace")
@@ -240,6 +252,29 @@ class RunnerProcess:
         """The final `done` event."""
         assert self.events and self.events[-1]["event"] == "done", self.events
         return self.events[-1]
+
+
+GUARD_SIGNATURE = b"orchestrator.runner.guard import serve"
+
+
+def guard_of(root: int) -> int | None:
+    """The session guard among `root`'s descendants (None when there is none)."""
+    parents: dict[int, int] = {}
+    cmdlines: dict[int, bytes] = {}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+            cmdlines[int(name)] = Path(f"/proc/{name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        parents[int(name)] = int(stat[stat.rfind(")") + 2 :].split()[1])
+    for pid, cmd in cmdlines.items():
+        ancestor = parents.get(pid)
+        while ancestor and ancestor != root:
+            ancestor = parents.get(ancestor)
+        if ancestor == root and GUARD_SIGNATURE in cmd:
+            return pid
+    return None
 
 
 def run_cell(home: Path, cell: dict[str, Any], timeout: float = 30.0) -> RunnerProcess:

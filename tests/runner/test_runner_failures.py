@@ -317,7 +317,8 @@ def test_leftover_server_of_another_run_blocks_preflight_until_stop_all(home: Pa
     )
     first.wait_event(_bench_started)
     server_pid = server_pid_on(port)
-    first.kill()  # SIGKILL: the runner cannot clean up, its server is orphaned
+    # SIGKILL, the session guard first: the runner cannot clean up, its server is orphaned
+    first.kill_guard_then_runner()
     record = next((home / ".orch" / "servers").glob("*.json"))
     # The shell gets its parent-death signal a moment later: until it is gone, the record's
     # live processes are [shell, server] and the reason names the shell's pid, the lower one.

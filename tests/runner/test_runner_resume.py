@@ -153,7 +153,9 @@ def test_an_orphan_server_of_this_run_is_stopped_by_the_next_cell(home: Path) ->
     first = RunnerProcess(home, payload(via_shell(cell)))
     first.wait_event(_bench_started)
     server_pid = server_pid_on(port)
-    first.kill()  # SIGKILL: the runner is gone, its server (and the child) an orphan of this run
+    # SIGKILL, the session guard first (as if it could not help): the runner is gone, its
+    # server (and the child) an orphan of this run for the next cell's preflight
+    first.kill_guard_then_runner()
     record = next((home / ".orch" / "servers").glob("*.json"))
     shell_pid = load(record)["pid"]
     assert alive(server_pid)

@@ -178,7 +178,7 @@ def test_killing_the_runner_takes_its_server_and_the_next_run_sweeps_the_rest(
     workers = load(partial / "env_check.json")["processes"]
     (worker,) = [p["pid"] for p in workers if p["pid"] != server_pid]
     daemon = int(pidfile.read_text())
-    first.kill()  # SIGKILL: the runner cannot clean up
+    first.kill_guard_then_runner()  # SIGKILL, its guard too: the runner cannot clean up
     assert _gone(server_pid), "the server outlived its runner"
     # The server's own child and its daemon: left for the next preflight to find.
     assert alive(worker) and alive(daemon)
@@ -203,7 +203,7 @@ def test_an_orphan_server_of_another_run_is_stopped_not_a_reason_to_fail(home: P
     first = RunnerProcess(home, payload(cell, run_id=old_run))
     first.wait_event(_bench_started)
     record = next((home / ".orch" / "servers").glob("*.json"))
-    first.kill()
+    first.kill_guard_then_runner()
     assert not port_free(port)  # the server inside the shell still holds its port
 
     second = run_cell(home, make_cell(port, cell_id="y-2-0000beef", repeats=1))
