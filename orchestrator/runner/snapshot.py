@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import threading
 import traceback
 from typing import Any, Callable, Dict, List, Optional
@@ -62,11 +63,46 @@ def take_snapshot(
 # the cell runner
 
 
-def _python_of(argv: List[str]) -> Optional[str]:
-    """The interpreter a server runs under, when its argv starts with one."""
-    if argv and re.match(r"^python[0-9.]*$", os.path.basename(argv[0])):
-        return argv[0]
+_PYTHON_NAME = re.compile(r"^python[0-9.]*$")
+# pip writes this pair of lines instead of `#!` when the interpreter's path is too long for it.
+_PIP_EXEC = re.compile(r"^'''exec' (?:\"([^\"]+)\"|(\S+)) ", re.MULTILINE)
+
+
+def _shebang_python(script: str, path: Optional[str]) -> Optional[str]:
+    """The Python a script's first line (`#!/venv/bin/python`, `#!/usr/bin/env python3`, or
+    pip's `'''exec' /venv/bin/python "$0" "$@"` form) runs it under, None when it names none."""
+    try:
+        with open(script, "rb") as fh:
+            head = fh.read(1024).decode("utf-8", "replace")
+    except OSError:
+        return None
+    if not head.startswith("#!"):
+        return None
+    words = head[2:].splitlines()[0].split() if head[2:].strip() else []
+    if words and os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if not w.startswith("-")]
+        found = shutil.which(words[0], path=path) if words else None
+        words = [found] if found else []
+    if words and _PYTHON_NAME.match(os.path.basename(words[0])):
+        return words[0]
+    match = _PIP_EXEC.search(head)
+    if match:
+        python = match.group(1) or match.group(2)
+        if _PYTHON_NAME.match(os.path.basename(python)):
+            return python
     return None
+
+
+def python_of(argv: List[str], path: Optional[str] = None) -> Optional[str]:
+    """The interpreter a server runs under: argv[0] when it is one, else the Python a console
+    script launcher (`vllm`, a venv's `bin/sglang`) names on its first line; `path` is the
+    PATH the server starts with."""
+    if not argv:
+        return None
+    if _PYTHON_NAME.match(os.path.basename(argv[0])):
+        return argv[0]
+    script = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=path)
+    return _shebang_python(script, path) if script else None
 
 
 class SnapshotStep(CellContext):
@@ -74,7 +110,10 @@ class SnapshotStep(CellContext):
 
     # steps 4 and 11: snapshots
     def do_snapshot(self, name: str, server_log: Optional[str]) -> Dict[str, Any]:
-        python = _python_of(list(self.server["argv"])) if self.server else None
+        python = None
+        if self.server:
+            argv = list(self.server["argv"])
+            python = python_of(argv, self.server_env().get("PATH"))
         timeout = PROBE_TIMEOUT if not self.cleaning else min(PROBE_TIMEOUT, 60.0)
         data = take_snapshot(
             self.repo_dest,
