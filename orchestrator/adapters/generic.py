@@ -30,6 +30,14 @@ def _require_command(section: Mapping[str, Any]) -> list[str]:
             key_path="command",
             hint="give command: [argv...], or pick an adapter such as sglang",
         )
+    if section.get("python") is not None:
+        # It would be ignored: the command is run as written, so say so rather than run another
+        # interpreter than the one the playbook names.
+        raise InputError(
+            "the generic adapter runs command as written and has no use for python",
+            key_path="python",
+            hint="put the interpreter in command: [/venv/bin/python, -m, module, ...]",
+        )
     return split_command(section["command"], "command")
 
 

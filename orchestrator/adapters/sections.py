@@ -152,6 +152,7 @@ def build_ready(
     default_path: str | None = None,
     default_log: str | None = None,
     default_timeout: float = 600.0,
+    generate_body: dict[str, Any] | None = None,
 ) -> ReadyCheck:
     """The readiness check: the adapter's defaults with every key the user wrote on top.
 
@@ -159,12 +160,16 @@ def build_ready(
     `url: null` / `log: null` turns that half of the check off.
     """
     ready = as_mapping(section.get("ready"), "ready")
-    unknown = sorted(set(ready) - {"url", "path", "status", "log", "timeout", "interval"})
+    keys = {"url", "path", "status", "log", "timeout", "interval"}
+    if generate_body is not None:
+        keys.add("generate")
+    unknown = sorted(set(ready) - keys)
     if unknown:
         raise InputError(
             f"unknown key {unknown[0]!r}",
             key_path=f"ready.{unknown[0]}",
-            hint="ready takes url, path, status, log, timeout, interval",
+            hint=f"ready takes {', '.join(sorted(keys))}"
+            + ("" if generate_body is not None else " (generate: with the vllm adapter)"),
         )
     if ready.get("url") is not None and ready.get("path") is not None:
         raise InputError("give ready.url or ready.path, not both", key_path="ready.path")
@@ -198,7 +203,22 @@ def build_ready(
     timeout = get_float(ready, "timeout", default_timeout, "ready.timeout")
     interval = get_float(ready, "interval", 0.5, "ready.interval")
     assert status is not None and timeout is not None and interval is not None
-    return ReadyCheck(url=url, status=status, log=log, timeout=timeout, interval=interval)
+    generate_url = None
+    if generate_body is not None and port is not None:
+        wanted = ready.get("generate", True)
+        if not isinstance(wanted, bool):
+            raise InputError(f"expected true or false, got {wanted!r}", key_path="ready.generate")
+        if wanted:
+            generate_url = _join_url(base_url(host, port), "/v1/completions")
+    return ReadyCheck(
+        url=url,
+        status=status,
+        log=log,
+        timeout=timeout,
+        interval=interval,
+        generate_url=generate_url,
+        generate_body=generate_body if generate_url else None,
+    )
 
 
 _CAPTURE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from orchestrator.adapters.base import BenchAdapter, MetricInfo, RepeatResult, ServerAdapter
+from orchestrator.adapters.base import (
+    TITLE_ENV_DEFAULTS,
+    BenchAdapter,
+    MetricInfo,
+    RepeatResult,
+    ServerAdapter,
+)
 from orchestrator.adapters.flags import ListStyle, flags_to_argv, normalize_args
 from orchestrator.adapters.nccl import analyze_nccl
 from orchestrator.adapters.outputs import apply_regex_metrics, finite_float, read_json, read_text
@@ -27,6 +33,7 @@ from orchestrator.adapters.sections import (
     common_bench_fields,
     common_server_fields,
     get_port,
+    get_str,
     node_of,
     server_url,
     split_command,
@@ -62,10 +69,37 @@ LIST_STYLES: dict[str, ListStyle] = {
 }
 
 
-def _launcher(section: Mapping[str, Any], default: list[str]) -> list[str]:
+# `vllm` is a console script for this module's main(): `python -m` runs the same CLI under the
+# interpreter the playbook names (a venv's python), with no `vllm` needed on PATH.
+CLI_MODULE = "vllm.entrypoints.cli.main"
+
+
+def _launcher(section: Mapping[str, Any], command: list[str]) -> list[str]:
+    """`launcher` split into argv; else `[python, -m, CLI_MODULE, *command]` when `python` is
+    given; else `vllm *command`."""
+    python = get_str(section, "python", None, "python")
     if section.get("launcher") is not None:
+        if python is not None:
+            raise InputError(
+                "launcher and python both say what to run",
+                key_path="python",
+                hint=f"keep one: python runs `python -m {CLI_MODULE} {' '.join(command)}`",
+            )
         return split_command(section["launcher"], "launcher")
-    return list(default)
+    if python is not None:
+        return [python, "-m", CLI_MODULE, *command]
+    return ["vllm", *command]
+
+
+def one_token_completion(model: Any, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The readiness generate check's request: /health is 200 before the engine has run a
+    forward pass (a model with an unsupported head size answered it, then died on the first
+    request), so one 1-token completion must succeed too (`ready.generate: false` skips it)."""
+    served = args.get("served-model-name")
+    if isinstance(served, list | tuple) and served:
+        served = served[0]
+    name = served if isinstance(served, str) and served else str(model)
+    return {"model": name, "prompt": "Hello", "max_tokens": 1, "temperature": 0}
 
 
 class VllmServer(ServerAdapter):
@@ -105,7 +139,7 @@ class VllmServer(ServerAdapter):
                 args.setdefault("data-parallel-start-rank", int(local) * int(node["node_rank"]))
         host_value = section_vs_args(section, args, "host", None)
         host = None if host_value is None else str(host_value)
-        argv = [*_launcher(section, ["vllm", "serve"]), str(model)]
+        argv = [*_launcher(section, ["serve"]), str(model)]
         argv += flags_to_argv(args, list_styles=LIST_STYLES)
         return ServerSpec(
             adapter=self.name,
@@ -117,9 +151,11 @@ class VllmServer(ServerAdapter):
                 port=port,
                 default_path=READY_PATH,
                 default_timeout=READY_TIMEOUT,
+                generate_body=one_token_completion(model, args),
             ),
             captures=build_captures(section, host=host, port=port),
             args={"model": model, **args},
+            env_defaults=dict(TITLE_ENV_DEFAULTS),
             **common_server_fields(section),
         )
 
@@ -268,6 +304,12 @@ def repeat_log_metrics(repeat_dir: Path, cell: Cell, result: RepeatResult) -> No
             "log_* metrics: no whole vLLM stats interval inside a repeat's window "
             "(a repeat shorter than about two VLLM_LOG_STATS_INTERVAL)"
         )
+    elif "log_gen_throughput" not in values and detail.get("partly_idle"):
+        result.notes.append(
+            f"log_gen_throughput: the {detail['partly_idle']} stats interval(s) inside the "
+            "repeat's window were partly idle (a repeat shorter than about three "
+            "VLLM_LOG_STATS_INTERVAL under load)"
+        )
     for key, value in values.items():
         result.metrics[key] = value
         result.sources[key] = _REPEAT_LOG
@@ -295,7 +337,7 @@ class VllmBenchServe(BenchAdapter):
     def build(self, section: Mapping[str, Any], server: ServerSpec | None) -> BenchSpec:
         """argv with the base URL and result file unless `args` names them itself."""
         args = normalize_args(as_mapping(section.get("args"), "args"))
-        argv = _launcher(section, ["vllm", "bench", "serve"])
+        argv = _launcher(section, ["bench", "serve"])
         if args.get("base-url") is None and args.get("host") is None and args.get("port") is None:
             url = server_base_url(server)
             if url is None:

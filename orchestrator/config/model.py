@@ -92,6 +92,7 @@ class ReadySection(_Section):
     log: TRegex | None = None
     timeout: TPositive = 600.0
     interval: TPositive = 0.5
+    generate: TBool | None = None  # then one 1-token completion must succeed (vllm: default)
 
     @model_validator(mode="after")
     def _url_or_path(self) -> ReadySection:

@@ -17,8 +17,7 @@ from orchestrator.runner.protocol import (
     StepFailed,
     now,
     resolve_path,
-    tail_lines,
-    with_tail,
+    with_errors_and_tail,
     write_json,
 )
 
@@ -65,6 +64,35 @@ def http_get(url: str, timeout: float) -> Tuple[Optional[int], bytes, str]:
     except Exception as exc:
         reason = getattr(exc, "reason", None)
         return None, b"", "%s: %s" % (type(exc).__name__, reason if reason is not None else exc)
+
+
+def generate_once(url: str, body: Dict[str, Any], timeout: float) -> Tuple[bool, str]:
+    """POST one completion request: (it generated, what was wrong when it did not)."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode("utf-8"),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with _OPENER.open(request, timeout=timeout) as resp:
+            answer = resp.read(65536)
+    except urllib.error.HTTPError as exc:
+        try:
+            text = exc.read(300).decode("utf-8", "replace")
+        except Exception:
+            text = ""
+        return False, "HTTP %d from %s %s" % (exc.code, url, text.strip())
+    except Exception as exc:
+        reason = getattr(exc, "reason", None)
+        return False, "%s: %s" % (type(exc).__name__, reason if reason is not None else exc)
+    try:
+        doc = json.loads(answer.decode("utf-8"))
+    except ValueError:
+        return False, "200 from %s but not JSON" % url
+    if isinstance(doc, dict) and isinstance(doc.get("choices"), list) and doc["choices"]:
+        return True, ""
+    return False, "200 from %s without choices" % url
 
 
 class LogScanner:
@@ -123,7 +151,7 @@ class ServerSteps(PreflightSteps):
             self.proc = self.spawn(
                 argv,
                 cwd=cwd,
-                env=self.base_env(),
+                env=self.server_env(),
                 stdin=subprocess.DEVNULL,
                 stdout=self.server_log_fh,
                 stderr=subprocess.STDOUT,
@@ -159,6 +187,7 @@ class ServerSteps(PreflightSteps):
             "pgid": self.server_pgid,
             "port": server.get("port"),
             "env_declared": self.redacted_env(),
+            "env_defaults": self.adapter_env_note(),
             "markers": {"ORCH_RUN_ID": self.run_id, "ORCH_CELL_ID": self.cell_id},
             "started": now(),
         }
@@ -194,6 +223,9 @@ class ServerSteps(PreflightSteps):
         deadline = min(start + timeout, self.deadline)
         url_ok = not url
         log_ok = scanner is None
+        gen_url = ready.get("generate_url")
+        gen_body = ready.get("generate_body")
+        generated = not gen_url
         settle_until = (
             min(start + UNCHECKED_SETTLE_SECONDS, deadline) if url_ok and log_ok else start
         )
@@ -216,19 +248,26 @@ class ServerSteps(PreflightSteps):
                     last = "last error from %s: %s" % (url, err)
             if not log_ok and scanner is not None:
                 log_ok = scanner.found()
-            if url_ok and log_ok and now() >= settle_until:
+            if url_ok and log_ok and not generated and gen_url:
+                per_request = max(1.0, min(60.0, deadline - now()))
+                generated, why = generate_once(gen_url, dict(gen_body or {}), per_request)
+                if not generated:
+                    last = "one-token completion failed: %s" % why
+                    if self.proc.poll() is not None:
+                        continue  # the engine died on its first request: say so, with its log
+            if url_ok and log_ok and generated and now() >= settle_until:
                 break
             if now() >= deadline:
                 parts = []
-                if not url_ok:
+                if not url_ok or not generated:
                     parts.append(last)
                 if not log_ok:
                     parts.append("log pattern %r not seen" % ready.get("log"))
                 raise StepFailed(
-                    with_tail(
+                    with_errors_and_tail(
                         "server not ready after %gs (%s)"
                         % (round(now() - start, 1), "; ".join(parts)),
-                        tail_lines(self.server_log_path),
+                        self.server_log_path,
                         "server.log",
                     )
                 )
@@ -236,6 +275,8 @@ class ServerSteps(PreflightSteps):
             interval = next_poll(interval, declared, now() - start)
         self.startup_end = file_size(self.server_log_path)
         self.ready_info = {"seconds": round(now() - start, 3), "url": url, "log": ready.get("log")}
+        if gen_url:
+            self.ready_info["generate"] = gen_url
         if not url and scanner is None:
             # Recorded so a reader of cell.json knows "ready" only meant "still running".
             return {

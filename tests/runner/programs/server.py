@@ -18,6 +18,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 STARTED = time.monotonic()
+DEATH = "ERROR EngineCore died unexpectedly: head size 16 is not supported"
+EXIT_NOISE = "WARNING leaked shared_memory objects to clean up at shutdown"
+# What setproctitle does to make room for a long title, unless SPT_NOENV is set: the memory
+# /proc/PID/environ reads (env_start..env_end of /proc/self/stat) is overwritten with NULs.
+RETITLE = (
+    "import ctypes,os\n"
+    "if not os.environ.get('SPT_NOENV'):\n"
+    "    f=open('/proc/self/stat').read(); w=f[f.rfind(')')+2:].split()\n"
+    "    ctypes.memset(int(w[47]), 0, int(w[48]) - int(w[47]))\n"
+)
 COUNT = {"requests": 0}
 
 
@@ -41,7 +51,7 @@ def main() -> int:
     parser.add_argument("--mode", choices=["ok", "exit", "never"], default="ok")
     parser.add_argument("--exit-rc", type=int, default=3)
     parser.add_argument("--ready-delay", type=float, default=0.0)
-    parser.add_argument("--child", choices=["none", "inherit", "scrub"], default="none")
+    parser.add_argument("--child", choices=["none", "inherit", "scrub", "retitle"], default="none")
     parser.add_argument("--print-env", action="append", default=[])
     parser.add_argument("--ignore-term", action="store_true")
     parser.add_argument("--die-after", type=float, default=0.0)
@@ -50,6 +60,9 @@ def main() -> int:
     # Double-fork with setsid: a daemon that leaves the server's tree, group and session.
     parser.add_argument("--daemon-pidfile", default=None)
     parser.add_argument("--print-all-env", action="store_true")
+    # POST /v1/completions: answer one choice, or die on it as an engine that cannot run the
+    # model does after /health already said 200
+    parser.add_argument("--generate", choices=["ok", "die"], default="ok")
     args = parser.parse_args()
 
     if args.api_key is not None:
@@ -66,9 +79,12 @@ def main() -> int:
         return int(args.exit_rc)
 
     if args.child != "none":
-        # Like an engine spawning workers; "scrub" drops the environment it was given.
-        env = dict(os.environ) if args.child == "inherit" else {"PATH": os.environ["PATH"]}
+        # Like an engine spawning workers; "scrub" drops the environment it was given,
+        # "retitle" zeroes its environ area as setproctitle does (vLLM's, SGLang's workers).
+        env = dict(os.environ) if args.child != "scrub" else {"PATH": os.environ["PATH"]}
         code = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_DFL); time.sleep(600)"
+        if args.child == "retitle":
+            code = RETITLE + code
         subprocess.Popen([sys.executable, "-c", code], env=env)
 
     class Handler(BaseHTTPRequestHandler):
@@ -93,6 +109,21 @@ def main() -> int:
                 self._send(200, {"ok": True})
             else:
                 self._send(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            if self.path != "/v1/completions":
+                self._send(404, {"error": "not found"})
+            elif args.generate == "die":
+                print(
+                    "ERROR EngineCore died unexpectedly: head size 16 is not supported", flush=True
+                )
+                for _ in range(30):
+                    print(
+                        "WARNING leaked shared_memory objects to clean up at shutdown", flush=True
+                    )
+                os._exit(1)
+            else:
+                self._send(200, {"choices": [{"index": 0, "text": "x"}]})
 
         def log_message(self, format: str, *a: Any) -> None:
             pass
