@@ -45,7 +45,7 @@ from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
 from orchestrator.results.documents import is_cell_dir
 from orchestrator.results.layout import CELLS_DIR
-from orchestrator.results.records import Snapshot
+from orchestrator.results.records import Snapshot, cache_state
 from orchestrator.runner.probe_shape import CPU_COUNT, LOAD_1M
 
 # --- code --------------------------------------------------------------------------------------
@@ -229,9 +229,10 @@ def _environment_section(a: CellEvidence, b: CellEvidence) -> Section:
 
 # --- server flags ------------------------------------------------------------------------------
 
-# the runner's own cell directory on the host, `<workdir>/runs/<run id>/.<cell id>.partial`: a
-# server started there (no repo, no cwd given) has a cwd that differs in every run
-_CELL_DIR_ON_HOST = re.compile(r"/runs/[^/]+/\.[^/]+\.partial(?=/|$)")
+# the runner's own cell directory on the host, `<workdir>/runs/<run id>/.<cell id>.partial`, or
+# a server session's folder, `<workdir>/runs/<run id>/.<first cell id>.server`: a server started
+# there (no repo, no cwd given) has a cwd that differs in every run and every session
+_CELL_DIR_ON_HOST = re.compile(r"/runs/[^/]+/\.[^/]+\.(?:partial|server)(?=/|$)")
 
 
 def _run_neutral_path(value: Any) -> Any:
@@ -269,6 +270,10 @@ def _server_section(a: CellEvidence, b: CellEvidence) -> Section:
     cwd_a, cwd_b = a.server.get("cwd"), b.server.get("cwd")
     if not same(_run_neutral_path(cwd_a), _run_neutral_path(cwd_b)):
         section.entries.append(Entry("cwd", cwd_a, cwd_b))
+    # a refused reset leaves the previous cell's warm cache: a likely cause of faster numbers
+    cache_a, cache_b = cache_state(a.cell_json), cache_state(b.cell_json)
+    if cache_a != cache_b and "NOT reset" in f"{cache_a} {cache_b}":
+        section.entries.append(Entry("cache before the bench", cache_a, cache_b))
     # what the server itself reports (e.g. SGLang's server_info): its effective arguments
     for name in sorted(k for k in {*a.captures, *b.captures} if k.endswith(".ready")):
         doc_a, doc_b = as_dict(a.captures.get(name)), as_dict(b.captures.get(name))

@@ -78,6 +78,14 @@ class Progress:
         else:
             self._live.update(self._table())
 
+    def _warn(self, text: str) -> None:
+        """A line that must stay in sight: above the live table on a terminal, else as _say."""
+        if self._live is None:
+            print(text, file=self._stream, flush=True)
+        else:
+            self._live.console.print(text, markup=False, highlight=False)
+            self._live.update(self._table())
+
     def host_step(self, host: str, step: str) -> None:
         """A host-level step: connecting, shipping the runner, facts, collecting."""
         with self._lock:
@@ -94,7 +102,15 @@ class Progress:
                 line.step = f"{event.get('step')} {event.get('status')}"
                 if event.get("status") in ("start", "skipped"):
                     return  # the 'ok'/'failed' line says enough in plain logs
+                detail = event.get("detail")
+                warning = detail.get("warning") if isinstance(detail, dict) else None
+                if warning:  # passed, yet not as clean as "ok" alone would say
+                    line.step = f"{event.get('step')} WARNING"
+                    self._warn(f"[{host}] {cell_id}: {event.get('step')} WARNING: {warning}")
+                    return
                 self._say(f"[{host}] {cell_id}: {line.step}")
+            elif kind == "warning":
+                self._warn(f"[{host}] {cell_id}: WARNING: {warning_text(event)}")
             elif kind == "repeat":
                 line.step = f"bench {event.get('kind')} {event.get('n')}"
                 self._say(
@@ -112,3 +128,16 @@ class Progress:
             line.step = status
             tail = f": {reason.splitlines()[0]}" if reason else ""
             self._say(f"[{host}] {cell_id}: {status.upper()}{tail}")
+
+
+def warning_text(event: dict[str, Any]) -> str:
+    """A runner's `warning` event in words: a refused cache reset says what it means."""
+    what, detail = event.get("what"), event.get("detail")
+    if what == "reset" and isinstance(detail, dict):
+        status = detail.get("status")
+        answer = f"HTTP {status}" if status is not None else str(detail.get("error"))
+        return (
+            f"cache reset refused ({answer} from {detail.get('url')}): this cell runs on the "
+            "previous cell's warm cache"
+        )
+    return f"{what}: {detail}"

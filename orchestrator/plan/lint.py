@@ -9,6 +9,8 @@ these on stderr and exit as they would without them.
 - One check that does refuse (exit 2): an `expect:` name the bench adapter's metric catalogue
   does not have (`expect_name_error`), with the nearest known name; the generic adapter is
   open-ended and regex metrics under `bench.metrics` count as known.
+- Cells sharing a vLLM server without VLLM_SERVER_DEV_MODE=1: vLLM refuses the cache reset
+  between them, so each would run on the previous cell's warm prefix cache.
 - A server with no `ready:` check (a note, not a warning): it counts as ready once it has
   stayed up `UNCHECKED_SETTLE_SECONDS`.
 """
@@ -24,6 +26,7 @@ from orchestrator.config.keypath import KeyPath
 from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.templates import has_template
 from orchestrator.errors import InputError
+from orchestrator.plan.sessions import session_key
 from orchestrator.runner.redaction import MIN_SECRET_LENGTH, is_secret_name, short_secret_names
 from orchestrator.runner.server import UNCHECKED_SETTLE_SECONDS
 from orchestrator.sim.nccl_names import is_nccl_name, nearest_nccl_name
@@ -37,7 +40,32 @@ def plan_warnings(
     short = short_secret_warning(cells, *var_sources)
     if short is not None:
         found.append(short)
+    refused = refused_reset_warning(playbook, cells)
+    if refused is not None:
+        found.append(refused)
     return found
+
+
+def refused_reset_warning(playbook: LoadedPlaybook, cells: Sequence[Cell]) -> str | None:
+    """A warning when cells will share a vLLM server whose cache reset it will refuse: vLLM
+    serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1 (docs/FACTS.md), so each cell
+    after the first would run on the one before's warm prefix cache."""
+    sessions: dict[tuple[str, str], int] = {}
+    for cell in cells:
+        server = cell.server
+        if server is None or server.adapter != "vllm" or cell.env.get("VLLM_SERVER_DEV_MODE"):
+            continue
+        key = (cell.host, session_key(cell))
+        sessions[key] = sessions.get(key, 0) + 1
+    shared = sum(1 for n in sessions.values() if n > 1)
+    if not shared:
+        return None
+    return (
+        f"warning: {playbook.locate(('server',))}: server: {shared} vLLM server session(s) "
+        "are shared by several cells, but vLLM refuses /reset_prefix_cache without "
+        "VLLM_SERVER_DEV_MODE=1: each cell after the first would run on a warm prefix cache "
+        "(set VLLM_SERVER_DEV_MODE: 1 under env:, or server.restart: per_cell)"
+    )
 
 
 def nccl_name_warnings(playbook: LoadedPlaybook, cells: Sequence[Cell]) -> list[str]:

@@ -135,6 +135,28 @@ class NodeRecord:
 NODE_TEXTS = ("status", "reason", "failed_step", "via")
 
 
+def cache_state(cell_json: dict[str, Any]) -> str | None:
+    """What the server's caches were when the cell's bench began: `fresh start` (this cell
+    started the server), `reset` (a shared server's cache was reset first), `NOT reset (...)`
+    (the reset was refused or failed: the cell ran on the previous cell's warm cache), `shared,
+    no reset declared`; None for a cell without a server session."""
+    session = cell_json.get("session")
+    if not isinstance(session, dict):
+        return None
+    if session.get("started_server"):
+        return "fresh start"
+    reset = session.get("reset")
+    result = reset.get("reset") if isinstance(reset, dict) else None
+    if not isinstance(result, dict):
+        ran = isinstance(reset, dict) and reset.get("between")
+        return "shared (server.between ran, no reset)" if ran else "shared, no reset declared"
+    if result.get("ok"):
+        return "reset"
+    status = result.get("status")
+    why = f"HTTP {status}" if status is not None else str(result.get("error") or "no answer")
+    return f"NOT reset ({why} from {result.get('url')}): ran on the previous cell's warm cache"
+
+
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 

@@ -12,7 +12,7 @@ from tabulate import tabulate
 
 from orchestrator.results.layout import CELLS_DIR
 from orchestrator.results.read import RunBundle
-from orchestrator.results.records import CellRecord, Metrics, NodeRecord
+from orchestrator.results.records import CellRecord, Metrics, NodeRecord, cache_state
 
 # (recorded cell, metrics.json, metric) -> unit: the analyze layer's lookup, which falls back on
 # the adapters' catalogues for bundles from before metrics.json recorded units
@@ -160,6 +160,15 @@ def describe_cell(cell: CellRecord, *, unit_of: UnitOf = recorded_unit) -> str:
     env = cell.env_check or {}
     if env:
         lines.append(f"\nenv check {env.get('mode')}: {'ok' if env.get('ok') else 'MISMATCH'}")
+        unverified = env.get("unverified")
+        if isinstance(unverified, list) and unverified:
+            whys = sorted({str(_dict(u).get("why")) for u in unverified})
+            lines.append(
+                f"          {len(unverified)} process(es) not verified: environ {'; '.join(whys)}"
+            )
+    cache = cache_state(cell.cell_json)
+    if cache is not None and cache != "fresh start":
+        lines.append(f"cache     {cache}")
     lines.append("\nfiles:" + (" (paths inside the packed run)" if packed else ""))
     for name, path in cell.logs.items():
         lines.append(f"  {name:<12} {shown(path)}")

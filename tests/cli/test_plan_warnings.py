@@ -114,3 +114,36 @@ def test_apply_warns_once_per_run_about_short_secrets(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stderr.count("warning: secret values of API_KEY are shorter than 8") == 1
     assert not re.search(r"\bshort\b", proc.stdout + proc.stderr)
+
+
+VLLM_SESSION_PLAYBOOK = """\
+name: vllm-sessions
+matrix:
+  prompts: [8, 16]
+env: {env}
+server:
+  adapter: vllm
+  args: {{model: /models/tiny}}
+bench:
+  adapter: vllm.bench_serve
+  args: {{num-prompts: "{{{{ matrix.prompts }}}}"}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "warned"),
+    [("{}", True), ("{VLLM_SERVER_DEV_MODE: '1'}", False)],
+)
+def test_cells_sharing_a_vllm_server_that_refuses_resets_are_warned(
+    tmp_path: Path, env: str, warned: bool
+) -> None:
+    (tmp_path / "pb.yml").write_text(VLLM_SESSION_PLAYBOOK.format(env=env))
+    proc = orch(tmp_path, "plan", "pb.yml")
+    assert proc.returncode == 0, proc.stderr
+    warning = [line for line in proc.stderr.splitlines() if "reset_prefix_cache" in line]
+    if not warned:
+        assert warning == [], proc.stderr
+        return
+    (line,) = warning
+    assert line.startswith("warning: pb.yml:5:1: server: 1 vLLM server session(s) are shared")
+    assert "VLLM_SERVER_DEV_MODE" in line and "restart: per_cell" in line
