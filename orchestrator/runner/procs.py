@@ -118,14 +118,14 @@ def proc_cmdline(pid: int) -> str:
 
 
 class EnvironRewritten(OSError):
-    """/proc/PID/environ is there but holds no `NAME=value` entry: the process moved its
+    """/proc/PID/environ is there but overwritten (`parse_environ`): the process moved its
     environment away to make room for a longer title (setproctitle, as vLLM's and SGLang's
     workers do), so what it was started with cannot be read, which is not "missing"."""
 
     def __init__(self, pid: int, size: int) -> None:
         super().__init__(
-            "unreadable (process title rewritten): /proc/%d/environ holds %d bytes and no "
-            "NAME=value entry" % (pid, size)
+            "unreadable (process title rewritten): /proc/%d/environ (%d bytes) was overwritten"
+            % (pid, size)
         )
         self.pid = pid
 
@@ -135,8 +135,17 @@ _NAME_START = re.compile(rb"^[A-Za-z_][A-Za-z0-9_.-]*=")
 
 
 def parse_environ(raw: bytes) -> Optional[Dict[str, str]]:
-    """NAME=value entries of an environ block; None when the block is not empty but holds no
-    entry at all (a rewritten title). An empty block is an empty environment."""
+    """NAME=value entries of an environ block; None when a re-titling overwrote it. An empty
+    block is an empty environment.
+
+    The kernel lays the environment out as strings each ended by one NUL, from the block's first
+    byte: a block that starts with NUL or holds two NULs in a row was overwritten. setproctitle
+    zeroes it, but not always all of it (vLLM's EngineCore kept the few variables its parent
+    added last and lost every inherited one), so what is left is no account of what the process
+    was started with.
+    """
+    if raw and (raw[:1] == b"\0" or b"\0\0" in raw):
+        return None
     env: Dict[str, str] = {}
     entries = 0
     for item in raw.split(b"\0"):

@@ -55,7 +55,7 @@ def test_a_retitled_worker_is_unreadable_not_missing(home: Path) -> None:
     (unverified,) = check["unverified"]
     assert unverified["why"] == REWRITTEN
     (entry,) = [p for p in check["processes"] if p["pid"] == unverified["pid"]]
-    assert entry["vars"] == {} and "no NAME=value entry" in entry["error"]
+    assert entry["vars"] == {} and "was overwritten" in entry["error"]
     step = next(e for e in runner.events if e.get("step") == "verify_env" and e["status"] == "ok")
     assert "1 of 2 server processes not verified" in step["detail"]["warning"]
     assert REWRITTEN in step["detail"]["warning"]

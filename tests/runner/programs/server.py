@@ -22,11 +22,15 @@ DEATH = "ERROR EngineCore died unexpectedly: head size 16 is not supported"
 EXIT_NOISE = "WARNING leaked shared_memory objects to clean up at shutdown"
 # What setproctitle does to make room for a long title, unless SPT_NOENV is set: the memory
 # /proc/PID/environ reads (env_start..env_end of /proc/self/stat) is overwritten with NULs.
+# vLLM's EngineCore kept the variables its parent added last: the area's end is left as it was.
 RETITLE = (
-    "import ctypes,os\n"
+    "import ctypes,os,sys\n"
     "if not os.environ.get('SPT_NOENV'):\n"
     "    f=open('/proc/self/stat').read(); w=f[f.rfind(')')+2:].split()\n"
-    "    ctypes.memset(int(w[47]), 0, int(w[48]) - int(w[47]))\n"
+    "    start, end = int(w[47]), int(w[48])\n"
+    "    keep = ctypes.string_at(start, end - start).rstrip(b'\\0').rsplit(b'\\0', 1)[-1]\n"
+    "    ctypes.memset(start, 0, end - start - len(keep) - 1)\n"
+    "print('retitled', flush=True)\n"
 )
 COUNT = {"requests": 0}
 
@@ -85,7 +89,12 @@ def main() -> int:
         code = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_DFL); time.sleep(600)"
         if args.child == "retitle":
             code = RETITLE + code
-        subprocess.Popen([sys.executable, "-c", code], env=env)
+            # ready only once the worker has re-titled, as an engine's workers have by then
+            child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
+            assert child.stdout is not None
+            child.stdout.readline()
+        else:
+            subprocess.Popen([sys.executable, "-c", code], env=env)
 
     class Handler(BaseHTTPRequestHandler):
         def _send(self, status: int, body: Any) -> None:
