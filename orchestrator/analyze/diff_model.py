@@ -170,6 +170,7 @@ class CellDiff:
     deciding: list[str] = field(default_factory=list)  # `deciding_metrics()`
     deciding_from: str = ""  # where they come from: expect, headline or all
     load: HostLoad | None = None
+    stack: dict[str, list[str | None]] = field(default_factory=dict)  # `serving_stack()`
 
     @property
     def unstable(self) -> list[MetricDelta]:

@@ -152,6 +152,15 @@ def _describe(ref: CellRef) -> str:
     return f"{ref.id}{where}{run}{status}"
 
 
+def stack_line(stack: dict[str, list[str | None]]) -> str:
+    """`serving stack: vllm 0.32.0+cpu, torch 2.13.0+cpu (same on both)`, or each change."""
+    parts = []
+    for name, (va, vb) in stack.items():
+        parts.append(f"{name} {va or '-'}" if va == vb else f"{name} {va or '-'} -> {vb or '-'}")
+    same = all(va == vb for va, vb in stack.values())
+    return "serving stack: " + ", ".join(parts) + (" (same on both)" if same else "")
+
+
 def _cell_diff_lines(diff: CellDiff, max_lines_inline: int, spill_dir: Path | None) -> list[str]:
     lines = [f"A: {_describe(diff.a)}", f"B: {_describe(diff.b)}"]
     if diff.paired_by == "axes":
@@ -196,6 +205,8 @@ def _cell_diff_lines(diff: CellDiff, max_lines_inline: int, spill_dir: Path | No
         if within_noise:
             names += " (no significant change)"
         lines += ["", f"no differences in: {names}"]
+    if diff.stack:  # what ran, even when nothing of it changed
+        lines.append(stack_line(diff.stack))
     return lines
 
 
