@@ -87,6 +87,9 @@ def echo_plan(
                 shown = "***REDACTED***" if k in c.secrets else redact_text(v, secrets)
                 echo(f"  env {k}={shlex.quote(shown)}")
             if c.server is not None:
+                for k, v in c.server.env_defaults.items():
+                    if k not in c.env:  # a declared variable wins over the adapter's
+                        echo(f"  env {k}={shlex.quote(v)} (server only, set by the adapter)")
                 echo(f"  server: {shlex.join(redact_text(a, secrets) for a in c.server.argv)}")
             for n in c.nodes:
                 if n.server is not None:

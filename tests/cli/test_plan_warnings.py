@@ -147,3 +147,16 @@ def test_cells_sharing_a_vllm_server_that_refuses_resets_are_warned(
     (line,) = warning
     assert line.startswith("warning: pb.yml:5:1: server: 1 vLLM server session(s) are shared")
     assert "VLLM_SERVER_DEV_MODE" in line and "restart: per_cell" in line
+
+
+def test_plan_v_shows_what_the_adapter_adds_to_the_servers_environment(tmp_path: Path) -> None:
+    (tmp_path / "pb.yml").write_text(VLLM_SESSION_PLAYBOOK.format(env="{}"))
+    proc = orch(tmp_path, "plan", "pb.yml", "-v")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines.count("  env SPT_NOENV=1 (server only, set by the adapter)") == 2
+    declared = VLLM_SESSION_PLAYBOOK.format(env="{SPT_NOENV: ''}")
+    (tmp_path / "pb.yml").write_text(declared)
+    proc = orch(tmp_path, "plan", "pb.yml", "-v")
+    assert "set by the adapter" not in proc.stdout
+    assert "  env SPT_NOENV=''" in proc.stdout.splitlines()
