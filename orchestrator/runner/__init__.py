@@ -31,12 +31,14 @@ running it twice. A live server of the same run is waited for while its runner l
 when its runner is dead; one of another run fails preflight.
 
 Every process a cell starts (setup, server, bench) gets a parent-death signal (SIGKILL when the
-runner dies, PR_SET_PDEATHSIG on Linux) and inherits `ORCH_CELL_MARKER=<run>/<cell>/<runner pid>-
-<runner start>-<nonce>`. The stop step stops every process of this user carrying the cell's
-marker (a daemon that double-forked away included) and lists those found by the marker alone
-(`escaped`); preflight stops the marked processes and recorded servers whose runner is dead
-(orphans, any run, noted in its detail) and fails on a server of another run whose runner is
-alive (a live run: no stop-all hint).
+runner dies, PR_SET_PDEATHSIG on Linux), a session of its own that the runner's session guard
+watches (`guard`: it stops the session's workers, re-parented or re-titled, when the runner is
+killed), and inherits `ORCH_CELL_MARKER=<run>/<cell>/<runner pid>-<runner start>-<nonce>`.
+The stop step stops every process of this user carrying the cell's marker (a daemon that
+double-forked away included) and lists those found by the marker alone (`escaped`); preflight
+stops the marked processes and recorded servers whose runner is dead (orphans, any run, noted in
+its detail) and fails on a server of another run whose runner is alive (a live run: no stop-all
+hint).
 
 Secrets: events on stdout are redacted except their protocol values (`archive`, a real path
 even when a secret value lies inside it); every file of the cell directory is redacted. The

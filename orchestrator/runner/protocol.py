@@ -139,8 +139,8 @@ def unlink_quietly(path: str) -> None:
         os.unlink(path)
 
 
-def tail_lines(path: str, n: int = LOG_TAIL_LINES, max_bytes: int = 64 * 1024) -> str:
-    """The last `n` lines of a text file (reads at most `max_bytes` from its end)."""
+def _log_end(path: str, max_bytes: int) -> List[str]:
+    """The lines of a text file's last `max_bytes` ([] when it cannot be read)."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
@@ -148,9 +148,13 @@ def tail_lines(path: str, n: int = LOG_TAIL_LINES, max_bytes: int = 64 * 1024) -
             fh.seek(max(0, size - max_bytes))
             data = fh.read()
     except OSError:
-        return ""
-    lines = data.decode("utf-8", "replace").splitlines()
-    return "\n".join(lines[-n:])
+        return []
+    return data.decode("utf-8", "replace").splitlines()
+
+
+def tail_lines(path: str, n: int = LOG_TAIL_LINES, max_bytes: int = 64 * 1024) -> str:
+    """The last `n` lines of a text file (reads at most `max_bytes` from its end)."""
+    return "\n".join(_log_end(path, max_bytes)[-n:])
 
 
 # Lines that say why a process died, as engines write them; exit noise that follows a death
@@ -164,16 +168,7 @@ ERROR_LINES = 12
 
 def error_lines(path: str, n: int = ERROR_LINES, max_bytes: int = 256 * 1024) -> List[str]:
     """The last `n` lines of a log's end (`max_bytes`) that name an error, in log order."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read()
-    except OSError:
-        return []
-    found = [ln for ln in data.decode("utf-8", "replace").splitlines() if _ERROR_LINE.search(ln)]
-    return found[-n:]
+    return [ln for ln in _log_end(path, max_bytes) if _ERROR_LINE.search(ln)][-n:]
 
 
 def with_errors_and_tail(reason: str, path: str, what: str) -> str:

@@ -337,3 +337,18 @@ def server_pid_on(port: int) -> int:
     """The pid of the test server answering on `port` (its /info says)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/info", timeout=5) as resp:
         return int(json.loads(resp.read())["pid"])
+
+
+def bench_started(event: dict[str, Any]) -> bool:
+    """The event that says a cell's bench step began."""
+    return event == {**event, "event": "step", "step": "bench", "status": "start"}
+
+
+def gone(pid: int, within: float = 10.0) -> bool:
+    """`pid` ends within `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return False

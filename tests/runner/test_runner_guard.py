@@ -5,15 +5,15 @@ them, and every other process of a cell, when the runner is killed, without a ne
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any
 
 from runner_helpers import (
     RunnerProcess,
     alive,
+    bench_started,
     cell_dir,
     free_port,
+    gone,
     load,
     make_cell,
     payload,
@@ -24,19 +24,6 @@ from runner_helpers import (
 from orchestrator.runner.procs import REWRITTEN
 
 OLD_RUN = "20261129-090000-old-0001"
-
-
-def _bench_started(event: dict[str, Any]) -> bool:
-    return event == {**event, "event": "step", "step": "bench", "status": "start"}
-
-
-def _gone(pid: int, within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _worker(home: Path, run_id: str, server_pid: int) -> int:
@@ -95,7 +82,7 @@ def test_a_killed_runners_guard_stops_retitled_workers_and_daemons(home: Path) -
         bench_args=("--sleep", "30"),
     )
     first = RunnerProcess(home, payload(cell, run_id=OLD_RUN))
-    first.wait_event(_bench_started)
+    first.wait_event(bench_started)
     guard = first.guard_pid()
     assert guard is not None
     server_pid = load(next((home / ".orch" / "servers").glob("*.json")))["pid"]
@@ -104,32 +91,32 @@ def test_a_killed_runners_guard_stops_retitled_workers_and_daemons(home: Path) -
     first.kill()  # SIGKILL: the runner cannot clean up; nothing else runs after it
     # The worker lost its marker with its environ and was re-parented: only its session says
     # whose it is. The daemon left the session: its marker says. Both go without a next run.
-    assert _gone(worker, 20), "the re-titled worker outlived its killed runner"
-    assert _gone(daemon, 20), "the daemon outlived its killed runner"
-    assert _gone(server_pid, 5) and port_free(port)
-    assert _gone(guard, 10), "the guard stays after it did its job"
+    assert gone(worker, 20), "the re-titled worker outlived its killed runner"
+    assert gone(daemon, 20), "the daemon outlived its killed runner"
+    assert gone(server_pid, 5) and port_free(port)
+    assert gone(guard, 10), "the guard stays after it did its job"
 
 
 def test_a_runner_that_ends_well_leaves_no_guard(home: Path) -> None:
     port = free_port()
     runner = RunnerProcess(home, payload(make_cell(port, repeats=1, bench_args=("--sleep", "1"))))
-    runner.wait_event(_bench_started)
+    runner.wait_event(bench_started)
     guard = runner.guard_pid()
     assert guard is not None and alive(guard)
     runner.finish()
     assert runner.done["status"] == "passed", runner.done
-    assert _gone(guard, 10)
+    assert gone(guard, 10)
 
 
 def test_preflight_stops_a_retitled_orphan_when_the_guard_died_too(home: Path) -> None:
     port = free_port()
     cell = make_cell(port, server_args=("--child", "retitle"), bench_args=("--sleep", "30"))
     first = RunnerProcess(home, payload(cell, run_id=OLD_RUN))
-    first.wait_event(_bench_started)
+    first.wait_event(bench_started)
     server_pid = load(next((home / ".orch" / "servers").glob("*.json")))["pid"]
     worker = _worker(home, OLD_RUN, server_pid)
     first.kill_guard_then_runner()
-    assert _gone(server_pid, 10)
+    assert gone(server_pid, 10)
     assert alive(worker)  # no marker to find it by: only the server record's session says
 
     second = run_cell(home, make_cell(port, cell_id="y-2-0000beef", repeats=1))

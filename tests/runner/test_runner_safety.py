@@ -9,7 +9,6 @@ import stat
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,10 @@ from runner_helpers import (
     RunnerProcess,
     alive,
     archive_path,
+    bench_started,
     cell_dir,
     free_port,
+    gone,
     load,
     make_cell,
     payload,
@@ -36,22 +37,9 @@ from orchestrator.runner.redaction import MIN_SECRET_LENGTH, short_secret_names
 REDACTED = "***REDACTED***"
 
 
-def _bench_started(event: dict[str, Any]) -> bool:
-    return event == {**event, "event": "step", "step": "bench", "status": "start"}
-
-
 def _step_detail(runner: RunnerProcess, step: str) -> dict[str, Any]:
     event = next(e for e in runner.events if e.get("step") == step and e["status"] == "ok")
     return dict(event.get("detail") or {})
-
-
-def _gone(pid: int, within: float = 10.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _files(root: Path) -> list[Path]:
@@ -172,14 +160,14 @@ def test_killing_the_runner_takes_its_server_and_the_next_run_sweeps_the_rest(
         bench_args=("--sleep", "30"),
     )
     first = RunnerProcess(home, payload(cell, run_id=old_run))
-    first.wait_event(_bench_started)
+    first.wait_event(bench_started)
     server_pid = load(next((home / ".orch" / "servers").glob("*.json")))["pid"]
     partial = home / ".orch" / "runs" / old_run / ".x-1-0000abcd.partial"
     workers = load(partial / "env_check.json")["processes"]
     (worker,) = [p["pid"] for p in workers if p["pid"] != server_pid]
     daemon = int(pidfile.read_text())
     first.kill_guard_then_runner()  # SIGKILL, its guard too: the runner cannot clean up
-    assert _gone(server_pid), "the server outlived its runner"
+    assert gone(server_pid), "the server outlived its runner"
     # The server's own child and its daemon: left for the next preflight to find.
     assert alive(worker) and alive(daemon)
 
@@ -201,7 +189,7 @@ def test_an_orphan_server_of_another_run_is_stopped_not_a_reason_to_fail(home: P
     old_run = "20261129-090000-old-0001"
     cell = via_shell(make_cell(port, bench_args=("--sleep", "30")))
     first = RunnerProcess(home, payload(cell, run_id=old_run))
-    first.wait_event(_bench_started)
+    first.wait_event(bench_started)
     record = next((home / ".orch" / "servers").glob("*.json"))
     first.kill_guard_then_runner()
     assert not port_free(port)  # the server inside the shell still holds its port
@@ -218,7 +206,7 @@ def test_a_server_of_a_live_run_fails_preflight_without_a_stop_all_hint(home: Pa
     first = RunnerProcess(
         home, payload(make_cell(free_port(), bench_args=("--sleep", "30")), run_id=old_run)
     )
-    first.wait_event(_bench_started)
+    first.wait_event(bench_started)
     server_pid = load(next((home / ".orch" / "servers").glob("*.json")))["pid"]
     second = run_cell(home, make_cell(free_port(), cell_id="y-2-0000beef", repeats=1))
     done = second.done
@@ -264,7 +252,7 @@ def test_a_daemon_left_by_a_bench_without_server_is_stopped(home: Path) -> None:
     runner = run_cell(home, cell)
     assert runner.done["status"] == "passed", runner.done
     daemon = int(pidfile.read_text())
-    assert _gone(daemon, 1.0)
+    assert gone(daemon, 1.0)
     assert [e["pid"] for e in _step_detail(runner, "stop")["escaped"]] == [daemon]
 
 
