@@ -26,7 +26,8 @@ _SHEBANG = b"#!/usr/bin/env python3\n"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
 # The zip's own entry points: `orchestrator` holds nothing but the runner package there.
 _ZIP_MAIN = (
-    '"""orch runner: python3 runner.pyz run | collect | probe | stop-all | check-origin."""\n'
+    '"""orch runner: python3 runner.pyz run | collect | probe | stop-all | check-origin |\n'
+    'resolve."""\n'
     "import sys\n\n"
     "from orchestrator.runner.__main__ import main\n\n"
     "sys.exit(main())\n"

@@ -5,8 +5,8 @@ that keeps the contract written on `Connection.run`, `put`, `get` and `close` be
 opener that `orchestrator.execute.connection.connect` picks by the host's `connection` kind.
 Everything above (pool, controller, shipping, probing) sees only this interface.
 
-Transports today: `local.py` (subprocess) and `ssh.py` (Fabric + paramiko, host keys in
-`hostkeys.py`).
+Transports today: `local.py` (subprocess), `ssh.py` (Fabric + paramiko, host keys in
+`hostkeys.py`) and `slurm.py` (srun from a login host; a multi-node job in `slurm_nodes.py`).
 """
 
 from __future__ import annotations

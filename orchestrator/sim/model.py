@@ -25,7 +25,8 @@ collective runs with the settings all ranks share): a variable that never reache
 as good as unset. Both costs scale with the ring fraction 2(tp-1)/tp relative to tp 8; compute
 scales with 8/tp. `clock` is the slowest used GPU's sm clock over its max clock.
 
-The default numbers give DESIGN.md's story (tp 8, custom all-reduce disabled, cuda graph on):
+The default numbers give orch's founding story (tp 8, custom all-reduce disabled, cuda graph
+on):
 
     all-reduce:   default NCCL 1.76 ms; tuned (Ring 0.62 x 32 channels 0.80 x cross-NIC 0.92)
                   1.76 * 0.456 = 0.803 ms; tuned but NCCL_ALGO lost: 1.295 ms; custom 0.90 ms

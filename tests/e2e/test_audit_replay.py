@@ -9,7 +9,7 @@ rerun); a tampered copy; HEAD moved in host1's clone; host1's GPU clock throttle
 rerun that no longer reproduces because the simulator's speed follows the clock); and a replay
 of the good cell on host2.
 
-The bound is 75, not DESIGN.md's 85: at time scale 0.05 a loaded 2-core machine reads the
+The bound is 75, not the README playbook's 85: at time scale 0.05 a loaded 2-core machine reads the
 94 tok/s good cell several percent low (client overheads are magnified by 1 / scale), while the
 bad cell sits near 62 either way.
 """

@@ -1,4 +1,5 @@
-"""The performance model's numbers: DESIGN.md's story, the formulas, and what moves them."""
+"""The performance model's numbers: orch's founding story (94 -> 60 tok/s), the formulas, and
+what moves them."""
 
 from __future__ import annotations
 
