@@ -35,7 +35,8 @@ from .engine_helpers import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow]
+# 130 s each here, warm; a fresh machine's first engine start reads 2.5 GB from a cold disk
+pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(900)]
 
 ENGINE_PROCESSES = {"VLLM::EngineCore", "VLLM::Worker"}
 
