@@ -147,6 +147,12 @@ def test_scrubbed_child_environment_is_caught(home: Path, mode: str) -> None:
         assert not (cell_dir(home) / "bench").exists()
     else:
         assert runner.done["status"] == "passed"
+        # passed, and says so: the step's detail carries the warning apply prints
+        step = [e for e in runner.events if e.get("step") == "verify_env"][-1]
+        assert step["status"] == "ok"
+        assert step["detail"]["warning"] == (
+            "environment mismatch in 1 of 2 server processes (verify_env: warn; env_check.json)"
+        )
     assert all(not alive(p) for p in by_pid)
 
 
