@@ -36,8 +36,8 @@ import orchestrator.execute.outcomes as outcomes  # noqa: E402
 from orchestrator.config.host import Host  # noqa: E402
 from orchestrator.config.inventory import load_inventory  # noqa: E402
 from orchestrator.config.playbook import load_playbook  # noqa: E402
-from orchestrator.execute.connection import Connection, connect  # noqa: E402
 from orchestrator.execute.progress import Progress  # noqa: E402
+from orchestrator.execute.transport.connect import Connection, connect  # noqa: E402
 from orchestrator.plan.build import build_cells  # noqa: E402
 
 NOOP_SERVER = """\

@@ -20,10 +20,10 @@ from orchestrator.analyze.metrics import metric_names, values_of
 from orchestrator.cell import Cell, cell_id, secret_masks
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import BundleError, ExecutionError, InputError, OrchError
-from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.controller import Run
 from orchestrator.execute.outcomes import ApplyOptions
 from orchestrator.execute.ship import ensure_runner
+from orchestrator.execute.transport.connect import Connection, connect
 from orchestrator.plan.select import select_cells
 from orchestrator.results.bundle import FINISHED_STATUSES, BundleWriter
 from orchestrator.results.documents import read_json

@@ -23,7 +23,6 @@ from orchestrator.analyze.verdict import record_verdict, score_cell
 from orchestrator.cell import Cell
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import ConnectionFailure, ExecutionError, OrchError
-from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.interrupts import raise_on_sigterm, restore_sigterm, signals_deferred
 from orchestrator.execute.nodes import NodeJoin, joined_verdict, with_head_address
 from orchestrator.execute.outcomes import (
@@ -39,9 +38,10 @@ from orchestrator.execute.run_record import RunRecord
 from orchestrator.execute.runlock import acquire_run_lock
 from orchestrator.execute.secret_values import extra_vars_in_argv, scrub, secret_values
 from orchestrator.execute.ship import runner_invocation
-from orchestrator.execute.slurm import SlurmConnection, SlurmJob
-from orchestrator.execute.slurm_resume import settle_earlier_jobs
 from orchestrator.execute.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
+from orchestrator.execute.transport.connect import Connection, connect
+from orchestrator.execute.transport.slurm.connection import SlurmConnection, SlurmJob
+from orchestrator.execute.transport.slurm.settle import settle_earlier_jobs
 from orchestrator.plan.sessions import session_key
 from orchestrator.results.archive import extract_archive
 from orchestrator.results.bundle import BundleWriter
@@ -129,7 +129,7 @@ class Run:
 
     def _settle_slurm_jobs(self, conn: Connection, host_name: str) -> None:
         """Slurm only: the jobs the interrupted run left for this host end before the resume
-        starts one (execute/slurm_resume.py); run.json says how each ended."""
+        starts one (execute/transport/slurm/settle.py); run.json says how each ended."""
         recorded = self.run_record.earlier_slurm_jobs(host_name)
         if not isinstance(conn, SlurmConnection) or not recorded:
             return

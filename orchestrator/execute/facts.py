@@ -8,9 +8,9 @@ from typing import Any
 
 from orchestrator.config.host import Host
 from orchestrator.errors import OrchError
-from orchestrator.execute.connection import connect
 from orchestrator.execute.pool import HostPool
 from orchestrator.execute.ship import ensure_runner
+from orchestrator.execute.transport.connect import connect
 
 
 def probe_host(host: Host, *, repo: str | None = None, python: str | None = None) -> dict[str, Any]:

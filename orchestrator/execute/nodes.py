@@ -14,10 +14,10 @@ group reach a cell together (runner/node.py says what a part does). The controll
 End requests are a file the runner polls (`runs/<run>/.<cell>.end`), written by one short
 command on the node's connection: no second channel into the runner is needed.
 
-On a Slurm host every node of a cell is that one host, one job (execute/slurm_nodes.py): an end
-request is a step in the job, each part's folder is named by the Slurm node it ran on
-(`nodes/<NodeName>/`, `via` the host in nodes.json), and the head is scored against the address
-its runner found for itself (`with_head_address`).
+On a Slurm host every node of a cell is that one host, one job
+(execute/transport/slurm/tasks.py): an end request is a step in the job, each part's folder is
+named by the Slurm node it ran on (`nodes/<NodeName>/`, `via` the host in nodes.json), and the
+head is scored against the address its runner found for itself (`with_head_address`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.cell import Cell, NodePart, NodeRole, part_id
 from orchestrator.errors import OrchError
-from orchestrator.execute.slurm import SlurmConnection
+from orchestrator.execute.transport.slurm.connection import SlurmConnection
 from orchestrator.results.archive import extract_archive
 from orchestrator.results.layout import (
     CELL_JSON,
@@ -49,7 +49,7 @@ from orchestrator.runner.node import HEAD_ENDED
 from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER, node_workdir
 
 if TYPE_CHECKING:
-    from orchestrator.execute.connection import Connection
+    from orchestrator.execute.transport.connect import Connection
 
 PART_WAIT_MARGIN = 120.0  # seconds a head's archive waits for its parts beyond their stop grace
 

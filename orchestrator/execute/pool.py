@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from orchestrator.config.host import Host
-from orchestrator.execute.connection import Connection, connect
+from orchestrator.execute.transport.connect import Connection, connect
 
 T = TypeVar("T")
 

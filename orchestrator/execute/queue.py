@@ -20,13 +20,17 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.adapters import server_adapter
 from orchestrator.cell import Cell
 from orchestrator.errors import ConnectionFailure, OrchError
-from orchestrator.execute.connection import Connection
 from orchestrator.execute.outcomes import STOPPED, CellOutcome, stopped_outcome
 from orchestrator.execute.secret_values import scrub
 from orchestrator.execute.ship import runner_invocation
-from orchestrator.execute.slurm import SlurmConnection, SlurmJobEnded, slurm_jobs
-from orchestrator.execute.slurm_nodes import queue_nodes
 from orchestrator.execute.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
+from orchestrator.execute.transport.connect import Connection
+from orchestrator.execute.transport.slurm.connection import (
+    SlurmConnection,
+    SlurmJobEnded,
+    slurm_jobs,
+)
+from orchestrator.execute.transport.slurm.tasks import queue_nodes
 from orchestrator.plan.sessions import session_key
 from orchestrator.runner.protocol import SCHEMA_VERSION
 
@@ -135,7 +139,7 @@ class HostQueue:
             data = event.get("data")
             self.facts = data if isinstance(data, dict) else {"absent": "facts not an object"}
             return
-        if kind == "task_end":  # one runner of a multi-node Slurm job ended (slurm_nodes.py)
+        if kind == "task_end":  # one runner of a multi-node Slurm job ended (transport/slurm/tasks.py)
             self._task_ended(event)
             return
         if kind == "slurm_job":  # the runner's job, named before its first cell starts

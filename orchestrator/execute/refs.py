@@ -21,8 +21,8 @@ from typing import Any
 from orchestrator.cell import Cell
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import InputError, OrchError, SourceLocation
-from orchestrator.execute.connection import Connection, connect
 from orchestrator.execute.ship import ensure_runner
+from orchestrator.execute.transport.connect import Connection, connect
 from orchestrator.results.documents import recorded_plan_cells
 from orchestrator.runner.protocol import home_dir
 from orchestrator.runner.remote_refs import is_commit_name, list_remote_refs, pick_ref

@@ -22,7 +22,7 @@ from orchestrator.config.host import Host, Inventory
 from orchestrator.execute.machine import machine_id
 from orchestrator.execute.outcomes import ApplyOptions, CellOutcome
 from orchestrator.execute.secret_values import scrub
-from orchestrator.execute.slurm import SlurmJob
+from orchestrator.execute.transport.slurm.connection import SlurmJob
 from orchestrator.results.bundle import BundleWriter
 from orchestrator.results.layout import CELL_JSON, CELLS_DIR, INVENTORY_JSON, PLAN_JSON, RUN_JSON
 from orchestrator.results.redact import cell_json_by_name, redact_mapping, redact_yaml_file

@@ -17,7 +17,7 @@ from pathlib import Path
 import orchestrator.runner
 from orchestrator.config.host import Host
 from orchestrator.errors import ExecutionError
-from orchestrator.execute.connection import Connection
+from orchestrator.execute.transport.connect import Connection
 from orchestrator.runner.protocol import UNPACKED_SUFFIX
 
 RUNNER_DIR = Path(orchestrator.runner.__file__).parent

@@ -1,7 +1,8 @@
 """The runner as one task of a multi-node Slurm job: every node of a job runs the same runner
 from one `srun --nodes N --ntasks-per-node 1 --label`, each taking its own rank's cells.
 
-The controller sets `ORCH_SLURM_TASKS=N` in the task's environment (execute/slurm_nodes.py).
+The controller sets `ORCH_SLURM_TASKS=N` in the task's environment
+(execute/transport/slurm/tasks.py).
 Then:
 
 - every stdout line ends in RECORD_END before its newline: srun cuts a task's long lines into

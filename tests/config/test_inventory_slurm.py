@@ -11,7 +11,7 @@ import pytest
 from orchestrator.config.host import DEFAULT_PENDING_TIMEOUT, SlurmOptions
 from orchestrator.config.inventory import load_inventory
 from orchestrator.errors import InputError, SourceLocation
-from orchestrator.execute.connection import LocalConnection, SlurmConnection, connect
+from orchestrator.execute.transport.connect import LocalConnection, SlurmConnection, connect
 
 INVENTORY = """\
 cluster:

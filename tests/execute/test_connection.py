@@ -25,15 +25,15 @@ from sshhosts import SSHTestHosts
 
 from orchestrator.config.host import Host
 from orchestrator.errors import ConnectionFailure, ExecutionError, HostKeyError, OrchError
-from orchestrator.execute.connection import (
+from orchestrator.execute.pool import HostPool, StartSpacing
+from orchestrator.execute.ship import ensure_runner, runner_path
+from orchestrator.execute.transport.connect import (
     CommandTimeout,
     Connection,
     LocalConnection,
     SSHConnection,
     connect,
 )
-from orchestrator.execute.pool import HostPool, StartSpacing
-from orchestrator.execute.ship import ensure_runner, runner_path
 
 PY = sys.executable
 
@@ -385,7 +385,7 @@ _CLOSE_MID_GET = """
 import json, sys, threading, time
 from pathlib import Path
 from orchestrator.config.host import Host
-from orchestrator.execute.connection import connect
+from orchestrator.execute.transport.connect import connect
 fields, big, out = json.loads(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 for attempt in range(5):
     conn = connect(Host(**fields))

@@ -20,8 +20,8 @@ from orchestrator.cell import Cell, RepoPin, cell_id
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import InputError
 from orchestrator.execute.bisection import commit_range
-from orchestrator.execute.connection import connect
 from orchestrator.execute.refs import pin_refs, pin_revision
+from orchestrator.execute.transport.connect import connect
 from orchestrator.plan.build import cell_spec
 
 GIT_ENV = {

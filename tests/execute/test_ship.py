@@ -11,8 +11,8 @@ import pytest
 
 from orchestrator.config.host import Host
 from orchestrator.errors import ExecutionError
-from orchestrator.execute.local import LocalConnection
 from orchestrator.execute.ship import runner_archive, runner_invocation, runner_path
+from orchestrator.execute.transport.local import LocalConnection
 
 PYTHON38 = Path.home() / ".pyenv" / "versions" / "3.8.18" / "bin" / "python3.8"
 

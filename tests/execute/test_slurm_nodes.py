@@ -1,6 +1,7 @@
-"""One job's tasks sharing srun's stdout (execute/slurm_nodes.py, runner/slurm_tasks.py): each
-task's lines put back together from srun's labelled pieces, each node keeping its rank's cells,
-and the head's address read back where planning could only write a placeholder."""
+"""One job's tasks sharing srun's stdout (execute/transport/slurm/tasks.py,
+runner/slurm_tasks.py): each task's lines put back together from srun's labelled pieces, each
+node keeping its rank's cells, and the head's address read back where planning could only write a
+placeholder."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from orchestrator.cell import Cell
 from orchestrator.execute.nodes import with_head_address
-from orchestrator.execute.slurm_nodes import TaskLines, queue_nodes, task_argv
+from orchestrator.execute.transport.slurm.tasks import TaskLines, queue_nodes, task_argv
 from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER, RECORD_END, node_payload
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ from slurmcluster import SlurmTestCluster
 
 from orchestrator.config.host import Host
 from orchestrator.errors import ConnectionFailure, ExecutionError
-from orchestrator.execute.connection import CommandTimeout
-from orchestrator.execute.local import LocalConnection
-from orchestrator.execute.slurm import SlurmConnection, SlurmOptions
+from orchestrator.execute.transport.connect import CommandTimeout
+from orchestrator.execute.transport.local import LocalConnection
+from orchestrator.execute.transport.slurm.connection import SlurmConnection, SlurmOptions
 
 pytestmark = [pytest.mark.slow]
 

@@ -12,15 +12,15 @@ import pytest
 from slurmcluster import SlurmTestCluster
 
 from orchestrator.config.host import Host
-from orchestrator.execute.local import LocalConnection
-from orchestrator.execute.slurm import (
+from orchestrator.execute.transport.base import CommandTimeout
+from orchestrator.execute.transport.local import LocalConnection
+from orchestrator.execute.transport.slurm.connection import (
     SlurmConnection,
     SlurmJob,
     SlurmJobEnded,
     SlurmOptions,
     slurm_jobs,
 )
-from orchestrator.execute.transport import CommandTimeout
 
 pytestmark = [pytest.mark.slow]
 

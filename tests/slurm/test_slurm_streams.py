@@ -18,8 +18,8 @@ import pytest
 from slurmcluster import SlurmTestCluster
 
 from orchestrator.config.host import Host
-from orchestrator.execute.local import LocalConnection
-from orchestrator.execute.slurm import SlurmConnection, SlurmOptions
+from orchestrator.execute.transport.local import LocalConnection
+from orchestrator.execute.transport.slurm.connection import SlurmConnection, SlurmOptions
 
 pytestmark = [pytest.mark.slow]
 
@@ -113,8 +113,8 @@ def test_binary_stdin_arrives_byte_for_byte_and_eof_comes_on_stop(login: Host) -
 CONTROLLER = """
 import sys
 from orchestrator.config.host import Host
-from orchestrator.execute.local import LocalConnection
-from orchestrator.execute.slurm import SlurmConnection, SlurmOptions
+from orchestrator.execute.transport.local import LocalConnection
+from orchestrator.execute.transport.slurm.connection import SlurmConnection, SlurmOptions
 
 host = Host(name="login", vars={}, groups=(), connection="local", python=sys.executable)
 connection = SlurmConnection(LocalConnection(host), SlurmOptions())

@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from orchestrator.execute.slurm import ALIVE_STATES, WAITING_STATES, SlurmConnection, SqueueRow
+from orchestrator.execute.transport.slurm.connection import (
+    ALIVE_STATES,
+    WAITING_STATES,
+    SlurmConnection,
+    SqueueRow,
+)
 
 __all__ = ["LEFT_RUNNING_GRACE_SECONDS", "settle_earlier_jobs"]
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from orchestrator.cell import Cell
 from orchestrator.errors import ExecutionError
-from orchestrator.execute.transport import Connection, RunResult
+from orchestrator.execute.transport.base import Connection, RunResult
 from orchestrator.runner.slurm_tasks import RECORD_END, TASKS_VARIABLE
 
 __all__ = [

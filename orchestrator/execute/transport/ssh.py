@@ -28,8 +28,8 @@ import paramiko
 
 from orchestrator.config.host import Host
 from orchestrator.errors import ConnectionFailure, ExecutionError, OrchError
-from orchestrator.execute import hostkeys
-from orchestrator.execute.transport import (
+from orchestrator.execute.transport import hostkeys
+from orchestrator.execute.transport.base import (
     EOF_GRACE_SECONDS,
     POLL_SECONDS,
     CommandTimeout,

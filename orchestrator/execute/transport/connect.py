@@ -29,12 +29,12 @@ from tenacity import (
 
 from orchestrator.config.host import Host, SlurmOptions
 from orchestrator.errors import ConnectionFailure, OrchError
-from orchestrator.execute.local import LocalConnection
-from orchestrator.execute.slurm import SlurmConnection
-from orchestrator.execute.transport import CommandTimeout, Connection, RunResult
+from orchestrator.execute.transport.base import CommandTimeout, Connection, RunResult
+from orchestrator.execute.transport.local import LocalConnection
+from orchestrator.execute.transport.slurm.connection import SlurmConnection
 
 if TYPE_CHECKING:
-    from orchestrator.execute.ssh import SSHConnection
+    from orchestrator.execute.transport.ssh import SSHConnection
 
 __all__ = [
     "CommandTimeout",
@@ -53,7 +53,7 @@ def __getattr__(name: str) -> Any:
     # Fabric and paramiko (about 0.13 s of imports) load only once SSH is used: `orch plan`,
     # a local run and the simulator never pay for them.
     if name == "SSHConnection":
-        from orchestrator.execute.ssh import SSHConnection
+        from orchestrator.execute.transport.ssh import SSHConnection
 
         return SSHConnection
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -98,7 +98,7 @@ def _open(
     """The plain connection to `host` (local or SSH, with retries): see `connect`."""
     if host.connection == "local":
         return LocalConnection(host)
-    from orchestrator.execute.ssh import open_ssh
+    from orchestrator.execute.transport.ssh import open_ssh
 
     def attempt() -> SSHConnection:
         return open_ssh(host, connect_timeout, keepalive, ssh_config_path)
@@ -137,7 +137,7 @@ def _is_retryable(exc: BaseException) -> bool:
     """Network trouble is retried; host keys, authentication and our own errors are not."""
     import paramiko  # loaded already: only an SSH attempt gets here
 
-    from orchestrator.execute import hostkeys
+    from orchestrator.execute.transport import hostkeys
 
     if isinstance(exc, OrchError) or hostkeys.is_refusal(exc):
         return False

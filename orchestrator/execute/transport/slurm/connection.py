@@ -21,7 +21,7 @@ ended by Slurm (CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY, ...) ra
 `SlurmJobEnded` naming the job, its state and Slurm's reason. States come from squeue, which
 works without accounting storage (sacct does not).
 
-A resume meets the jobs its dead controller left in execute/slurm_resume.py.
+A resume meets the jobs its dead controller left in execute/transport/slurm/settle.py.
 """
 
 from __future__ import annotations
@@ -39,9 +39,14 @@ from pathlib import Path
 
 from orchestrator.config.host import Host, SlurmOptions
 from orchestrator.errors import ExecutionError, OrchError
-from orchestrator.execute.local import LocalConnection
-from orchestrator.execute.slurm_nodes import TaskLines, run_in_job, task_argv, task_options
-from orchestrator.execute.transport import CommandTimeout, Connection, RunResult
+from orchestrator.execute.transport.base import CommandTimeout, Connection, RunResult
+from orchestrator.execute.transport.local import LocalConnection
+from orchestrator.execute.transport.slurm.tasks import (
+    TaskLines,
+    run_in_job,
+    task_argv,
+    task_options,
+)
 
 __all__ = [
     "ALIVE_STATES",

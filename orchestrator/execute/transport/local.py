@@ -21,7 +21,7 @@ from typing import Any
 
 from orchestrator.config.host import Host
 from orchestrator.errors import ConnectionFailure, ExecutionError
-from orchestrator.execute.transport import (
+from orchestrator.execute.transport.base import (
     EOF_GRACE_SECONDS,
     POLL_SECONDS,
     CommandTimeout,

@@ -2,7 +2,7 @@
 
 A transport (an executor's way to reach a host) is one module with one `Connection` subclass
 that keeps the contract written on `Connection.run`, `put`, `get` and `close` below, plus one
-opener that `orchestrator.execute.connection.connect` picks by the host's `connection` kind.
+opener that `orchestrator.execute.transport.connect.connect` picks by the host's `connection` kind.
 Everything above (pool, controller, shipping, probing) sees only this interface.
 
 Transports today: `local.py` (subprocess), `ssh.py` (Fabric + paramiko, host keys in
