@@ -139,7 +139,7 @@ class HostQueue:
             data = event.get("data")
             self.facts = data if isinstance(data, dict) else {"absent": "facts not an object"}
             return
-        if kind == "task_end":  # one runner of a multi-node Slurm job ended (transport/slurm/tasks.py)
+        if kind == "task_end":  # a runner of a multi-node Slurm job ended (slurm/tasks.py)
             self._task_ended(event)
             return
         if kind == "slurm_job":  # the runner's job, named before its first cell starts
