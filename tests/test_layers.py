@@ -82,3 +82,30 @@ def test_an_upward_import_is_found(tmp_path: Path, source: str) -> None:
     path.write_text(source)
     assert [(t, line) for t, line in _imports(path)] == [(source.split()[1], 1)]
     assert RANK[_layer_of("orchestrator.cli")] > RANK[_layer_of("orchestrator.config.x")]
+
+
+TRANSPORT = PACKAGE / "execute" / "transport"
+
+
+def _asks_which_transport(node: ast.AST) -> bool:
+    """`isinstance(x, SomethingConnection)` (or a tuple holding one)."""
+    if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance"):
+        return False
+    if len(node.args) != 2:
+        return False
+    kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+    names = [getattr(k, "id", None) or getattr(k, "attr", None) or "" for k in kinds]
+    return any(name.endswith("Connection") for name in names)
+
+
+def test_no_code_outside_the_transports_asks_which_transport_it_has() -> None:
+    """A new executor is a module under execute/transport/: the apply engine, bisect and audit
+    call the Connection's hooks instead of testing for a transport's class."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if TRANSPORT in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if _asks_which_transport(node):
+                found.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}")
+    assert found == [], found

@@ -40,8 +40,7 @@ from orchestrator.execute.secret_values import extra_vars_in_argv, scrub, secret
 from orchestrator.execute.ship import runner_invocation
 from orchestrator.execute.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
 from orchestrator.execute.transport.connect import Connection, connect
-from orchestrator.execute.transport.slurm.connection import SlurmConnection, SlurmJob
-from orchestrator.execute.transport.slurm.settle import settle_earlier_jobs
+from orchestrator.execute.transport.slurm.connection import SlurmJob
 from orchestrator.plan.sessions import session_key
 from orchestrator.results.archive import extract_archive
 from orchestrator.results.bundle import BundleWriter
@@ -131,12 +130,11 @@ class Run:
         """Slurm only: the jobs the interrupted run left for this host end before the resume
         starts one (execute/transport/slurm/settle.py); run.json says how each ended."""
         recorded = self.run_record.earlier_slurm_jobs(host_name)
-        if not isinstance(conn, SlurmConnection) or not recorded:
-            return
-        settled = settle_earlier_jobs(
-            conn, recorded, lambda text: self.progress.host_step(host_name, text)
+        settled = conn.settle_earlier_jobs(
+            recorded, lambda text: self.progress.host_step(host_name, text)
         )
-        self.run_record.settled_slurm_jobs(host_name, settled)
+        if settled is not None:
+            self.run_record.settled_slurm_jobs(host_name, settled)
 
     def _record(self, outcome: CellOutcome) -> None:
         if outcome.reason:  # git/ssh errors can quote a URL or argv holding a secret
@@ -244,8 +242,8 @@ class Run:
     def _connect(self, host: Host) -> Connection:
         self.spacing.wait()
         conn = connect(host, attempts=self.options.connect_attempts)
-        if isinstance(conn, SlurmConnection):
-            conn.on_job = lambda job, name=host.name: self._slurm_job(name, job)
+        name = host.name
+        conn.watch_jobs(lambda job: self._slurm_job(name, job))
         with self._lock:
             self._conns.add(conn)
         return conn

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.cell import Cell, NodePart, NodeRole, part_id
 from orchestrator.errors import OrchError
-from orchestrator.execute.transport.slurm.connection import SlurmConnection
 from orchestrator.results.archive import extract_archive
 from orchestrator.results.layout import (
     CELL_JSON,
@@ -46,7 +45,7 @@ from orchestrator.results.layout import (
     is_node_folder_name,
 )
 from orchestrator.runner.node import HEAD_ENDED
-from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER, node_workdir
+from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER
 
 if TYPE_CHECKING:
     from orchestrator.execute.transport.connect import Connection
@@ -181,9 +180,7 @@ class NodeJoin:
         if found is None:
             return  # that host's runner is not running: nothing there to end
         conn, invocation, run_id = found
-        workdir = conn.host.workdir
-        if isinstance(conn, SlurmConnection):  # the nodes of one job: each rank has its own
-            workdir = node_workdir(workdir, rank)
+        workdir = conn.node_workdir(conn.host.workdir, rank)
         path = f"{workdir}/runs/{run_id}/.{cid}.end"
         text = json.dumps({"kind": kind, "reason": reason, "invocation": invocation})
 
@@ -192,7 +189,7 @@ class NodeJoin:
         def send() -> None:
             with contextlib.suppress(OrchError):  # a lost node's runner ends its part on EOF
                 # on Slurm: a step in the job of the nodes' runners, where one runs
-                if isinstance(conn, SlurmConnection) and conn.run_on_job_nodes(argv, 60.0):
+                if conn.run_on_job_nodes(argv, 60.0):
                     return
                 conn.run(argv, timeout=60)
 

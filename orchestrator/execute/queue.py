@@ -8,7 +8,6 @@ archives and sends it, and starts no other.
 
 from __future__ import annotations
 
-import functools
 import json
 import tempfile
 import threading
@@ -26,7 +25,6 @@ from orchestrator.execute.ship import runner_invocation
 from orchestrator.execute.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
 from orchestrator.execute.transport.connect import Connection
 from orchestrator.execute.transport.slurm.connection import (
-    SlurmConnection,
     SlurmJobEnded,
     slurm_jobs,
 )
@@ -143,10 +141,9 @@ class HostQueue:
             self._task_ended(event)
             return
         if kind == "slurm_job":  # the runner's job, named before its first cell starts
-            if isinstance(self.conn, SlurmConnection):
-                self.conn.job_running(
-                    str(event.get("name") or ""), str(event.get("job_id") or ""), event.get("nodes")
-                )
+            self.conn.job_running(
+                str(event.get("name") or ""), str(event.get("job_id") or ""), event.get("nodes")
+            )
             return
         cid = str(event.get("cell") or "")
         if cid not in self.cells:
@@ -230,10 +227,7 @@ class HostQueue:
         self.run_.nodes.attach(self.conn, self.invocation, self.run_.run_id)
         with tempfile.TemporaryDirectory(prefix="orch-stream-") as tmp:
             stream = ArchiveStream(Path(tmp))
-            run = self.conn.run
-            nodes = queue_nodes(self.cells.values())
-            if isinstance(self.conn, SlurmConnection) and nodes > 1:  # one job, a runner a node
-                run = functools.partial(self.conn.run, tasks=nodes)
+            run = self.conn.runner_run(queue_nodes(self.cells.values()))
             try:
                 res = run(
                     argv,

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from orchestrator.config.host import Host
 from orchestrator.errors import ExecutionError
@@ -150,6 +151,37 @@ class Connection(ABC):
         """Close the connection; commands still running see EOF on stdin, and `run` calls
         still waiting raise `ConnectionFailure` (at least those that get no exit status back).
         Idempotent; nothing is killed here: the runner ends its own cell on EOF."""
+
+    # Hooks for a transport that runs commands through a scheduler (Slurm): the apply engine
+    # calls these on every connection and never asks which transport it has; the defaults are
+    # what a host reached directly needs, which is nothing.
+
+    def watch_jobs(self, on_job: Callable[[Any], None]) -> None:
+        """Tell `on_job` of every scheduler job this connection starts, as it changes."""
+        return None  # no scheduler: no job to tell of
+
+    def job_running(self, name: str, job_id: str, nodes: object = None) -> None:
+        """The runner named the scheduler job it runs in (its `slurm_job` event)."""
+        return None  # no scheduler: nothing to record
+
+    def settle_earlier_jobs(
+        self, recorded: Sequence[Mapping[str, Any]], say: Callable[[str], None]
+    ) -> list[dict[str, Any]] | None:
+        """End the jobs a dead controller left (recorded in run.json) before a resume starts
+        its own; how each ended, or None when this transport has none to settle."""
+        return None
+
+    def runner_run(self, nodes: int) -> Callable[..., RunResult]:
+        """`run` for a host's runner whose queue holds cells of `nodes` nodes each."""
+        return self.run
+
+    def node_workdir(self, workdir: str, rank: int) -> str:
+        """Where the runner of node `rank` keeps its files when the nodes share this host."""
+        return workdir
+
+    def run_on_job_nodes(self, argv: Sequence[str], timeout: float) -> RunResult | None:
+        """`argv` beside the runners of a job of several nodes, None when none runs here."""
+        return None
 
     def __enter__(self) -> Connection:
         return self

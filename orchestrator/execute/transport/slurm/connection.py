@@ -27,15 +27,17 @@ A resume meets the jobs its dead controller left in execute/transport/slurm/sett
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import secrets
 import shlex
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from orchestrator.config.host import Host, SlurmOptions
 from orchestrator.errors import ExecutionError, OrchError
@@ -47,6 +49,7 @@ from orchestrator.execute.transport.slurm.tasks import (
     task_argv,
     task_options,
 )
+from orchestrator.runner.slurm_tasks import node_workdir
 
 __all__ = [
     "ALIVE_STATES",
@@ -422,6 +425,28 @@ class SlurmConnection(Connection):
             time.sleep(pause)
             pause = min(pause * 2, _WATCH_MAX_SECONDS)
         return False
+
+    def watch_jobs(self, on_job: Callable[[Any], None]) -> None:
+        """`on_job` hears every job this connection starts, as squeue and the runner see it."""
+        self.on_job = on_job
+
+    def settle_earlier_jobs(
+        self, recorded: Sequence[Mapping[str, Any]], say: Callable[[str], None]
+    ) -> list[dict[str, Any]] | None:
+        """The jobs a dead controller left end first (settle.py); None when none was recorded."""
+        if not recorded:
+            return None
+        from orchestrator.execute.transport.slurm.settle import settle_earlier_jobs
+
+        return settle_earlier_jobs(self, recorded, say)
+
+    def runner_run(self, nodes: int) -> Callable[..., RunResult]:
+        """A queue of cells over `nodes` nodes is one job with a runner a node."""
+        return functools.partial(self.run, tasks=nodes) if nodes > 1 else self.run
+
+    def node_workdir(self, workdir: str, rank: int) -> str:
+        """The nodes of one job share the login host's name: each rank has a folder of its own."""
+        return node_workdir(workdir, rank)
 
     def run_on_job_nodes(self, argv: Sequence[str], timeout: float) -> RunResult | None:
         """`argv` on every node of the job that runs a runner a node now (a step beside it),
