@@ -25,14 +25,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from typing import IO, Dict, List, Optional, Tuple
 
-from orchestrator.runner.procs import MARKER_VAR, kill_pid, proc_alive, proc_table
+from orchestrator.runner.procs import marked_processes, proc_info, proc_table, sweep
 
 MAX_GRACE = 10.0  # a killed runner's servers get at most this long to stop on SIGTERM
-KILL_WAIT = 5.0
-_POLL = 0.1
 
 
 class Watched:
@@ -65,21 +62,13 @@ def parse_line(line: str) -> Tuple[str, Optional[Watched]]:
 
 
 def marker_holders(markers: List[str]) -> Dict[int, int]:
-    """Live processes of this user whose environment carries one of `markers`: pid -> start."""
-    wanted = {(MARKER_VAR + "=" + m).encode() for m in markers if m}
-    if not wanted:
-        return {}
+    """Live processes of this user whose environment carries one of `markers`: pid -> start
+    (the stop step's `marked_processes`, with start times)."""
+    wanted = {m for m in markers if m}
     found: Dict[int, int] = {}
-    table = proc_table()
-    for pid, info in table.items():
-        if pid == os.getpid() or info.state in ("Z", "X"):
-            continue
-        try:
-            with open("/proc/%d/environ" % pid, "rb") as fh:
-                items = set(fh.read().split(b"\0"))
-        except OSError:
-            continue
-        if items & wanted:
+    for pid, marker in marked_processes().items() if wanted else ():
+        info = proc_info(pid)
+        if marker in wanted and info is not None and info.state not in ("Z", "X"):
             found[pid] = info.start
     return found
 
@@ -109,7 +98,7 @@ def session_members(watched: List[Watched]) -> Dict[int, int]:
 
 def stop_all(watched: List[Watched]) -> List[int]:
     """SIGTERM every process of the watched sessions and markers, SIGKILL what outlives the
-    grace; the pids still alive at the end."""
+    grace (`procs.sweep`), then the same for what was forked meanwhile; the pids still alive."""
     if not watched:
         return []
     markers = [w.marker for w in watched]
@@ -120,28 +109,11 @@ def stop_all(watched: List[Watched]) -> List[int]:
         return found
 
     targets = members()
-    for pid, start in targets.items():
-        if proc_alive(pid, start):
-            kill_pid(pid, signal.SIGTERM)
-    grace = min(MAX_GRACE, max(w.grace for w in watched))
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        for pid, start in members().items():  # children forked while stopping count too
-            if pid not in targets:
-                targets[pid] = start
-                kill_pid(pid, signal.SIGTERM)
-        if not any(proc_alive(p, s) for p, s in targets.items()):
-            return []
-        time.sleep(_POLL)
-    deadline = time.monotonic() + KILL_WAIT
-    while True:
-        targets.update(members())
-        alive = [p for p, s in sorted(targets.items()) if proc_alive(p, s)]
-        if not alive or time.monotonic() >= deadline:
-            return alive
-        for pid in alive:
-            kill_pid(pid, signal.SIGKILL)
-        time.sleep(_POLL)
+    _killed, alive = sweep(targets, min(MAX_GRACE, max(w.grace for w in watched)))
+    late = {p: s for p, s in members().items() if p not in targets}  # forked while stopping
+    if late:
+        alive += sweep(late, 0.0)[1]
+    return alive
 
 
 def serve(stdin: IO[bytes]) -> int:

@@ -117,20 +117,19 @@ def proc_cmdline(pid: int) -> str:
     return " ".join(p.decode("utf-8", "replace") for p in raw.split(b"\0") if p)
 
 
+REWRITTEN = "unreadable (process title rewritten)"
+
+
 class EnvironRewritten(OSError):
     """/proc/PID/environ is there but overwritten (`parse_environ`): the process moved its
     environment away to make room for a longer title (setproctitle, as vLLM's and SGLang's
     workers do), so what it was started with cannot be read, which is not "missing"."""
 
     def __init__(self, pid: int, size: int) -> None:
-        super().__init__(
-            "unreadable (process title rewritten): /proc/%d/environ (%d bytes) was overwritten"
-            % (pid, size)
-        )
+        super().__init__("%s: /proc/%d/environ (%d bytes) was overwritten" % (REWRITTEN, pid, size))
         self.pid = pid
 
 
-REWRITTEN = "unreadable (process title rewritten)"
 _NAME_START = re.compile(rb"^[A-Za-z_][A-Za-z0-9_.-]*=")
 
 
@@ -171,23 +170,16 @@ def proc_environ(pid: int) -> Dict[str, str]:
     return env
 
 
-def environ_rewritten(pid: int) -> bool:
-    """`pid`'s environ can be opened but a rewritten title took its place."""
-    try:
-        proc_environ(pid)
-    except EnvironRewritten:
-        return True
-    except OSError:
-        return False
-    return False
-
-
 def has_marker(pid: int, run_id: str, cell_id: str) -> bool:
     """`pid` carries the ORCH_RUN_ID/ORCH_CELL_ID markers a runner gives its server."""
     try:
         env = proc_environ(pid)
     except OSError:
         return False
+    return _marked(env, run_id, cell_id)
+
+
+def _marked(env: Dict[str, str], run_id: str, cell_id: str) -> bool:
     return env.get("ORCH_RUN_ID") == run_id and env.get("ORCH_CELL_ID") == cell_id
 
 
@@ -371,12 +363,7 @@ def live_server_records(servers_dir: str) -> List[Tuple[Dict[str, Any], List[int
             same_leader = info.pid == pid and (
                 info.start == rec.get("start_time") or has_marker(pid, run_id, cell_id)
             )
-            # A worker that re-titled itself lost its marker with its environ: its session
-            # (the server's own, which no other process can take while it lives) says it.
-            in_group = info.pgid == pgid and (
-                has_marker(info.pid, run_id, cell_id)
-                or (info.sid == pgid and _started_after(info, rec) and environ_rewritten(info.pid))
-            )
+            in_group = info.pgid == pgid and _group_member(info, pgid, rec, run_id, cell_id)
             if same_leader or in_group:
                 pids.append(info.pid)
         if pids:
@@ -386,10 +373,21 @@ def live_server_records(servers_dir: str) -> List[Tuple[Dict[str, Any], List[int
     return live
 
 
-def _started_after(info: ProcInfo, rec: Dict[str, Any]) -> bool:
-    """`info` started no earlier than the server a record names (when the record says)."""
-    start = rec.get("start_time")
-    return not isinstance(start, int) or info.start >= start
+def _group_member(
+    info: ProcInfo, pgid: int, rec: Dict[str, Any], run_id: str, cell_id: str
+) -> bool:
+    """A process of a recorded server's group (`pgid`, its session too) is the server's when it
+    carries its markers, or, a worker that re-titled itself and lost them with its environ, when
+    it is in the server's session (no other process can take it while it lives) and started
+    after the server. One read of its environ answers both."""
+    try:
+        env = proc_environ(info.pid)
+    except EnvironRewritten:
+        start = rec.get("start_time")
+        return info.sid == pgid and (not isinstance(start, int) or info.start >= start)
+    except OSError:
+        return False
+    return _marked(env, run_id, cell_id)
 
 
 def record_runner_state(rec: Dict[str, Any]) -> str:
