@@ -50,7 +50,7 @@ from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
 from orchestrator.results.documents import is_cell_dir
 from orchestrator.results.layout import CELLS_DIR
-from orchestrator.results.records import Snapshot, cache_state
+from orchestrator.results.records import NOT_RESET, Snapshot, cache_state
 from orchestrator.runner.probe_shape import CPU_COUNT, LOAD_1M
 
 # --- code --------------------------------------------------------------------------------------
@@ -277,7 +277,7 @@ def _server_section(a: CellEvidence, b: CellEvidence) -> Section:
         section.entries.append(Entry("cwd", cwd_a, cwd_b))
     # a refused reset leaves the previous cell's warm cache: a likely cause of faster numbers
     cache_a, cache_b = cache_state(a.cell_json), cache_state(b.cell_json)
-    if cache_a != cache_b and "NOT reset" in f"{cache_a} {cache_b}":
+    if cache_a != cache_b and NOT_RESET in f"{cache_a} {cache_b}":
         section.entries.append(Entry("cache before the bench", cache_a, cache_b))
     # what the server itself reports (e.g. SGLang's server_info): its effective arguments
     for name in sorted(k for k in {*a.captures, *b.captures} if k.endswith(".ready")):

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from orchestrator.results.records import reset_answer
+
 
 @dataclass
 class HostLine:
@@ -134,10 +136,8 @@ def warning_text(event: dict[str, Any]) -> str:
     """A runner's `warning` event in words: a refused cache reset says what it means."""
     what, detail = event.get("what"), event.get("detail")
     if what == "reset" and isinstance(detail, dict):
-        status = detail.get("status")
-        answer = f"HTTP {status}" if status is not None else str(detail.get("error"))
         return (
-            f"cache reset refused ({answer} from {detail.get('url')}): this cell runs on the "
-            "previous cell's warm cache"
+            f"cache reset refused ({reset_answer(detail)}): this cell runs on the previous "
+            "cell's warm cache"
         )
     return f"{what}: {detail}"

@@ -152,9 +152,17 @@ def cache_state(cell_json: dict[str, Any]) -> str | None:
         return "shared (server.between ran, no reset)" if ran else "shared, no reset declared"
     if result.get("ok"):
         return "reset"
+    return f"{NOT_RESET} ({reset_answer(result)}): ran on the previous cell's warm cache"
+
+
+NOT_RESET = "NOT reset"
+
+
+def reset_answer(result: Mapping[str, Any]) -> str:
+    """What a cache reset got (the runner's record of its POST): `HTTP 404 from URL`."""
     status = result.get("status")
     why = f"HTTP {status}" if status is not None else str(result.get("error") or "no answer")
-    return f"NOT reset ({why} from {result.get('url')}): ran on the previous cell's warm cache"
+    return f"{why} from {result.get('url')}"
 
 
 def _text(value: Any) -> str | None:
