@@ -364,15 +364,12 @@ class CellContext:
         return expected
 
     def adapter_env_note(self) -> Dict[str, Any]:
-        """What the adapter set in the server's environment and why, for the record."""
+        """What the adapter set in the server's environment, for the record (why is the
+        adapter's business: adapters/base.py says it for SPT_NOENV)."""
         defaults = self.env_defaults()
         if not defaults:
             return {}
-        return {
-            "set": defaults,
-            "why": "keeps /proc/PID/environ readable in workers that re-title themselves "
-            "(setproctitle); declare it under env: to override",
-        }
+        return {"set": defaults, "by": "the server's adapter; a value under env: wins"}
 
     def spawn(self, argv: List[str], **kwargs: Any) -> "subprocess.Popen[bytes]":
         """Popen in a new session, with a parent-death signal where the host has one: a process
