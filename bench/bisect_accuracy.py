@@ -4,7 +4,7 @@
         [--noise 0.01 0.02 0.05] [--end-repeats 5] [--repeats 3] [--max-runs 4] [--e2e K]
 
 For every repo size N, noise level and scenario, `--trials` seeded trials: the regression sits at
-a random commit, and the REAL search (`orchestrator.analyze.bisect.bisect`, the CLI's default
+a random commit, and the REAL search (`orchestrator.execute.bisect.search.bisect`, the CLI's default
 policy unless told otherwise) measures each commit with the throughput the simulator's
 performance model (`orchestrator.sim.model`) predicts for that commit's parameters (good, or the
 regressed ones `orch sim init-repo` writes), EAGLE-3 2-step at tp 8 with tuned NCCL, times
@@ -44,7 +44,7 @@ sys.path[:0] = [str(ROOT)]
 
 import yaml  # noqa: E402
 
-from orchestrator.analyze.bisect import BisectError, BisectPolicy, BisectResult, bisect  # noqa: E402
+from orchestrator.execute.bisect.search import BisectError, BisectPolicy, BisectResult, bisect  # noqa: E402
 from orchestrator.sim import model as m  # noqa: E402
 from orchestrator.sim.repo import apply_bug, init_repo  # noqa: E402
 
@@ -239,7 +239,7 @@ def e2e(k: int, n: int, policy: BisectPolicy, seed: int) -> Tally:
 
 
 def _point(p: dict[str, Any]) -> Any:
-    from orchestrator.analyze.bisect import Point
+    from orchestrator.execute.bisect.search import Point
 
     return Point(p["commit"], p["index"], list(p.get("values") or []), p.get("verdict"),
                  p.get("z"), bool(p.get("uncertain")), int(p.get("runs") or 0))  # fmt: skip

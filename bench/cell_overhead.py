@@ -31,12 +31,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import yaml  # noqa: E402
 from sshhosts import SSHTestHosts  # noqa: E402
 
-import orchestrator.execute.controller as controller  # noqa: E402
-import orchestrator.execute.outcomes as outcomes  # noqa: E402
+import orchestrator.execute.apply.outcomes as outcomes  # noqa: E402
+import orchestrator.execute.apply.run as controller  # noqa: E402
 from orchestrator.config.host import Host  # noqa: E402
-from orchestrator.config.inventory import load_inventory  # noqa: E402
+from orchestrator.config.inventory.load import load_inventory  # noqa: E402
 from orchestrator.config.playbook import load_playbook  # noqa: E402
-from orchestrator.execute.progress import Progress  # noqa: E402
+from orchestrator.execute.apply.progress import Progress  # noqa: E402
 from orchestrator.execute.transport.connect import Connection, connect  # noqa: E402
 from orchestrator.plan.build import build_cells  # noqa: E402
 

@@ -109,3 +109,121 @@ def test_no_code_outside_the_transports_asks_which_transport_it_has() -> None:
             if _asks_which_transport(node):
                 found.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}")
     assert found == [], found
+
+
+# Inside execute/, the same rule one level down: transports at the bottom, then what ships and
+# pins, the apply engine, the workflows built on it.
+EXECUTE_LAYERS = (
+    ("transport",),
+    ("ship", "machine", "secret_values", "refs"),
+    ("apply",),
+    ("facts", "replay", "bisect"),
+    ("audit",),
+)
+EXECUTE_RANK = {name: rank for rank, names in enumerate(EXECUTE_LAYERS) for name in names}
+EXECUTE = PACKAGE / "execute"
+
+
+def _execute_part(module: str) -> str | None:
+    """`orchestrator.execute.apply.run` -> `apply`; None outside execute/."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "execute" else None
+
+
+def test_every_part_of_execute_is_placed() -> None:
+    names = {p.name.removesuffix(".py") for p in EXECUTE.iterdir() if p.name[0] != "_"}
+    unplaced = sorted(names - set(EXECUTE_RANK))
+    assert unplaced == [], f"place in EXECUTE_LAYERS: {unplaced}"
+
+
+def test_inside_execute_imports_only_point_down() -> None:
+    found = []
+    for path in sorted(EXECUTE.rglob("*.py")):
+        here = _execute_part(_module_name(path))
+        if here is None:
+            continue
+        for target, line in _imports(path):
+            there = _execute_part(target)
+            if there is not None and EXECUTE_RANK[there] > EXECUTE_RANK[here]:
+                found.append(f"{path.relative_to(ROOT)}:{line}: {here} -> {there}")
+    assert found == []
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the orchestrator modules it imports (a package's __init__ by its name), every
+    import counted, those under TYPE_CHECKING and inside functions too."""
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                # `from orchestrator.runner import probe` imports the module `probe`
+                named = {f"{node.module}.{a.name}" for a in node.names}
+                targets |= {n if n in paths else str(node.module) for n in named}
+        graph[name] = {t for t in targets if t in paths and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one module (Tarjan's)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for succ in sorted(graph.get(node, ())):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    """Two modules that need each other are one idea split badly: a Protocol in the lower one
+    says what it needs of the other (`RunPort`, `RunSource`, the simulator's server views)."""
+    assert cycles(import_graph()) == []
+
+
+def test_a_cycle_is_found() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_is_over_500_lines() -> None:
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 500
+    }
+    assert long == {}
+
+
+def test_no_prefix_families() -> None:
+    """Three modules of one folder named `x_*` want a package `x/` (a module and one companion,
+    like `vllm.py` and `vllm_log.py`, are fine)."""
+    families: dict[tuple[Path, str], list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if not path.name.startswith("_"):
+            families.setdefault((path.parent, path.stem.split("_")[0]), []).append(path.stem)
+    assert [sorted(names) for names in families.values() if len(names) >= 3] == []

@@ -15,7 +15,7 @@ from itertools import pairwise
 from pathlib import Path
 from statistics import median
 
-from orchestrator.runner.probe_shape import CLOCK_EVENT_REASONS
+from orchestrator.runner.probe.shape import CLOCK_EVENT_REASONS
 
 _REASON_BITS = dict(CLOCK_EVENT_REASONS)  # NVML's bits, from the probe's one declared table
 # Set on a healthy GPU (idle, or clocks the admin chose): not throttling.

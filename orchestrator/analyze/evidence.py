@@ -3,7 +3,7 @@
 Read through the bundle reader (`results/read.py`), so report and diff work on any directory in
 the documented layout: a bundle's `cells/<id>/`, a host's `runs/<run>/<id>/`, or one unpacked by
 hand. A missing file gives empty data; an unreadable one is also noted in `problems`, so nothing
-is silently ignored. Snapshots are read in the probe's declared shape (`runner/probe_shape.py`).
+is silently ignored. Snapshots are read in the probe's declared shape (`runner/probe/shape.py`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from tabulate import tabulate
 
 from orchestrator.analyze.metrics import format_number
-from orchestrator.analyze.report import Report, as_float, series_label, varying_axes
+from orchestrator.analyze.report.tables import Report, as_float, series_label, varying_axes
 from orchestrator.errors import InputError
 
 # Axis names a sweep goes along (the bench client's flags, in either spelling).

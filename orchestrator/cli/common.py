@@ -197,7 +197,7 @@ class Planned:
         extra_vars: Sequence[str],
         limit: str | None,
     ) -> None:
-        from orchestrator.config.inventory import load_inventory
+        from orchestrator.config.inventory.load import load_inventory
         from orchestrator.config.playbook import load_playbook, note_secrets_in, parse_extra_vars
         from orchestrator.plan.build import build_cells
 

@@ -180,8 +180,8 @@ def report(
     (tables, plots when matplotlib is installed, every cell's status and reason).
     """
     from orchestrator.analyze.pareto import build_sweep, render_sweep, sweep_axis
-    from orchestrator.analyze.plot import plot_report, plot_telemetry
-    from orchestrator.analyze.report import chosen_metrics, load_report, render_report
+    from orchestrator.analyze.plot.charts import plot_report, plot_telemetry
+    from orchestrator.analyze.report.tables import chosen_metrics, load_report, render_report
     from orchestrator.results.read import local_path
 
     if diff_cells and fmt in ("csv", "json"):
@@ -203,7 +203,7 @@ def report(
     axis = by or along or next(iter(rep.axes), None)
     diff_text = _report_diff(bundle, diff_cells, results_dir, fmt) if diff_cells else None
     if fmt == "html":
-        from orchestrator.analyze.report_html import render_html, report_figures
+        from orchestrator.analyze.report.html import render_html, report_figures
 
         figures, note = report_figures(rep, axis, view)
         diff = (f"diff {diff_cells[0]} vs {diff_cells[1]}", diff_text or "") if diff_cells else None
@@ -235,8 +235,8 @@ def report(
 
 def _report_diff(bundle: Path, cells: tuple[str, str], results_dir: Path, fmt: str) -> str:
     """The diff of two cells of the run, as `orch diff` prints it (whole, for HTML)."""
-    from orchestrator.analyze.diff import diff_paths
-    from orchestrator.analyze.diff_render import render_diff
+    from orchestrator.analyze.diff.cells import diff_paths
+    from orchestrator.analyze.diff.render import render_diff
     from orchestrator.results.read import open_cell
 
     a, b = (
@@ -271,8 +271,8 @@ def diff(
     a: str, b: str, results_dir: Path, as_json: bool, repo: Path | None, spill_dir: Path | None
 ) -> None:
     """What changed between A and B (two runs, or two cells), most likely causes first."""
-    from orchestrator.analyze.diff import diff_paths
-    from orchestrator.analyze.diff_render import render_diff
+    from orchestrator.analyze.diff.cells import diff_paths
+    from orchestrator.analyze.diff.render import render_diff
     from orchestrator.results.read import local_path
 
     pa, pb = local_path(a, results_dir), local_path(b, results_dir)
@@ -341,8 +341,8 @@ def audit(
 
     Exit 0 only when every check asked for passes.
     """
-    from orchestrator.execute.auditing import AuditRequest
-    from orchestrator.execute.auditing import audit as run_audit
+    from orchestrator.execute.audit.run import AuditRequest
+    from orchestrator.execute.audit.run import audit as run_audit
 
     request = AuditRequest(
         ref=ref,

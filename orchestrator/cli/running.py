@@ -31,7 +31,7 @@ from orchestrator.errors import EXIT_FAILED, EXIT_OK, BundleError, InputError, O
 
 if TYPE_CHECKING:
     from orchestrator.cell import Cell
-    from orchestrator.execute.bisection import MetricNotReported
+    from orchestrator.execute.bisect.run import MetricNotReported
     from orchestrator.execute.refs import RefKey, Resolution
 
 
@@ -172,10 +172,10 @@ def apply(
     silent_host_timeout: float,
 ) -> None:
     """Run every cell of PLAYBOOK and write a result bundle."""
-    from orchestrator.execute.controller import Run
-    from orchestrator.execute.outcomes import ApplyOptions
+    from orchestrator.execute.apply.outcomes import ApplyOptions
+    from orchestrator.execute.apply.resume import check_resume_plan, resume_command, resume_target
+    from orchestrator.execute.apply.run import Run
     from orchestrator.execute.refs import recorded_resolutions
-    from orchestrator.execute.resume import check_resume_plan, resume_command, resume_target
     from orchestrator.results.bundle import check_writable
     from orchestrator.results.redact import redact_text
 
@@ -253,7 +253,7 @@ def _echo_server_starts(run_dir: Path) -> None:
 @reports_errors
 def facts(inventory: Sequence[Path], limit: str | None, as_json: bool) -> None:
     """Snapshot hosts now (the same probe as a run), without running anything."""
-    from orchestrator.config.inventory import load_inventory
+    from orchestrator.config.inventory.load import load_inventory
     from orchestrator.config.patterns import select_hosts_checked
     from orchestrator.execute.facts import SUMMARY_HEADERS, probe_hosts, summary_row
 
@@ -290,7 +290,7 @@ def replay(
     say where it was made) is shown first, host and commands, and runs only after a yes: typed
     at the prompt on a terminal, or --yes. Without a terminal and without --yes it exits 2.
     """
-    from orchestrator.config.inventory import load_inventory
+    from orchestrator.config.inventory.load import load_inventory
     from orchestrator.execute.replay import (
         inventory_from_bundle,
         made_here,
@@ -298,15 +298,16 @@ def replay(
         run_recorded,
         what_runs,
     )
-    from orchestrator.results.read import open_cell
+    from orchestrator.results.read import open_cell, run_of
 
     record = open_cell(ref, results_dir)
-    if record.run is None:
+    run = run_of(record)
+    if run is None:
         raise InputError(f"{ref}: not inside a run bundle", hint="pass RUN/CELL")
-    inv = load_inventory(inventory) if inventory else inventory_from_bundle(record.run)
+    inv = load_inventory(inventory) if inventory else inventory_from_bundle(run)
     check_limit(limit, inv)
     cells = retarget([record.cell], inv, limit)
-    if not made_here(record.run):
+    if not made_here(run):
         plan = "\n".join(what_runs(cells, inv))
         if yes:
             _echo_from_bundle(f"replaying a bundle made on another machine:\n{plan}")
@@ -322,15 +323,15 @@ def replay(
                 f"would run, then pass --yes to run it:\n{plan}"
             )
     outcome = run_recorded(
-        record.run,
+        run,
         cells,
         inv,
         results_dir=results_dir,
         argv=["orch", *sys.argv[1:]],
-        provenance={"replay_of": f"{record.run.run_id}/{record.id}"},
+        provenance={"replay_of": f"{run.run_id}/{record.id}"},
     )
     _print_summary(outcome.cells)
-    click.echo(f"\nbundle: {outcome.path}  (replay of {record.run.run_id}/{record.id})")
+    click.echo(f"\nbundle: {outcome.path}  (replay of {run.run_id}/{record.id})")
     sys.exit(EXIT_OK if outcome.ok else EXIT_FAILED)
 
 
@@ -372,8 +373,8 @@ def bisect(
     resume_run: str | None,
 ) -> None:
     """Find the first bad commit for one cell of PLAYBOOK, noise-aware."""
-    from orchestrator.analyze.bisect import BisectError, BisectPolicy
-    from orchestrator.execute.bisection import (
+    from orchestrator.execute.apply.resume import resume_command
+    from orchestrator.execute.bisect.run import (
         Bisection,
         BisectSetup,
         MetricNotReported,
@@ -381,8 +382,8 @@ def bisect(
         render_bisect,
         show_bisect,
     )
+    from orchestrator.execute.bisect.search import BisectError, BisectPolicy
     from orchestrator.execute.refs import pin_revision
-    from orchestrator.execute.resume import resume_command
     from orchestrator.results.read import open_run
 
     if show_run:
@@ -444,7 +445,7 @@ def bisect(
 def _metric_not_reported(exc: MetricNotReported, run_dir: Path | None) -> None:
     """The error, then the whole command that resumes with a reported metric (its own line,
     so it copies clean); what was measured is read back, not measured again."""
-    from orchestrator.execute.resume import resume_command, without_option
+    from orchestrator.execute.apply.resume import resume_command, without_option
 
     pick = exc.suggestion
     if pick:

@@ -21,7 +21,7 @@ from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.merge import Layer, copy_positions, merge_layers, reroot
 from orchestrator.config.model import playbook_json_schema
-from orchestrator.config.templates import TemplateEngine, VarDecl, VariableScope
+from orchestrator.config.templates.render import TemplateEngine, VarDecl, VariableScope
 from orchestrator.config.validation import validate_playbook_data
 from orchestrator.config.values import (
     describe,

@@ -8,7 +8,7 @@ from typing import Any
 
 from orchestrator.config.host import Host
 from orchestrator.errors import OrchError
-from orchestrator.execute.pool import HostPool
+from orchestrator.execute.apply.pool import HostPool
 from orchestrator.execute.ship import ensure_runner
 from orchestrator.execute.transport.connect import connect
 

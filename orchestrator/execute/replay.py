@@ -16,12 +16,12 @@ from typing import Any
 
 from orchestrator.cell import Cell
 from orchestrator.config.host import Group, Host, Inventory
-from orchestrator.config.inventory_connection import executor_from_vars
+from orchestrator.config.inventory.connection import executor_from_vars
 from orchestrator.config.patterns import select_hosts_checked
 from orchestrator.errors import InputError, SourceLocation
-from orchestrator.execute.controller import Run
+from orchestrator.execute.apply.outcomes import ApplyOptions, RunOutcome
+from orchestrator.execute.apply.run import Run
 from orchestrator.execute.machine import machine_id
-from orchestrator.execute.outcomes import ApplyOptions, RunOutcome
 from orchestrator.plan.select import select_cells
 from orchestrator.results.read import RunBundle
 from orchestrator.runner.redaction import REDACTED

@@ -41,8 +41,10 @@ def _entries() -> list[tuple[str, bytes]]:
         ("__main__.py", _ZIP_MAIN.encode()),
         ("orchestrator/__init__.py", _ZIP_PACKAGE.encode()),
     ]
-    for path in sorted(RUNNER_DIR.glob("*.py")):
-        entries.append((f"orchestrator/runner/{path.name}", path.read_bytes()))
+    for path in sorted(RUNNER_DIR.rglob("*.py")):
+        entries.append(
+            (f"orchestrator/runner/{path.relative_to(RUNNER_DIR).as_posix()}", path.read_bytes())
+        )
     return entries
 
 

@@ -39,7 +39,7 @@ from orchestrator.config.host import Inventory
 from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.patterns import select_hosts_checked
-from orchestrator.config.templates import Locate, TemplateEngine, has_template
+from orchestrator.config.templates.render import Locate, TemplateEngine, has_template
 from orchestrator.errors import InputError
 from orchestrator.plan.matrix import Matrix, MatrixPoint, parse_matrix
 from orchestrator.plan.nodes import declared_nodes, dist_port, joined_cell, node_groups, node_vars

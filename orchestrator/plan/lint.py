@@ -24,7 +24,7 @@ from orchestrator.adapters import BENCH_ADAPTERS, unknown_metric_hint
 from orchestrator.cell import Cell
 from orchestrator.config.keypath import KeyPath
 from orchestrator.config.loaded import LoadedPlaybook
-from orchestrator.config.templates import has_template
+from orchestrator.config.templates.render import has_template
 from orchestrator.errors import InputError
 from orchestrator.plan.sessions import session_key
 from orchestrator.runner.redaction import MIN_SECRET_LENGTH, is_secret_name, short_secret_names

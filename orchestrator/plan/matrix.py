@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from orchestrator.config.keypath import KeyPath, format_key_path
-from orchestrator.config.templates import TemplateEngine, VariableScope
+from orchestrator.config.templates.render import TemplateEngine, VariableScope
 from orchestrator.errors import InputError, SourceLocation
 
 RESERVED_KEYS = ("zip", "exclude", "include", "where")

@@ -22,7 +22,7 @@ from typing import Any
 from orchestrator.cell import Cell, NodePart, canonical_json
 from orchestrator.config.host import Host, Inventory
 from orchestrator.config.loaded import LoadedPlaybook
-from orchestrator.config.templates import has_template
+from orchestrator.config.templates.render import has_template
 from orchestrator.errors import InputError
 from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER
 

@@ -34,7 +34,12 @@ from orchestrator.cell import (
 from orchestrator.config.host import Host, Inventory
 from orchestrator.config.keypath import KeyPath
 from orchestrator.config.loaded import LoadedPlaybook
-from orchestrator.config.templates import TemplateEngine, VarDecl, VariableScope, expression_source
+from orchestrator.config.templates.render import (
+    TemplateEngine,
+    VarDecl,
+    VariableScope,
+    expression_source,
+)
 from orchestrator.config.values import RESERVED_VAR_NAMES
 from orchestrator.errors import OrchError, SourceLocation
 from orchestrator.plan.matrix import Matrix, MatrixPoint

@@ -29,7 +29,7 @@ from orchestrator.cell import (
 from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.model import BenchSection, PlaybookModel, ServerSection
-from orchestrator.config.templates import TemplateEngine, VariableScope
+from orchestrator.config.templates.render import TemplateEngine, VariableScope
 from orchestrator.config.validation import validate_rendered
 from orchestrator.errors import InputError
 

@@ -262,6 +262,11 @@ def open_run(path: str | Path, results_dir: Path | None = None) -> RunBundle:
         raise
 
 
+def run_of(cell: CellRecord) -> RunBundle | None:
+    """The run a cell was read from, None for a loose cell folder."""
+    return cell.run if isinstance(cell.run, RunBundle) else None
+
+
 def open_cell(path: str | Path, results_dir: Path | None = None) -> CellRecord:
     """Open a cell: its directory, or `RUN/CELL` where CELL is an id or a unique id prefix.
 

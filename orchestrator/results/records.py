@@ -1,7 +1,7 @@
 """Typed records of a bundle's cell: the cell folder, its repeats, a snapshot, its metrics.
 
 Files of a cell are read on first use; names come from `results/layout.py`. A snapshot is
-looked up by the keys the probe declares (`orchestrator/runner/probe_shape.py`), never by
+looked up by the keys the probe declares (`orchestrator/runner/probe/shape.py`), never by
 guessing spellings: the probe is ours. An item the probe could not collect reads as
 absent (None or empty), with its reason from `absent()`.
 """
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from orchestrator.errors import BundleError
 from orchestrator.results import layout
@@ -25,10 +25,14 @@ from orchestrator.results.documents import (
     read_json_noting,
 )
 from orchestrator.results.layout import CELL_JSON
-from orchestrator.runner import probe_shape as shape
+from orchestrator.runner.probe import shape
 
-if TYPE_CHECKING:
-    from orchestrator.results.read import RunBundle
+
+class RunSource(Protocol):
+    """What a cell needs of the run it was read from (results/read.py's RunBundle)."""
+
+    @property
+    def source(self) -> Path: ...
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -221,7 +225,7 @@ class CellRecord:
     Absent optional files read as None; a present but corrupt one raises BundleError.
     """
 
-    def __init__(self, path: Path, run: RunBundle | None = None) -> None:
+    def __init__(self, path: Path, run: RunSource | None = None) -> None:
         self.path = Path(path)
         self.run = run  # keeps a packed run's extraction alive as long as this record
 

@@ -11,7 +11,7 @@ from typing import Any
 from tabulate import tabulate
 
 from orchestrator.results.layout import CELLS_DIR
-from orchestrator.results.read import RunBundle
+from orchestrator.results.read import RunBundle, run_of
 from orchestrator.results.records import CellRecord, Metrics, NodeRecord, cache_state
 
 # (recorded cell, metrics.json, metric) -> unit: the analyze layer's lookup, which falls back on
@@ -110,7 +110,7 @@ def describe_cell(cell: CellRecord, *, unit_of: UnitOf = recorded_unit) -> str:
     of the logs."""
     spec = cell.cell
     repo = cell.repo or {}
-    run = cell.run
+    run = run_of(cell)
     packed = run is not None and run.packed
 
     def shown(path: Path) -> str:

@@ -12,7 +12,8 @@ import tarfile
 from typing import Any, Dict, List, Optional
 
 from orchestrator.runner.cell import archived_cell_json, make_archive
-from orchestrator.runner.context import Control
+from orchestrator.runner.cell_queue import fail_queue, run_queue, send_archive
+from orchestrator.runner.control import Control
 from orchestrator.runner.procs import (
     kill_pid,
     live_server_records,
@@ -30,7 +31,6 @@ from orchestrator.runner.protocol import (
     read_json,
     resolve_path,
 )
-from orchestrator.runner.queue import fail_queue, run_queue, send_archive
 from orchestrator.runner.remote_refs import list_remote_refs, pick_ref
 from orchestrator.runner.repo import RepoChecks
 from orchestrator.runner.slurm_tasks import frame_stdout, node_payload, task_count

@@ -11,8 +11,8 @@ import time
 from typing import Any, Dict, List, Optional
 
 from orchestrator.runner.context import CellContext
-from orchestrator.runner.probe_gpu import gpu_occupancy
-from orchestrator.runner.probe_run import Absent
+from orchestrator.runner.probe.gpu import gpu_occupancy
+from orchestrator.runner.probe.tools import Absent
 from orchestrator.runner.procs import (
     live_server_records,
     marked_processes,

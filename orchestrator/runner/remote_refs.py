@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Tuple
 
-from orchestrator.runner.probe_run import Absent, run_command
+from orchestrator.runner.probe.tools import Absent, run_command
 
 # A ref written as hex of 7 to 40 digits is a commit name, never resolved on the origin
 # (ls-remote lists refs, not commits): a full SHA is already pinned, a short one is expanded by

@@ -10,8 +10,8 @@ import threading
 import traceback
 from typing import Any, Callable, Dict, List, Optional
 
-from orchestrator.runner import probe
 from orchestrator.runner.context import CellContext
+from orchestrator.runner.probe import gather as probe
 from orchestrator.runner.protocol import POLL, Interrupted, now, write_json
 
 PROBE_TIMEOUT = 180.0

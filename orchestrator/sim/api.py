@@ -6,16 +6,41 @@ OpenAI); generation answers 503 while the server starts or stops.
 
 from __future__ import annotations
 
+import argparse
 import json
+import threading
 import time
+from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from orchestrator.sim.engine import token_text
+from orchestrator.sim import model as m
+from orchestrator.sim.engine import Request, token_text
 
-if TYPE_CHECKING:
-    from orchestrator.sim.server import SimServer
+
+class ServedServer(Protocol):
+    """What the HTTP API reads of the server it fronts (sim/server.py's SimServer)."""
+
+    @property
+    def args(self) -> argparse.Namespace: ...
+    @property
+    def cfg(self) -> m.ServingConfig: ...
+    @property
+    def log(self) -> Callable[..., object]: ...  # (message, tag="")
+    @property
+    def ready(self) -> threading.Event: ...
+    @property
+    def stopping(self) -> threading.Event: ...
+    @property
+    def started(self) -> float: ...
+    @property
+    def time_scale(self) -> float: ...
+
+    def server_info(self) -> dict[str, Any]: ...
+    def generate(
+        self, prompt_tokens: int, max_new_tokens: int
+    ) -> tuple[Request, Iterator[int]]: ...
 
 
 def _count_prompt(body: dict[str, Any], key: str) -> int:
@@ -43,7 +68,7 @@ def _bad_length(key: str) -> dict[str, Any]:
     return {"error": {"message": f"{key} must be a non-negative integer", "code": 400}}
 
 
-def make_handler(srv: SimServer) -> type[BaseHTTPRequestHandler]:
+def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
     """The HTTP handler class bound to one server."""
 
     class Handler(BaseHTTPRequestHandler):

@@ -7,24 +7,51 @@ tokens it emitted to each request's queue; every `--decode-log-interval` steps i
 
 from __future__ import annotations
 
+import argparse
 import queue
 import random
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from orchestrator.sim import model as m
-
-if TYPE_CHECKING:
-    from orchestrator.sim.server import SimServer
 
 _TEXT = (
     "the model serves tokens at a steady rate while the draft proposes and the target "
     "verifies each step of decoding on eight GPUs with tensor parallel all reduce over NVLink"
 )
 VOCAB = _TEXT.split()
+
+
+class EngineHost(Protocol):
+    """What the engine reads of the server it runs in (sim/server.py's SimServer)."""
+
+    @property
+    def args(self) -> argparse.Namespace: ...
+    @property
+    def cfg(self) -> m.ServingConfig: ...
+    @property
+    def clock(self) -> float: ...
+    @property
+    def effective_env(self) -> dict[str, str]: ...
+    @property
+    def log(self) -> Callable[..., object]: ...  # (message, tag="")
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+    @property
+    def step(self) -> m.StepCost: ...
+    @property
+    def time_scale(self) -> float: ...
+    @property
+    def noise(self) -> float: ...
+    @property
+    def seed(self) -> int | None: ...
+
+    def throttle_slowdown(self, now: float) -> float: ...
+    def token_usage(self, reqs: list[Request]) -> float: ...
 
 
 @dataclass
@@ -55,7 +82,7 @@ def token_text(rid: str, start: int, count: int) -> str:
 class Engine(threading.Thread):
     """The scheduler loop: prefill new requests, then decode steps for the running batch."""
 
-    def __init__(self, server: SimServer) -> None:
+    def __init__(self, server: EngineHost) -> None:
         super().__init__(daemon=True, name="engine")
         self.srv = server
         self.cv = threading.Condition()

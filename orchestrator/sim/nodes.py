@@ -20,10 +20,20 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from orchestrator.sim.server import SimServer
+
+class NodeServer(Protocol):
+    """What a node of a multi-node server needs of its SimServer: its workers and its stop."""
+
+    @property
+    def stopping(self) -> threading.Event: ...
+    @property
+    def workers(self) -> list[Any]: ...
+
+    def start_workers(self) -> None: ...
+    def stop_workers(self) -> None: ...
+
 
 JOIN_TIMEOUT = 600.0  # seconds the head waits for the other nodes, and they for it
 INTERNODE_BASE = 0.12  # step time added per extra node on a well-configured fabric
@@ -161,7 +171,7 @@ def stop_on_signals(stopping: threading.Event) -> None:
     signal.signal(signal.SIGINT, on_signal)
 
 
-def serve_node(srv: SimServer, args: argparse.Namespace, log: Callable[[str], None]) -> int:
+def serve_node(srv: NodeServer, args: argparse.Namespace, log: Callable[[str], None]) -> int:
     """A node other than the head: its TP workers, joined to the head until the head closes."""
     rank = int(args.node_rank)
     stop_on_signals(srv.stopping)

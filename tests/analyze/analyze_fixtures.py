@@ -41,7 +41,7 @@ def gpu(index: int, **overrides: Any) -> dict[str, Any]:
 
 
 def snapshot(gpus: int = 2, **overrides: Any) -> dict[str, Any]:
-    """A snapshot in the probe's shape (orchestrator/runner/probe.py)."""
+    """A snapshot in the probe's shape (orchestrator/runner/probe/gather.py)."""
     snap: dict[str, Any] = {
         "schema_version": 1,
         "hostname": "gpu01",

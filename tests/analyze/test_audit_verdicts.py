@@ -8,9 +8,9 @@ from typing import Any
 
 from analyze_fixtures import base_cell, write_cell
 
-from orchestrator.analyze.audit import deciding_lines, render_reproductions, reproduction
-from orchestrator.analyze.diff import diff_cells
+from orchestrator.analyze.diff.cells import diff_cells
 from orchestrator.analyze.evidence import CellEvidence
+from orchestrator.execute.audit.verdicts import deciding_lines, render_reproductions, reproduction
 
 # The demo's figure: median TTFT 131.9 -> 87.18 over a few noisy requests, throughput 1.008.
 TTFT_RECORDED = [131.9, 84.0, 176.3]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from orchestrator.analyze.bisect import BisectError, BisectPolicy, Measure, bisect, classify
+from orchestrator.execute.bisect.search import BisectError, BisectPolicy, Measure, bisect, classify
 from orchestrator.sim.model import ServingConfig, model_params, predict_output_throughput
 from orchestrator.sim.repo import apply_bug
 

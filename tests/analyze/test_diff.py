@@ -17,10 +17,10 @@ from analyze_fixtures import (
     write_run,
 )
 
-from orchestrator.analyze.diff import diff_cells, diff_paths, diff_runs
-from orchestrator.analyze.diff_host import decode_event_reasons, parse_pip_freeze
-from orchestrator.analyze.diff_model import SECTION_ORDER, CellDiff, RunDiff
-from orchestrator.analyze.diff_render import render_diff
+from orchestrator.analyze.diff.cells import diff_cells, diff_paths, diff_runs
+from orchestrator.analyze.diff.host import decode_event_reasons, parse_pip_freeze
+from orchestrator.analyze.diff.model import SECTION_ORDER, CellDiff, RunDiff
+from orchestrator.analyze.diff.render import render_diff
 from orchestrator.analyze.evidence import CellEvidence, load_run
 from orchestrator.errors import InputError
 
@@ -254,7 +254,7 @@ def test_a_gpu_that_throttled_during_the_run_shows_after_run(tmp_path: Path) -> 
 
 
 def test_topology_changes_show_once_per_pair(tmp_path: Path) -> None:
-    from orchestrator.runner.probe_parse import parse_topo
+    from orchestrator.runner.probe.parse import parse_topo
 
     text = (FIXTURES / "h100-healthy" / "topo.txt").read_text()
     moved = text.replace("GPU0\t X \tNV18", "GPU0\t X \tSYS").replace(
@@ -437,7 +437,7 @@ def test_diff_runs_pairs_by_id_then_axes(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not (FIXTURES / "h100-throttled").is_dir(), reason="no nvidia-smi fixtures")
 def test_throttled_gpu_from_real_nvidia_smi_output(tmp_path: Path) -> None:
-    from orchestrator.runner.probe_parse import parse_gpu_csv
+    from orchestrator.runner.probe.parse import parse_gpu_csv
 
     def snap(name: str) -> dict:
         fields = (FIXTURES / name / "fields.txt").read_text().split()

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from analyze_fixtures import gpu, snapshot, write_cell
 
-from orchestrator.analyze.diff import diff_cells
-from orchestrator.analyze.diff_host import BUSY_BEFORE
-from orchestrator.analyze.diff_render import render_diff
+from orchestrator.analyze.diff.cells import diff_cells
+from orchestrator.analyze.diff.host import BUSY_BEFORE
+from orchestrator.analyze.diff.render import render_diff
 from orchestrator.analyze.evidence import CellEvidence
 
 GOOD = [{"output_throughput": v} for v in (94.1, 93.8, 94.3, 94.0, 93.9)]

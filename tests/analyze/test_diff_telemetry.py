@@ -9,9 +9,9 @@ from typing import Any
 
 from analyze_fixtures import write_cell
 
-from orchestrator.analyze.diff import diff_cells
-from orchestrator.analyze.diff_host import THROTTLED
-from orchestrator.analyze.diff_render import render_diff
+from orchestrator.analyze.diff.cells import diff_cells
+from orchestrator.analyze.diff.host import THROTTLED
+from orchestrator.analyze.diff.render import render_diff
 from orchestrator.analyze.evidence import CellEvidence
 
 FAST = [{"output_throughput": v, "energy_j": 900.0 + v} for v in (94.1, 93.8, 94.3, 94.0, 93.9)]

@@ -15,9 +15,9 @@ from typing import Any
 
 from analyze_fixtures import base_cell, snapshot, write_run
 
-from orchestrator.analyze.diff import diff_runs
-from orchestrator.analyze.diff_model import CellDiff
-from orchestrator.analyze.diff_render import render_diff
+from orchestrator.analyze.diff.cells import diff_runs
+from orchestrator.analyze.diff.model import CellDiff
+from orchestrator.analyze.diff.render import render_diff
 from orchestrator.analyze.evidence import load_run
 
 BUSY = [54.9, 55.5, 11.2, 49.5, 39.9, 46.1]

@@ -14,8 +14,8 @@ import pytest
 from analyze_fixtures import base_cell, write_run
 
 from orchestrator.analyze.evidence import load_cells, load_run
-from orchestrator.analyze.plot import plot_report
-from orchestrator.analyze.report import build_report, render_report
+from orchestrator.analyze.plot.charts import plot_report
+from orchestrator.analyze.report.tables import build_report, render_report
 from orchestrator.errors import BundleError, InputError
 
 
@@ -201,7 +201,7 @@ def test_plot_writes_svg_and_pdf(tmp_path: Path) -> None:
 
 
 def test_spreads_are_shown_to_the_precision_of_the_value() -> None:
-    from orchestrator.analyze.report import MetricStats, median_and_spread
+    from orchestrator.analyze.report.tables import MetricStats, median_and_spread
 
     def text(median: float, spread: float) -> str:
         return median_and_spread(MetricStats(median, spread, median, median, 3))
@@ -214,7 +214,7 @@ def test_spreads_are_shown_to_the_precision_of_the_value() -> None:
 
 
 def test_expectation_values_in_the_footer_use_the_table_number_format(tmp_path: Path) -> None:
-    from orchestrator.analyze.report import footer_lines
+    from orchestrator.analyze.report.tables import footer_lines
 
     report = build_report(load_run(_run(tmp_path)).cells)
     row = next(r for r in report.rows if "output_throughput" in r.expectations)

@@ -15,7 +15,7 @@ from analyze_fixtures import base_cell, write_run
 
 from orchestrator.analyze.evidence import load_run
 from orchestrator.analyze.metrics import cell_metric_unit
-from orchestrator.analyze.report import build_report, render_report
+from orchestrator.analyze.report.tables import build_report, render_report
 from orchestrator.errors import InputError
 from orchestrator.results.read import open_run
 from orchestrator.results.records import CellRecord

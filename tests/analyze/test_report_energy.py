@@ -9,8 +9,8 @@ import pytest
 from analyze_fixtures import base_cell, write_run
 
 from orchestrator.analyze.evidence import load_run
-from orchestrator.analyze.plot import plot_telemetry
-from orchestrator.analyze.report import build_report, chosen_metrics, render_report
+from orchestrator.analyze.plot.charts import plot_telemetry
+from orchestrator.analyze.report.tables import build_report, chosen_metrics, render_report
 
 
 def _report(tmp_path: Path, energy: dict[str, float]) -> str:

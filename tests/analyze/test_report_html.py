@@ -21,8 +21,8 @@ import pytest
 from analyze_fixtures import base_cell, write_run
 from test_report_sweep import sweep_run
 
-from orchestrator.analyze.report import load_report
-from orchestrator.analyze.report_html import NO_MATPLOTLIB, render_html, report_figures
+from orchestrator.analyze.report.html import NO_MATPLOTLIB, render_html, report_figures
+from orchestrator.analyze.report.tables import load_report
 
 HOSTILE = '<script>alert(1)</script><img src="http://evil.example/x.png">'
 

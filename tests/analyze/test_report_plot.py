@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from analyze_fixtures import base_cell, write_run
 
-from orchestrator.analyze.plot import ERROR_BARS, draw_report, series_colours
-from orchestrator.analyze.report import load_report
+from orchestrator.analyze.plot.charts import ERROR_BARS, draw_report, series_colours
+from orchestrator.analyze.report.tables import load_report
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("matplotlib") is None, reason="needs orch[plot]"

@@ -16,7 +16,7 @@ from orchestrator.analyze.pareto import (
     render_sweep,
     sweep_axis,
 )
-from orchestrator.analyze.report import load_report
+from orchestrator.analyze.report.tables import load_report
 from orchestrator.errors import InputError
 
 # (spec, max_concurrency): output tok/s, TTFT ms, TPOT ms
@@ -93,8 +93,8 @@ def test_sweep_axis_detection_and_errors(tmp_path: Path) -> None:
 def test_the_plot_has_a_throughput_latency_panel_per_latency(tmp_path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    from orchestrator.analyze.plot import draw_report
-    from orchestrator.analyze.plot_sweep import FRONT_LABEL
+    from orchestrator.analyze.plot.charts import draw_report
+    from orchestrator.analyze.plot.sweep import FRONT_LABEL
 
     rep = load_report(sweep_run(tmp_path))
     rep.metrics = ["output_throughput"]

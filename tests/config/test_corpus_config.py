@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.config.inventory import load_inventory
+from orchestrator.config.inventory.load import load_inventory
 from orchestrator.config.patterns import select_hosts_checked
 from orchestrator.config.playbook import load_playbook, parse_extra_vars
 from orchestrator.errors import InputError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.inventory import expand_host_range, load_inventory
+from orchestrator.config.inventory.load import expand_host_range, load_inventory
 from orchestrator.errors import InputError, SourceLocation
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config.inventory import load_inventory
-from orchestrator.config.inventory_ini import ini_value
+from orchestrator.config.inventory.ini import ini_value
+from orchestrator.config.inventory.load import load_inventory
 from orchestrator.config.patterns import select_hosts
 from orchestrator.errors import InputError, SourceLocation
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.host import DEFAULT_PENDING_TIMEOUT, SlurmOptions
-from orchestrator.config.inventory import load_inventory
+from orchestrator.config.inventory.load import load_inventory
 from orchestrator.errors import InputError, SourceLocation
 from orchestrator.execute.transport.connect import LocalConnection, SlurmConnection, connect
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.inventory import load_inventory
-from orchestrator.config.inventory_sources import inventory_files
+from orchestrator.config.inventory.load import load_inventory
+from orchestrator.config.inventory.sources import inventory_files
 from orchestrator.errors import InputError, SourceLocation
 
 

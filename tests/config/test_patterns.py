@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.host import Inventory
-from orchestrator.config.inventory import load_inventory
+from orchestrator.config.inventory.load import load_inventory
 from orchestrator.config.patterns import select_hosts, select_hosts_checked, split_pattern
 from orchestrator.errors import InputError, SourceLocation
 

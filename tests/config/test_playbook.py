@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.inventory import load_inventory
+from orchestrator.config.inventory.load import load_inventory
 from orchestrator.config.playbook import (
     is_secret_name,
     load_playbook,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from orchestrator.config.keypath import KeyPath
-from orchestrator.config.templates import TemplateEngine, VarDecl, VariableScope
+from orchestrator.config.templates.render import TemplateEngine, VarDecl, VariableScope
 from orchestrator.errors import InputError, SourceLocation
 
 PWNED = ["$(touch /tmp/pwned)", "; rm -rf ~", "`id`", "a b", "'q'", '"dq"', "x && y | z > f"]

@@ -36,8 +36,8 @@ import yaml
 from bundle_helpers import cell_dirs, ok, orch, sim_playbook, write_yaml
 from sim_helpers import free_port
 
-from orchestrator.analyze.diff import diff_paths
-from orchestrator.analyze.diff_render import diff_to_dict
+from orchestrator.analyze.diff.cells import diff_paths
+from orchestrator.analyze.diff.render import diff_to_dict
 from orchestrator.analyze.stats import mann_whitney_u
 from orchestrator.sim import model as sim_model
 from orchestrator.sim.state import write_host_state

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from orchestrator.cell import BenchSpec, Cell, RepoPin
 from orchestrator.config.host import Group, Host, Inventory
-from orchestrator.execute.bisection import Bisection, BisectSetup
+from orchestrator.execute.bisect.run import Bisection, BisectSetup
 
 
 def _setup(token: str, *, in_inventory: bool = False) -> BisectSetup:

@@ -9,7 +9,7 @@ from test_bisect_ids import _setup
 
 from orchestrator.cell import Cell
 from orchestrator.errors import ExecutionError
-from orchestrator.execute.bisection import Bisection, MetricNotReported
+from orchestrator.execute.bisect.run import Bisection, MetricNotReported
 
 
 class CannedBisection(Bisection):

@@ -25,7 +25,7 @@ from sshhosts import SSHTestHosts
 
 from orchestrator.config.host import Host
 from orchestrator.errors import ConnectionFailure, ExecutionError, HostKeyError, OrchError
-from orchestrator.execute.pool import HostPool, StartSpacing
+from orchestrator.execute.apply.pool import HostPool, StartSpacing
 from orchestrator.execute.ship import ensure_runner, runner_path
 from orchestrator.execute.transport.connect import (
     CommandTimeout,

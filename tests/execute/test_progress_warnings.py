@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from orchestrator.execute.progress import Progress
+from orchestrator.execute.apply.progress import Progress
 
 CELL = "x-1-0000abcd"
 

@@ -19,7 +19,7 @@ import yaml
 from orchestrator.cell import Cell, RepoPin, cell_id
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import InputError
-from orchestrator.execute.bisection import commit_range
+from orchestrator.execute.bisect.run import commit_range
 from orchestrator.execute.refs import pin_refs, pin_revision
 from orchestrator.execute.transport.connect import connect
 from orchestrator.plan.build import cell_spec

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from orchestrator.execute.interrupts import signals_deferred
+from orchestrator.execute.apply.interrupts import signals_deferred
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

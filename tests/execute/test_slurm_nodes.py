@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.cell import Cell
-from orchestrator.execute.nodes import with_head_address
+from orchestrator.execute.apply.node_join import with_head_address
 from orchestrator.execute.transport.slurm.tasks import TaskLines, queue_nodes, task_argv
 from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER, RECORD_END, node_payload
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import template_limits
-from orchestrator.config.templates import TemplateEngine, VariableScope
+from orchestrator.config.templates import limits as template_limits
+from orchestrator.config.templates.render import TemplateEngine, VariableScope
 from orchestrator.errors import InputError, SourceLocation
 
 PLAYBOOK = """\

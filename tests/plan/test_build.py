@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator.cell import Cell, cell_id, cell_id_text
-from orchestrator.config.inventory import load_inventory
+from orchestrator.config.inventory.load import load_inventory
 from orchestrator.config.playbook import load_playbook
 from orchestrator.errors import InputError
 from orchestrator.plan.build import build_cells, cell_spec
@@ -162,7 +162,7 @@ def test_cell_ids_are_stable_across_processes(tmp_path: Path) -> None:
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from orchestrator.config.inventory import load_inventory\n"
+        "from orchestrator.config.inventory.load import load_inventory\n"
         "from orchestrator.config.playbook import load_playbook\n"
         "from orchestrator.plan.build import build_cells\n"
         "d = Path(sys.argv[1])\n"

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from orchestrator.cell import Cell
-from orchestrator.config.inventory import load_inventory
+from orchestrator.config.inventory.load import load_inventory
 from orchestrator.config.playbook import load_playbook
 from orchestrator.errors import InputError
-from orchestrator.execute.nodes import joined_verdict, part_cell
+from orchestrator.execute.apply.node_join import joined_verdict, part_cell
 from orchestrator.plan.build import build_cells
 from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER
 

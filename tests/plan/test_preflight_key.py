@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cell import Cell
-from orchestrator.config.inventory import load_inventory
+from orchestrator.config.inventory.load import load_inventory
 from orchestrator.config.playbook import load_playbook
 from orchestrator.errors import InputError
 from orchestrator.plan.build import build_cells

@@ -10,7 +10,7 @@ import pytest
 from orchestrator.adapters import BENCH_ADAPTERS, SERVER_ADAPTERS
 from orchestrator.cell import Cell
 from orchestrator.config.fields import FieldProblem, parse_tolerance
-from orchestrator.config.inventory import load_inventory
+from orchestrator.config.inventory.load import load_inventory
 from orchestrator.config.model import PlaybookModel, TimeoutsSection
 from orchestrator.config.playbook import load_playbook
 from orchestrator.config.values import BENCH_ADAPTER_NAMES, SERVER_ADAPTER_NAMES

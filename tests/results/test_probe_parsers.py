@@ -9,7 +9,10 @@ from typing import Any
 import pytest
 from results_helpers import FAKE_SMI, FIXTURES
 
-from orchestrator.runner import probe, probe_gpu, probe_parse, probe_run
+from orchestrator.runner.probe import gather as probe
+from orchestrator.runner.probe import gpu as probe_gpu
+from orchestrator.runner.probe import parse as probe_parse
+from orchestrator.runner.probe import tools as probe_run
 
 
 def _fields(name: str) -> list[str]:

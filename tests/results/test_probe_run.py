@@ -18,7 +18,8 @@ import pytest
 from results_helpers import FIXTURES
 
 from orchestrator.execute.ship import runner_hash, write_runner
-from orchestrator.runner import probe, probe_run
+from orchestrator.runner.probe import gather as probe
+from orchestrator.runner.probe import tools as probe_run
 
 PROBE = Path(probe.__file__)
 # `runner.pyz probe` is the probe's command line, as the controller's facts step runs it.

@@ -14,7 +14,9 @@ from results_helpers import make_cell_dir
 from orchestrator.results.archive import pack
 from orchestrator.results.bundle import BundleWriter
 from orchestrator.results.layout import SCHEMA_VERSION
-from orchestrator.runner import probe_gpu, probe_parse, probe_shape
+from orchestrator.runner.probe import gpu as probe_gpu
+from orchestrator.runner.probe import parse as probe_parse
+from orchestrator.runner.probe import shape as probe_shape
 
 CELL = "spec-off-11111111"
 

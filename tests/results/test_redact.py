@@ -21,7 +21,7 @@ from orchestrator.results.redact import (
     redact_tree,
     secret_values,
 )
-from orchestrator.runner import probe
+from orchestrator.runner.probe import gather as probe
 
 
 @pytest.mark.parametrize(

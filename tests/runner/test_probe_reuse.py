@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.runner import probe
+from orchestrator.runner.probe import gather as probe
 
 
 def test_answers_are_reused_until_site_packages_change(tmp_path: Path) -> None:

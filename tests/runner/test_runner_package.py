@@ -19,7 +19,7 @@ import orchestrator.runner
 from orchestrator.execute.ship import runner_archive, runner_hash, unpacked_runner, write_runner
 
 PACKAGE = Path(orchestrator.runner.__file__).parent
-MODULES = sorted(PACKAGE.glob("*.py"))
+MODULES = sorted(PACKAGE.rglob("*.py"))
 # Cheap to spot and new after 3.8: str.removeprefix/removesuffix (3.9), functools.cache (3.9),
 # zip(strict=) (3.10), datetime.UTC (3.11), typing.Self (3.11), math.lcm (3.9).
 POST_38_ATTRIBUTES = {"removeprefix", "removesuffix", "cache", "UTC", "Self", "lcm"}
@@ -134,7 +134,9 @@ def test_runner_pyz_is_deterministic_and_holds_only_the_package() -> None:
     with zipfile.ZipFile(RUNNER_PYZ) as archive:
         names = archive.namelist()
         assert names[:2] == ["__main__.py", "orchestrator/__init__.py"]
-        assert names[2:] == [f"orchestrator/runner/{p.name}" for p in MODULES]
+        assert names[2:] == [
+            f"orchestrator/runner/{p.relative_to(PACKAGE).as_posix()}" for p in MODULES
+        ]
         assert {info.date_time for info in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
 
 

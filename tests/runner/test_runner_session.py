@@ -23,7 +23,7 @@ from runner_helpers import (
     port_free,
 )
 
-from orchestrator.execute.stream import ArchiveStream
+from orchestrator.execute.apply.stream import ArchiveStream
 
 
 def queue_payload(cells: list[dict[str, Any]], sessions: list[str], **extra: Any) -> dict[str, Any]:

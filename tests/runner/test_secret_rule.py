@@ -18,8 +18,8 @@ from orchestrator.execute.secret_values import secret_values as controller_secre
 from orchestrator.results.redact import Redactor as BundleRedactor
 from orchestrator.results.redact import redact_mapping, redact_text
 from orchestrator.results.redact import secret_values as bundle_secret_values
-from orchestrator.runner import probe
 from orchestrator.runner.context import CellContext
+from orchestrator.runner.probe import gather as probe
 from orchestrator.runner.redaction import REDACTED, Redactor, is_secret_name
 
 # name -> secret? Every name is a valid env name, so it can travel every path.

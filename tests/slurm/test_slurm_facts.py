@@ -11,7 +11,7 @@ import pytest
 from slurm_helpers import apply, run_dir, write_inventory, write_playbook
 from slurmcluster import SlurmTestCluster
 
-from orchestrator.runner.probe_slurm import parse_scontrol_job, slurm_facts, slurm_item
+from orchestrator.runner.probe.slurm import parse_scontrol_job, slurm_facts, slurm_item
 
 # `scontrol show job -o -d` of a two-node job whose nodes gave different GPUs (Slurm 22.05)
 TWO_NODES = (

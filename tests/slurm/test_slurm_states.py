@@ -12,14 +12,12 @@ import pytest
 from slurmcluster import SlurmTestCluster
 
 from orchestrator.config.host import Host
-from orchestrator.execute.transport.base import CommandTimeout
+from orchestrator.execute.transport.base import CommandTimeout, SchedulerJob
 from orchestrator.execute.transport.local import LocalConnection
 from orchestrator.execute.transport.slurm.connection import (
     SlurmConnection,
-    SlurmJob,
     SlurmJobEnded,
     SlurmOptions,
-    slurm_jobs,
 )
 
 pytestmark = [pytest.mark.slow]
@@ -79,9 +77,9 @@ def test_a_waiting_job_is_reported_pending_then_running(
     slurm_cluster: SlurmTestCluster, login: Host, all_gpus_taken: str
 ) -> None:
     """The watcher tells `on_job` why the job waits; once resources free up, it runs."""
-    seen: list[SlurmJob] = []
+    seen: list[SchedulerJob] = []
 
-    def on_job(job: SlurmJob) -> None:
+    def on_job(job: SchedulerJob) -> None:
         seen.append(job)
         if job.state == "PENDING" and job.reason == "Resources":
             slurm_cluster.run("scancel", all_gpus_taken)
@@ -127,8 +125,8 @@ def test_every_commands_job_is_recorded(slurm_cluster: SlurmTestCluster, login: 
     assert [job.job_id for job in jobs] == ids
     assert [job.name for job in jobs] == connection.job_names
     assert jobs[0].nodes == "node[1-2]"
-    assert [job["job_id"] for job in slurm_jobs(connection, since=1)] == ids[1:]
-    assert slurm_jobs(connection.login) == []  # not through Slurm: nothing to record
+    assert [job["job_id"] for job in connection.scheduler_jobs(since=1)] == ids[1:]
+    assert connection.login.scheduler_jobs() == []  # not through Slurm: nothing to record
 
 
 def test_a_program_failing_by_itself_keeps_its_exit_code(
@@ -146,9 +144,9 @@ def test_the_runners_first_word_records_its_job_at_once(
 ) -> None:
     """The runner names its job (SLURM_JOB_ID) before any cell: recorded as RUNNING then, not
     when the watcher's squeue next looks (a controller killed in between loses the job)."""
-    seen: list[SlurmJob] = []
+    seen: list[SchedulerJob] = []
     connection = SlurmConnection(LocalConnection(login), SlurmOptions(), on_job=seen.append)
-    recorded: list[SlurmJob] = []
+    recorded: list[SchedulerJob] = []
 
     def on_line(line: str) -> None:
         event = json.loads(line)
@@ -158,8 +156,8 @@ def test_the_runners_first_word_records_its_job_at_once(
         assert seen and seen[-1] == recorded[0]  # on_job heard it before job_running returned
 
     script = (
-        "import sys, time; from orchestrator.runner.context import Control; "
-        "from orchestrator.runner.queue import announce_slurm_job; "
+        "import sys, time; from orchestrator.runner.control import Control; "
+        "from orchestrator.runner.cell_queue import announce_slurm_job; "
         "announce_slurm_job(Control(sys.stdout.buffer)); time.sleep(1)"
     )
     result = connection.run([PY, "-c", script], timeout=60, on_stdout_line=on_line)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cell import Cell, TelemetrySpec, cell_id
-from orchestrator.config.inventory import load_inventory
+from orchestrator.config.inventory.load import load_inventory
 from orchestrator.config.playbook import load_playbook
 from orchestrator.errors import InputError, SourceLocation
 from orchestrator.plan.build import build_cells, cell_spec

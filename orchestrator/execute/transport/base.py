@@ -5,19 +5,20 @@ that keeps the contract written on `Connection.run`, `put`, `get` and `close` be
 opener that `orchestrator.execute.transport.connect.connect` picks by the host's `connection` kind.
 Everything above (pool, controller, shipping, probing) sees only this interface.
 
-Transports today: `local.py` (subprocess), `ssh.py` (Fabric + paramiko, host keys in
-`hostkeys.py`) and `slurm.py` (srun from a login host; a multi-node job in `slurm_nodes.py`).
+Transports: `local.py` (subprocess), `ssh.py` (Fabric + paramiko, host keys in `hostkeys.py`)
+and `slurm/` (srun from a login host).
 """
 
 from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.cell import Cell
 from orchestrator.config.host import Host
 from orchestrator.errors import ExecutionError
 
@@ -80,6 +81,42 @@ def relative_to_home(remote: str) -> str:
     if remote.startswith("~/"):
         return remote[2:]
     return remote
+
+
+@dataclass
+class SchedulerJob:
+    """One command's scheduler job as last seen: name (ours), id, state, reason, node list."""
+
+    name: str
+    job_id: str | None = None
+    state: str | None = None  # Slurm's squeue %T: PENDING, RUNNING, COMPLETED, ...
+    reason: str | None = None  # why it waits or ended (Slurm's %r: Resources, ...)
+    nodes: str | None = None  # the node list, e.g. node[1-2]
+
+    @property
+    def seen(self) -> tuple[str | None, str | None, str | None, str | None]:
+        """(id, state, reason, nodes): what a watcher or the job's program told of it."""
+        return self.job_id, self.state, self.reason, self.nodes
+
+    def as_json(self) -> dict[str, str | None]:
+        """For the bundle: run.json's host entry or a cell's outcome."""
+        return {
+            "job_id": self.job_id,
+            "job_name": self.name,
+            "state": self.state,
+            "reason": self.reason,
+            "nodes": self.nodes,
+        }
+
+
+class JobEnded(ExecutionError):
+    """The scheduler ended the command's job (cancelled, time limit, node failure, preempted,
+    out of memory, or never started in time); `result` holds its output."""
+
+    def __init__(self, message: str, *, job: SchedulerJob, result: RunResult) -> None:
+        super().__init__(message)
+        self.job = job
+        self.result = result
 
 
 class Connection(ABC):
@@ -171,9 +208,14 @@ class Connection(ABC):
         its own; how each ended, or None when this transport has none to settle."""
         return None
 
-    def runner_run(self, nodes: int) -> Callable[..., RunResult]:
-        """`run` for a host's runner whose queue holds cells of `nodes` nodes each."""
+    def runner_run(self, cells: Iterable[Cell]) -> Callable[..., RunResult]:
+        """`run` for a host's runner whose queue holds `cells`."""
         return self.run
+
+    def scheduler_jobs(self, since: int = 0) -> list[dict[str, str | None]]:
+        """The scheduler jobs this connection's commands ran as (from the `since`-th on), ready
+        for the bundle; [] without a scheduler."""
+        return []
 
     def node_workdir(self, workdir: str, rank: int) -> str:
         """Where the runner of node `rank` keeps its files when the nodes share this host."""

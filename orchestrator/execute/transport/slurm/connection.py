@@ -34,17 +34,27 @@ import secrets
 import shlex
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator.cell import Cell
 from orchestrator.config.host import Host, SlurmOptions
 from orchestrator.errors import ExecutionError, OrchError
-from orchestrator.execute.transport.base import CommandTimeout, Connection, RunResult
+from orchestrator.execute.transport.base import (
+    CommandTimeout,
+    Connection,
+    JobEnded,
+    RunResult,
+    SchedulerJob,
+)
 from orchestrator.execute.transport.local import LocalConnection
+from orchestrator.execute.transport.slurm.settle import settle_earlier_jobs
+from orchestrator.execute.transport.slurm.states import ALIVE_STATES, WAITING_STATES, SqueueRow
 from orchestrator.execute.transport.slurm.tasks import (
     TaskLines,
+    queue_nodes,
     run_in_job,
     task_argv,
     task_options,
@@ -54,12 +64,11 @@ from orchestrator.runner.slurm_tasks import node_workdir
 __all__ = [
     "ALIVE_STATES",
     "WAITING_STATES",
+    "SchedulerJob",
     "SlurmConnection",
-    "SlurmJob",
     "SlurmJobEnded",
     "SlurmOptions",
     "SqueueRow",
-    "slurm_jobs",
     "srun_options",
 ]
 
@@ -68,20 +77,8 @@ _REFUSED = ("srun: error: Unable to allocate resources", "srun: error: Invalid "
 # after a timeout's scancel: how long srun may take to see its job end (Slurm's KillWait, 30 s
 # by default, lies between the TERM and the KILL)
 _CANCEL_GRACE_SECONDS = 60.0
-ALIVE_STATES = {
-    "PENDING",
-    "CONFIGURING",
-    "RUNNING",
-    "COMPLETING",
-    "SUSPENDED",
-    "STOPPED",
-    "RESIZING",
-}
 _POLL_SECONDS = 0.5  # squeue while a cancelled job completes; the watcher's first pause
 _WATCH_MAX_SECONDS = 5.0  # the watcher's longest pause between two squeue while a job waits
-WAITING_STATES = {"PENDING", "CONFIGURING"}
-# a job as squeue shows it: id, state, reason, nodes, name
-SqueueRow = tuple[str, str, str | None, str | None, str]
 # job states in which Slurm, not the program, ended the job: the reason a cell gets
 _ENDED_BY_SLURM = {
     "CANCELLED": "cancelled (scancel, an admin, or Slurm itself)",
@@ -124,40 +121,8 @@ def srun_options(
     return [*srun, *options.extra]
 
 
-@dataclass
-class SlurmJob:
-    """One command's Slurm job as last seen: name (ours), id, state, reason, node list."""
-
-    name: str
-    job_id: str | None = None
-    state: str | None = None  # squeue's %T: PENDING, RUNNING, COMPLETED, CANCELLED, ...
-    reason: str | None = None  # squeue's %r: why it waits or ended (Resources, ...)
-    nodes: str | None = None  # squeue's %N, e.g. node[1-2]
-
-    @property
-    def seen(self) -> tuple[str | None, str | None, str | None, str | None]:
-        """(id, state, reason, nodes): what a watcher or the job's program told of it."""
-        return self.job_id, self.state, self.reason, self.nodes
-
-    def as_json(self) -> dict[str, str | None]:
-        """For the bundle: run.json's host entry or a cell's outcome."""
-        return {
-            "job_id": self.job_id,
-            "job_name": self.name,
-            "state": self.state,
-            "reason": self.reason,
-            "nodes": self.nodes,
-        }
-
-
-class SlurmJobEnded(ExecutionError):
-    """Slurm ended the command's job (cancelled, time limit, node failure, preempted, out of
-    memory, or never started within `slurm_pending_timeout`); `result` holds its output."""
-
-    def __init__(self, message: str, *, job: SlurmJob, result: RunResult) -> None:
-        super().__init__(message)
-        self.job = job
-        self.result = result
+class SlurmJobEnded(JobEnded):
+    """Slurm ended the command's job (or it never started within `slurm_pending_timeout`)."""
 
 
 class SlurmConnection(Connection):
@@ -175,7 +140,7 @@ class SlurmConnection(Connection):
         *,
         host: Host | None = None,
         job_prefix: str = "orch",
-        on_job: Callable[[SlurmJob], None] | None = None,
+        on_job: Callable[[SchedulerJob], None] | None = None,
     ) -> None:
         self.login = login
         self.options = options
@@ -184,12 +149,12 @@ class SlurmConnection(Connection):
         self.job_prefix = job_prefix
         self.on_job = on_job
         self.job_names: list[str] = []  # one per command, in start order
-        self._jobs: list[SlurmJob] = []
+        self._jobs: list[SchedulerJob] = []
         self._spanning: dict[str, int] = {}  # job name -> nodes, while a runner a node runs
         self._lock = threading.Lock()
 
     @property
-    def jobs(self) -> list[SlurmJob]:
+    def jobs(self) -> list[SchedulerJob]:
         """Copies of every command's job as last seen, in start order."""
         with self._lock:
             return [replace(job) for job in self._jobs]
@@ -212,7 +177,7 @@ class SlurmConnection(Connection):
         it stayed PENDING past `slurm_pending_timeout`). `tasks` > 1: the runner `argv` runs
         on that many nodes of the job, each task's lines handed on whole (slurm_nodes.py).
         """
-        job = SlurmJob(f"{self.job_prefix}-{secrets.token_hex(6)}")
+        job = SchedulerJob(f"{self.job_prefix}-{secrets.token_hex(6)}")
         with self._lock:
             self.job_names.append(job.name)
             self._jobs.append(job)
@@ -241,7 +206,7 @@ class SlurmConnection(Connection):
 
     def _run_job(
         self,
-        job: SlurmJob,
+        job: SchedulerJob,
         argv: Sequence[str],
         srun: list[str],
         stdin: bytes | None,
@@ -295,7 +260,9 @@ class SlurmConnection(Connection):
         self._raise_if_slurm_ended(argv, job, result)
         return result
 
-    def _raise_if_slurm_ended(self, argv: Sequence[str], job: SlurmJob, result: RunResult) -> None:
+    def _raise_if_slurm_ended(
+        self, argv: Sequence[str], job: SchedulerJob, result: RunResult
+    ) -> None:
         """The program did not fail by itself: Slurm refused, gave up or ended its job."""
         refused = [line for line in result.stderr.splitlines() if line.startswith(_REFUSED)]
         queued = "queued and waiting for resources" in result.stderr
@@ -324,7 +291,7 @@ class SlurmConnection(Connection):
                 result=result,
             )
 
-    def _watch(self, job: SlurmJob, finished: threading.Event) -> None:
+    def _watch(self, job: SchedulerJob, finished: threading.Event) -> None:
         """Follow the job through squeue until it runs (or the command ends): its id, its
         PENDING reason, its nodes. Polls less often as it waits in the queue; until squeue first
         shows it, every _POLL_SECONDS: a job that starts at once must be seen (and recorded by
@@ -352,7 +319,7 @@ class SlurmConnection(Connection):
         job_id, state, reason, nodes, name = rows[-1]
         return job_id, state, reason or None, nodes or None, name
 
-    def _refresh(self, job: SlurmJob) -> None:
+    def _refresh(self, job: SchedulerJob) -> None:
         """Read the job's id, state, reason and nodes from squeue (best effort)."""
         found = self.squeue(f"--name={job.name}")
         if found is None:
@@ -364,7 +331,7 @@ class SlurmConnection(Connection):
         if copy.seen != before:
             self._tell(copy)
 
-    def _tell(self, job: SlurmJob) -> None:
+    def _tell(self, job: SchedulerJob) -> None:
         """`on_job` hears a changed job (a copy)."""
         if self.on_job is not None:
             with contextlib.suppress(Exception):  # a listener's bug must not end the command
@@ -390,7 +357,7 @@ class SlurmConnection(Connection):
             self._tell(copy)
 
     def _timed_out(
-        self, argv: Sequence[str], job: SlurmJob, timeout: float | None, result: RunResult
+        self, argv: Sequence[str], job: SchedulerJob, timeout: float | None, result: RunResult
     ) -> CommandTimeout:
         # a job that never left the queue says so: the time went to waiting, not to the program
         waiting = f", never started: PENDING ({job.reason})" if job.state in WAITING_STATES else ""
@@ -436,13 +403,17 @@ class SlurmConnection(Connection):
         """The jobs a dead controller left end first (settle.py); None when none was recorded."""
         if not recorded:
             return None
-        from orchestrator.execute.transport.slurm.settle import settle_earlier_jobs
 
         return settle_earlier_jobs(self, recorded, say)
 
-    def runner_run(self, nodes: int) -> Callable[..., RunResult]:
-        """A queue of cells over `nodes` nodes is one job with a runner a node."""
+    def runner_run(self, cells: Iterable[Cell]) -> Callable[..., RunResult]:
+        """A queue holding cells of several nodes is one job with a runner a node."""
+        nodes = queue_nodes(cells)
         return functools.partial(self.run, tasks=nodes) if nodes > 1 else self.run
+
+    def scheduler_jobs(self, since: int = 0) -> list[dict[str, str | None]]:
+        """The Slurm jobs this connection's commands ran as (from the `since`-th on)."""
+        return [job.as_json() for job in self.jobs[since:]]
 
     def node_workdir(self, workdir: str, rank: int) -> str:
         """The nodes of one job share the login host's name: each rank has a folder of its own."""
@@ -487,11 +458,3 @@ class SlurmConnection(Connection):
     def close(self) -> None:
         """Close the login connection: each running srun's task sees EOF on stdin."""
         self.login.close()
-
-
-def slurm_jobs(connection: Connection, since: int = 0) -> list[dict[str, str | None]]:
-    """The Slurm jobs a connection's commands ran as (from the `since`-th on), ready for the
-    bundle; [] for a connection that is not through Slurm."""
-    if not isinstance(connection, SlurmConnection):
-        return []
-    return [job.as_json() for job in connection.jobs[since:]]

@@ -9,16 +9,20 @@ the resume never has two jobs of one host at once, and no cell runs in two jobs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from orchestrator.execute.transport.slurm.connection import (
-    ALIVE_STATES,
-    WAITING_STATES,
-    SlurmConnection,
-    SqueueRow,
-)
+from orchestrator.execute.transport.slurm.states import ALIVE_STATES, WAITING_STATES, SqueueRow
 
 __all__ = ["LEFT_RUNNING_GRACE_SECONDS", "settle_earlier_jobs"]
+
+
+class JobControl(Protocol):
+    """What settling needs of a Slurm connection: look a job up, cancel it, wait for its end."""
+
+    def squeue(self, selector: str) -> SqueueRow | None: ...
+    def cancel_job(self, job_id: str) -> None: ...
+    def wait_ended(self, job_name: str, timeout: float = ..., *, by: str = "name") -> bool: ...
+
 
 # how long a resume waits for a job its dead controller left running (its runner, at stdin's
 # EOF, stops the cell in flight and its server, then archives it) before cancelling it
@@ -26,7 +30,7 @@ LEFT_RUNNING_GRACE_SECONDS = 300.0
 
 
 def settle_earlier_jobs(
-    conn: SlurmConnection,
+    conn: JobControl,
     recorded: Sequence[Mapping[str, Any]],
     say: Callable[[str], None],
     *,
@@ -60,7 +64,7 @@ def settle_earlier_jobs(
 
 
 def _settle(
-    conn: SlurmConnection,
+    conn: JobControl,
     job_id: str,
     job_name: Any,
     seen: SqueueRow,

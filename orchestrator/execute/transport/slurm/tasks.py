@@ -5,10 +5,11 @@ The host's queue (heads and their part cells alike) goes to one `srun --nodes N
 its rank's cells (runner/slurm_tasks.py, told by `ORCH_SLURM_TASKS=N`) in a workdir of its own.
 srun merges the tasks' stdout, cutting long lines into labelled pieces; `TaskLines` puts each
 task's lines back together (the runner marks every real line end) and hands them on, each task in
-its own thread: a head's archive waits for its parts' archives (execute/nodes.py), which the
-other tasks' threads still deliver, as each node's own connection does over SSH. Each runner
-runs in a small shell whose last line (`task_end` {rank, node, rc}) says how it ended: srun runs
-on until every task has, so a head's runner that died is heard of there, and its nodes released.
+its own thread: a head's archive waits for its parts' archives (execute/apply/node_join.py),
+which the other tasks' threads still deliver, as each node's own connection does over SSH. Each
+runner runs in a small shell whose last line (`task_end` {rank, node, rc}) says how it ended:
+srun runs on until every task has, so a head's runner that died is heard of there, and its nodes
+released.
 
 End requests (release, abort) reach the nodes as a short step of the same job, `srun
 --jobid=<id> --overlap` on every node of it: the end file is named by cell (and lies in its

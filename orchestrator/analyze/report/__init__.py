@@ -1,0 +1,1 @@
+"""`orch report`: tables (tables.py) and one self-contained HTML file (html.py)."""

@@ -1,0 +1,1 @@
+"""Ansible inventories: sources, INI and YAML formats, the group graph, connection variables."""

@@ -1,0 +1,1 @@
+"""Sandboxed, native-typed Jinja2 rendering of playbook data, its limits and its errors."""
