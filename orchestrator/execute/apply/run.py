@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -67,8 +67,10 @@ class Run:
         options: ApplyOptions,
         secret_vars: dict[str, Any] | None = None,
         progress: Progress | None = None,
+        opener: Callable[..., Connection] = connect,
     ) -> None:
         self.playbook_name = playbook_name
+        self.opener = opener  # connect(host, attempts=N); tests give a scripted transport
         self.inventory = inventory
         self.cells = list(cells)
         self.options = options
@@ -245,7 +247,7 @@ class Run:
 
     def _connect(self, host: Host) -> Connection:
         self.spacing.wait()
-        conn = connect(host, attempts=self.options.connect_attempts)
+        conn = self.opener(host, attempts=self.options.connect_attempts)
         name = host.name
         conn.watch_jobs(lambda job: self._slurm_job(name, job))
         with self._lock:

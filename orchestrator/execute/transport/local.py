@@ -23,13 +23,13 @@ from orchestrator.config.host import Host
 from orchestrator.errors import ConnectionFailure, ExecutionError
 from orchestrator.execute.transport.base import (
     EOF_GRACE_SECONDS,
-    POLL_SECONDS,
     CommandTimeout,
     Connection,
     LineSplitter,
     RunResult,
     relative_to_home,
 )
+from orchestrator.execute.transport.program import Program, run_program
 
 _KILL_GRACE_SECONDS = 2.0  # local timeout: SIGTERM, then SIGKILL after this
 
@@ -59,7 +59,6 @@ class LocalConnection(Connection):
         if self._closed:
             raise ConnectionFailure(f"connection to {self.host.name} is closed")
         started = time.monotonic()
-        deadline = None if timeout is None else started + timeout
         try:
             proc = subprocess.Popen(
                 list(argv),
@@ -75,60 +74,15 @@ class LocalConnection(Connection):
             ) from exc
         with self._lock:
             self._running.add(proc)
-        out, err = LineSplitter(on_stdout_line), LineSplitter(None)
-        assert proc.stdin and proc.stdout and proc.stderr
-        readers = [
-            threading.Thread(target=_pump, args=(proc.stdout, out), daemon=True),
-            threading.Thread(target=_pump, args=(proc.stderr, err), daemon=True),
-        ]
-        stdin_lock = threading.Lock()
-        writer = threading.Thread(
-            target=_feed_stdin,
-            args=(proc.stdin, stdin or b"", not keep_stdin_open, stdin_lock),
-            daemon=True,
+        program = _LocalProgram(self, proc, argv, timeout, on_stdout_line, started)
+        return run_program(
+            program,
+            stdin=stdin,
+            keep_stdin_open=keep_stdin_open,
+            timeout=timeout,
+            stop=stop,
+            started=started,
         )
-        for thread in [*readers, writer]:
-            thread.start()
-        timed_out = False
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=POLL_SECONDS)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                if stop is not None and stop.is_set():
-                    _close_pipe(proc.stdin, stdin_lock)
-                if self._closed:
-                    break  # closed under it: the program got EOF on stdin and ends its own way
-                if deadline is not None and time.monotonic() > deadline:
-                    timed_out = True
-                    _kill_group(proc)
-                    break
-        finally:
-            with self._lock:
-                self._running.discard(proc)
-        if proc.returncode is not None or not self._closed:
-            for thread in readers:
-                thread.join(timeout=EOF_GRACE_SECONDS)  # a backgrounded child may hold the pipes
-        _close_pipe(proc.stdin, stdin_lock)
-        result = RunResult(
-            rc=proc.returncode if proc.returncode is not None else -1,
-            stdout=out.finish(),
-            stderr=err.finish(),
-            seconds=time.monotonic() - started,
-        )
-        if timed_out:
-            raise CommandTimeout(
-                f"{shlex.join(argv)} on {self.host.name} timed out after {timeout:g} s "
-                "(process group killed)",
-                result=result,
-            )
-        if self._closed:
-            raise ConnectionFailure(
-                f"connection to {self.host.name} was closed while {argv[0]} ran"
-            )
-        return result
 
     def put(self, local: Path, remote: str) -> None:
         """See `Connection.put`."""
@@ -140,6 +94,16 @@ class LocalConnection(Connection):
         if not source.is_file():
             raise ExecutionError(f"{remote} not found on {self.host.name}")
         _atomic_copy(source, Path(local))
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return self._closed
+
+    def forget(self, proc: subprocess.Popen[bytes]) -> None:
+        """`proc` has been waited for: `close` no longer reaches it."""
+        with self._lock:
+            self._running.discard(proc)
 
     def close(self) -> None:
         """Close stdin of every running command (as if the controller had gone)."""
@@ -165,21 +129,76 @@ def _pump(stream: Any, sink: LineSplitter) -> None:
         sink.feed(data)
 
 
-def _feed_stdin(pipe: Any, payload: bytes, close_after: bool, lock: threading.Lock) -> None:
-    """Write the stdin payload; close stdin afterwards unless it must stay open."""
-    try:
-        if payload:
-            pipe.write(payload)
-            pipe.flush()
-    except (OSError, ValueError):
-        return  # the program exited or stdin was closed under us: nothing more to send
-    if close_after:
-        _close_pipe(pipe, lock)
+class _LocalProgram(Program):
+    """A subprocess: its pipes read by two threads, its group killed on a timeout."""
 
+    def __init__(
+        self,
+        conn: LocalConnection,
+        proc: subprocess.Popen[bytes],
+        argv: Sequence[str],
+        timeout: float | None,
+        on_stdout_line: Callable[[str], None] | None,
+        started: float,
+    ) -> None:
+        super().__init__()
+        self.conn, self.proc, self.argv, self.timeout = conn, proc, argv, timeout
+        self.started = started
+        self.out, self.err = LineSplitter(on_stdout_line), LineSplitter(None)
+        assert proc.stdin and proc.stdout and proc.stderr
+        self.readers = [
+            threading.Thread(target=_pump, args=(proc.stdout, self.out), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stderr, self.err), daemon=True),
+        ]
+        for thread in self.readers:
+            thread.start()
 
-def _close_pipe(pipe: Any, lock: threading.Lock) -> None:
-    with lock, contextlib.suppress(OSError, ValueError):
-        pipe.close()
+    def wait(self, seconds: float) -> bool:
+        try:
+            self.proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def write_stdin(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def shut_stdin(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+
+    def cut(self) -> bool:
+        return self.conn.closed
+
+    def terminate(self) -> None:
+        _kill_group(self.proc)
+
+    def release(self) -> None:
+        self.conn.forget(self.proc)
+
+    def finish(self, timed_out: bool) -> RunResult:
+        proc, host = self.proc, self.conn.host.name
+        if proc.returncode is not None or not self.conn.closed:
+            for thread in self.readers:
+                thread.join(timeout=EOF_GRACE_SECONDS)  # a backgrounded child may hold the pipes
+        self.close_stdin()
+        result = RunResult(
+            rc=proc.returncode if proc.returncode is not None else -1,
+            stdout=self.out.finish(),
+            stderr=self.err.finish(),
+            seconds=time.monotonic() - self.started,
+        )
+        if timed_out:
+            raise CommandTimeout(
+                f"{shlex.join(self.argv)} on {host} timed out after {self.timeout:g} s "
+                "(process group killed)",
+                result=result,
+            )
+        if self.conn.closed:
+            raise ConnectionFailure(f"connection to {host} was closed while {self.argv[0]} ran")
+        return result
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

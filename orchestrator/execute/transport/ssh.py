@@ -31,13 +31,13 @@ from orchestrator.errors import ConnectionFailure, ExecutionError, OrchError
 from orchestrator.execute.transport import hostkeys
 from orchestrator.execute.transport.base import (
     EOF_GRACE_SECONDS,
-    POLL_SECONDS,
     CommandTimeout,
     Connection,
     LineSplitter,
     RunResult,
     relative_to_home,
 )
+from orchestrator.execute.transport.program import Program, run_program
 
 
 def _quiet_prefetch_deaths(previous: Callable[[threading.ExceptHookArgs], Any]) -> None:
@@ -142,33 +142,12 @@ class SSHConnection(Connection):
         whose environment carries the token (descendants too, unless they scrubbed it).
         """
         started = time.monotonic()
-        deadline = None if timeout is None else started + timeout
         command = shlex.join(argv)
         token = secrets.token_hex(8)
         if timeout is not None and "=" not in argv[0]:  # env would read NAME=VALUE as a var
             # tag the process tree, so a timeout can find and end it (sshd won't signal root's)
             command = shlex.join(["env", f"{_TOKEN_VAR}={token}", *argv])
         channel = self._open_channel()
-        out, err = LineSplitter(on_stdout_line), LineSplitter(None)
-        stdin_lock = threading.Lock()
-        stdin_state = {"closed": False}
-
-        def close_stdin() -> None:
-            with stdin_lock:
-                if not stdin_state["closed"]:
-                    stdin_state["closed"] = True
-                    with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
-                        channel.shutdown_write()
-
-        def send_stdin() -> None:
-            try:
-                if stdin:
-                    channel.sendall(stdin)
-            except (OSError, EOFError, paramiko.SSHException):
-                return  # the channel closed: the loop below reports why
-            if not keep_stdin_open:
-                close_stdin()
-
         try:
             channel.exec_command(command)
         except (paramiko.SSHException, OSError, EOFError) as exc:
@@ -176,57 +155,23 @@ class SSHConnection(Connection):
             raise ConnectionFailure(
                 f"cannot start {command} on {self.host.name} ({self.address}): {exc}"
             ) from exc
-        writer = threading.Thread(target=send_stdin, daemon=True)
-        writer.start()
-        exited_at: float | None = None
-        timed_out = False
-        try:
-            while True:
-                if channel.eof_received:  # no more data: wake on the exit status, not the pipe
-                    channel.status_event.wait(POLL_SECONDS)
-                else:
-                    with contextlib.suppress(OSError, ValueError):
-                        select.select([channel], [], [], POLL_SECONDS)
-                _drain(channel, out, err)
-                if _has_exit_status(channel):
-                    exited_at = exited_at or time.monotonic()
-                    done = channel.eof_received or channel.closed
-                    if done or time.monotonic() - exited_at > EOF_GRACE_SECONDS:
-                        _drain(channel, out, err)
-                        break
-                elif channel.closed:
-                    _drain(channel, out, err)
-                    break  # no exit status: killed by a signal, or the connection died
-                if stop is not None and stop.is_set():
-                    close_stdin()
-                if deadline is not None and time.monotonic() > deadline:
-                    timed_out = True
-                    _send_signal(channel, "TERM")
-                    break
-        finally:
-            channel.close()
-        if timed_out:
-            self._kill_tagged(token)
-        result = RunResult(
-            rc=channel.exit_status if _has_exit_status(channel) else -1,
-            stdout=out.finish(),
-            stderr=err.finish(),
-            seconds=time.monotonic() - started,
+        program = _ChannelProgram(self, channel, argv, timeout, on_stdout_line, started, token)
+        return run_program(
+            program,
+            stdin=stdin,
+            keep_stdin_open=keep_stdin_open,
+            timeout=timeout,
+            stop=stop,
+            started=started,
         )
-        if timed_out:
-            raise CommandTimeout(
-                f"{shlex.join(argv)} on {self.host.name} timed out after {timeout:g} s "
-                "(its processes were sent TERM, then KILL)",
-                result=result,
-            )
-        if not _has_exit_status(channel) and (self._closed or not self._transport.is_active()):
-            why = "was closed" if self._closed else "was lost"
-            raise ConnectionFailure(
-                f"connection to {self.host.name} ({self.address}) {why} while {argv[0]} ran"
-            )
-        return result
 
-    def _kill_tagged(self, token: str) -> None:
+    def link_gone(self) -> str | None:
+        """Why commands can no longer reach the host ("was closed", "was lost"), else None."""
+        if self._closed:
+            return "was closed"
+        return None if self._transport.is_active() else "was lost"
+
+    def kill_tagged(self, token: str) -> None:
         """TERM, then KILL, every remote process that carries this command's token; best effort."""
         with contextlib.suppress(OrchError):
             self.run([self.host.python, "-c", _KILL_TAGGED_SCRIPT, f"{_TOKEN_VAR}={token}"])
@@ -302,6 +247,84 @@ class SSHConnection(Connection):
             self._fabric.close()
         with contextlib.suppress(Exception):
             self._transport.close()
+
+
+class _ChannelProgram(Program):
+    """A command on a paramiko channel: output drained as it waits, TERM on a timeout, then
+    every process tagged with the command's token killed by a second command."""
+
+    def __init__(
+        self,
+        conn: SSHConnection,
+        channel: paramiko.Channel,
+        argv: Sequence[str],
+        timeout: float | None,
+        on_stdout_line: Callable[[str], None] | None,
+        started: float,
+        token: str,
+    ) -> None:
+        super().__init__()
+        self.conn, self.channel, self.argv, self.timeout = conn, channel, argv, timeout
+        self.started, self.token = started, token
+        self.out, self.err = LineSplitter(on_stdout_line), LineSplitter(None)
+        self.exited_at: float | None = None
+
+    def wait(self, seconds: float) -> bool:
+        channel = self.channel
+        if channel.eof_received:  # no more data: wake on the exit status, not the pipe
+            channel.status_event.wait(seconds)
+        else:
+            with contextlib.suppress(OSError, ValueError):
+                select.select([channel], [], [], seconds)
+        _drain(channel, self.out, self.err)
+        if _has_exit_status(channel):
+            self.exited_at = self.exited_at or time.monotonic()
+            done = channel.eof_received or channel.closed
+            if done or time.monotonic() - self.exited_at > EOF_GRACE_SECONDS:
+                _drain(channel, self.out, self.err)
+                return True
+        elif channel.closed:
+            _drain(channel, self.out, self.err)
+            return True  # no exit status: killed by a signal, or the connection died
+        return False
+
+    def write_stdin(self, data: bytes) -> None:
+        self.channel.sendall(data)
+
+    def shut_stdin(self) -> None:
+        self.channel.shutdown_write()
+
+    def cut(self) -> bool:
+        return False  # a closed connection closes the channel: `wait` sees it
+
+    def terminate(self) -> None:
+        _send_signal(self.channel, "TERM")
+
+    def release(self) -> None:
+        self.channel.close()
+
+    def finish(self, timed_out: bool) -> RunResult:
+        channel, host = self.channel, self.conn.host.name
+        if timed_out:
+            self.conn.kill_tagged(self.token)
+        result = RunResult(
+            rc=channel.exit_status if _has_exit_status(channel) else -1,
+            stdout=self.out.finish(),
+            stderr=self.err.finish(),
+            seconds=time.monotonic() - self.started,
+        )
+        if timed_out:
+            raise CommandTimeout(
+                f"{shlex.join(self.argv)} on {host} timed out after {self.timeout:g} s "
+                "(its processes were sent TERM, then KILL)",
+                result=result,
+            )
+        why = None if _has_exit_status(channel) else self.conn.link_gone()
+        if why is not None:
+            raise ConnectionFailure(
+                f"connection to {host} ({self.conn.address}) {why} while {self.argv[0]} ran"
+            )
+        return result
 
 
 def _has_exit_status(channel: paramiko.Channel) -> bool:

@@ -1,0 +1,125 @@
+"""A host's part of a run: connecting, reconnecting after a lost link, giving up, Ctrl-C; each
+rule against scripted runners, with the real `Run` writing a real bundle (no process, no socket).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fakes import Script, ScriptedConnection, cell, event, host
+
+from orchestrator.config.host import Group, Host, Inventory
+from orchestrator.errors import ConnectionFailure
+from orchestrator.execute.apply.outcomes import ApplyOptions
+from orchestrator.execute.apply.progress import Progress
+from orchestrator.execute.apply.run import Run
+from orchestrator.execute.transport.base import Connection
+
+A, B, C = "a-0000aaaa", "b-0000bbbb", "c-0000cccc"
+
+
+def failed(cid: str, reason: str) -> dict[str, Any]:
+    """A cell the runner ended without an archive (as when another runner holds it)."""
+    return event(cid, "done", status="failed", reason=reason, step="bench")
+
+
+def opener(*conns: Connection | Exception) -> tuple[Callable[..., Connection], list[Host]]:
+    """An opener handing out `conns` in turn (an exception is a failed connect)."""
+    queue = list(conns)
+    opened: list[Host] = []
+
+    def open_(h: Host, *, attempts: int) -> Connection:
+        opened.append(h)
+        got = queue.pop(0)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    return open_, opened
+
+
+def apply(
+    tmp_path: Path, open_: Callable[..., Connection], ids: tuple[str, ...] = (A, B, C)
+) -> Run:
+    gpu = host()
+    inventory = Inventory(hosts={gpu.name: gpu}, groups={"all": Group("all", hosts=(gpu.name,))})
+    playbook = tmp_path / "pb.yml"
+    playbook.write_text("name: p\n")
+    return Run(
+        playbook_name="p",
+        playbook_files=[playbook],
+        playbook_dir=tmp_path,
+        inventory=inventory,
+        cells=[cell(i) for i in ids],
+        options=ApplyOptions(results_dir=tmp_path / "results", connect_spacing=0),
+        progress=Progress({gpu.name: len(ids)}, stream=io.StringIO()),
+        opener=open_,
+    )
+
+
+def statuses(run: Run) -> dict[str, tuple[str, str | None]]:
+    recorded = json.loads((run.writer.path / "run.json").read_text())["cells"]
+    return {cid: (c["status"], c["failed_step"]) for cid, c in recorded.items()}
+
+
+def test_a_link_lost_midway_reconnects_once_and_the_same_queue_goes_on(tmp_path: Path) -> None:
+    lost = ConnectionFailure("gpu01: connection reset by peer")
+    first = ScriptedConnection(host(), Script([failed(A, "x"), event(B, "step")], raises=lost))
+    second = ScriptedConnection(host(), Script([failed(C, "y")]))
+    open_, opened = opener(first, second)
+    run = apply(tmp_path, open_)
+    outcome = run.execute()
+    assert len(opened) == 2 and first.closed.is_set() and second.closed.is_set()
+    assert statuses(run) == {
+        A: ("failed", "bench"),
+        B: ("failed", "connection"),
+        C: ("failed", "bench"),
+    }
+    assert outcome.status == "failed"
+    # the second invocation carries only what was still pending
+    assert [q["cell"]["id"] for q in second.payload()["queue"]] == [C]
+
+
+def test_a_host_that_cannot_be_reached_fails_each_cell_at_connect(tmp_path: Path) -> None:
+    open_, _ = opener(ConnectionFailure("gpu01: no route to host"))
+    run = apply(tmp_path, open_)
+    run.execute()
+    assert statuses(run) == {c: ("failed", "connect") for c in (A, B, C)}
+    reasons = {o.reason for o in run.outcomes.values()}
+    assert reasons == {"gpu01: no route to host"}
+
+
+def test_a_reconnect_that_fails_fails_what_was_left_at_connect(tmp_path: Path) -> None:
+    lost = ConnectionFailure("gpu01: reset")
+    first = ScriptedConnection(host(), Script([failed(A, "x"), event(B, "step")], raises=lost))
+    open_, _ = opener(first, ConnectionFailure("gpu01: host is down"))
+    run = apply(tmp_path, open_)
+    run.execute()
+    assert statuses(run) == {
+        A: ("failed", "bench"),
+        B: ("failed", "connection"),
+        C: ("failed", "connect"),
+    }
+
+
+def test_a_link_lost_before_any_outcome_is_not_retried(tmp_path: Path) -> None:
+    # nothing came back: a reconnect would only lose the same way, over and over
+    lost = ConnectionFailure("gpu01: reset")
+    open_, opened = opener(ScriptedConnection(host(), Script([], raises=lost)))
+    run = apply(tmp_path, open_)
+    run.execute()
+    assert len(opened) == 1
+    assert statuses(run) == {c: ("failed", "runner") for c in (A, B, C)}
+
+
+def test_facts_are_written_for_the_host_even_when_the_runner_sent_none(tmp_path: Path) -> None:
+    open_, _ = opener(ScriptedConnection(host(), Script([failed(A, "x")])))
+    run = apply(tmp_path, open_, ids=(A,))
+    run.execute()
+    facts = json.loads((run.writer.path / "hosts" / "gpu01" / "facts.json").read_text())
+    assert facts["absent"] == "the runner sent no facts"
+    assert facts["host_key_verified"] is True
