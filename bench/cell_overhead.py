@@ -145,7 +145,6 @@ def main() -> int:
             inventory = load_inventory(inventory_path)
             cells = build_cells(loaded, inventory, limit=None)
             counts = Counts()
-            controller.connect = counting_connect(counts)  # type: ignore[attr-defined]
             run = controller.Run(
                 playbook_name=loaded.name,
                 playbook_files=loaded.files,
@@ -154,6 +153,8 @@ def main() -> int:
                 cells=cells,
                 options=outcomes.ApplyOptions(results_dir=tmp / "results"),
                 progress=Progress({h.name: per_host for h in hosts.hosts}, stream=io.StringIO()),
+                secrets=[],
+                opener=counting_connect(counts),
             )
             started = time.monotonic()
             outcome = run.execute()

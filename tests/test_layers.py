@@ -22,6 +22,7 @@ LAYERS = (
     ("plan",),
     ("analyze",),
     ("execute",),
+    ("app",),  # a Plan and the services on it (apply, bisect): callable without the CLI
     ("cli", "__main__"),
 )
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}

@@ -1,4 +1,4 @@
-"""What every `orch` command shares: the group, the common options, error reporting, `Planned`."""
+"""What every `orch` command shares: the group, the common options, error reporting."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from orchestrator import __version__
 from orchestrator.errors import EXIT_FAILED, InputError, OrchError, ResultsWriteError
 
 if TYPE_CHECKING:  # imported where used: `orch --help` stays quick
-    from orchestrator.config.host import Inventory
     from orchestrator.results.bundle import BundleWriter
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -110,49 +109,11 @@ extra_vars_option = click.option(
 LIMIT_FILE_BYTES = 1024 * 1024  # a retry file names hosts: far less than this
 
 
-class LimitFile(str):
-    """`--limit @FILE`: its lines joined as one pattern, and where they came from.
-
-    Messages about it name the file and a line number, never a line: any file can be named
-    (`--limit @/etc/shadow`), and its lines are not ours to print.
-    """
-
-    path: Path
-    lines: list[tuple[int, str]]
-
-    @classmethod
-    def of(cls, path: Path, lines: list[tuple[int, str]]) -> LimitFile:
-        """The pattern of `lines` ((number, text) pairs) read from `path`."""
-        made = cls(",".join(text for _, text in lines))
-        made.path = path
-        made.lines = lines
-        return made
-
-
-def check_limit(limit: str | None, inventory: Inventory) -> None:
-    """For `--limit @FILE`: each line must name a host of `inventory`; said by line number."""
-    from orchestrator.config.patterns import select_hosts
-
-    if not isinstance(limit, LimitFile):
-        return
-    for number, text in limit.lines:
-        try:
-            hosts = select_hosts(inventory, text)
-        except InputError:  # a bad `~regex` term: its message would quote the line
-            hosts = []
-        if not hosts:
-            raise InputError(
-                f"line {number} matches no host of the inventory "
-                f"({len(inventory.hosts)} host(s): {', '.join(list(inventory.hosts)[:8])})",
-                key_path=f"--limit @{limit.path}",
-                hint="a limit file holds one host name or pattern per line",
-            )
-
-
 def _limit_value(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     """`--limit @file`, as Ansible's retry files: one host or pattern per line."""
     if not value or not value.startswith("@"):
         return value
+    from orchestrator.config.patterns import LimitFile
     from orchestrator.config.yamlpos import read_text
 
     path = Path(value[1:]).expanduser()
@@ -185,66 +146,6 @@ def count_option(flag: str, default: int, text: str, minimum: int = 1) -> Callab
     return click.option(
         flag, type=click.IntRange(min=minimum), default=default, show_default=True, help=text
     )
-
-
-class Planned:
-    """A loaded playbook, its inventory and the cells they give."""
-
-    def __init__(
-        self,
-        playbook: Path,
-        inventory: Sequence[Path],
-        extra_vars: Sequence[str],
-        limit: str | None,
-    ) -> None:
-        from orchestrator.config.inventory.load import load_inventory
-        from orchestrator.config.playbook import load_playbook, note_secrets_in, parse_extra_vars
-        from orchestrator.plan.build import build_cells
-
-        self.inventory = load_inventory(inventory, playbook_dir=playbook.parent)
-        for host in self.inventory.hosts.values():
-            note_secrets_in(host.vars)  # `{{ db_password }}` rendered into a checked field
-        self.extra = parse_extra_vars(list(extra_vars))
-        self.playbook = load_playbook(playbook, self.extra)
-        check_limit(limit, self.inventory)
-        try:
-            self.cells = build_cells(self.playbook, self.inventory, limit=limit)
-        except InputError as exc:
-            if isinstance(limit, LimitFile) and exc.key_path == "--limit":
-                # its message quotes the pattern: the file's lines
-                raise InputError(
-                    "the hosts it names match no host of this play",
-                    key_path=f"--limit @{limit.path}",
-                    hint=exc.hint,
-                ) from None
-            raise
-        from orchestrator.plan.lint import expect_name_error
-
-        unknown = expect_name_error(self.playbook, self.cells)
-        if unknown is not None:
-            raise unknown
-
-    @property
-    def variables(self) -> dict[str, Any]:
-        """The playbook's vars with -e applied: where secret-named values are looked for."""
-        return {**dict(self.playbook.data.get("vars") or {}), **self.extra}
-
-    def warn(self) -> None:
-        """Print what the plan is warned about (plan/lint.py) on stderr; nothing is refused."""
-        from orchestrator.plan.lint import plan_warnings
-
-        used = {c.host for c in self.cells}
-        hosts = [h.vars for name, h in self.inventory.hosts.items() if name in used]
-        for line in plan_warnings(self.playbook, self.cells, self.variables, *hosts):
-            click.echo(line, err=True)
-
-    def secret_values(self) -> list[str]:
-        """Every secret value the cells could print, as `orch apply` redacts them."""
-        from orchestrator.execute.secret_values import secret_values
-
-        used = {c.host for c in self.cells}
-        hosts = [h.vars for name, h in self.inventory.hosts.items() if name in used]
-        return secret_values(self.cells, self.variables, *hosts)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

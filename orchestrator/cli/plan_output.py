@@ -10,28 +10,27 @@ from typing import TYPE_CHECKING, Any
 import click
 from tabulate import tabulate
 
-from orchestrator.cli.common import Planned
 from orchestrator.config.host import Host, SlurmOptions
 
 if TYPE_CHECKING:
+    from orchestrator.app.plan import Plan
     from orchestrator.cell import Cell
     from orchestrator.execute.refs import Resolution
 
 
 def echo_plan(
-    planned: Planned,
-    cells: list[Cell],
+    plan: Plan,
     resolutions: list[Resolution],
     *,
     as_json: bool,
     verbose: bool,
 ) -> None:
-    """Print the planned `cells` (pinned as `resolutions` say): a table, or JSON with --json."""
+    """Print the plan's cells (pinned as `resolutions` say): a table, or JSON with --json."""
     from orchestrator.plan.lint import unchecked_ready_note
     from orchestrator.plan.sessions import session_labels
     from orchestrator.results.redact import cell_json_by_name, redact_text
 
-    secrets = planned.secret_values()
+    secrets, cells = plan.secrets, list(plan.cells)
 
     def echo(text: str) -> None:
         # Plan output ends up in CI logs and chat: secrets are hidden as in a bundle.
@@ -59,7 +58,7 @@ def echo_plan(
     hosts = sorted({h for c in cells for h in c.hosts})
     echo(f"\n{len(cells)} cells on {len(hosts)} host(s): {', '.join(hosts)}")
     for name in hosts:  # how each runs its cells: direct, or as Slurm jobs (and how big)
-        echo(f"  {name}: {describe_executor(planned.inventory.hosts[name])}")
+        echo(f"  {name}: {describe_executor(plan.inventory.hosts[name])}")
     multi = [c for c in cells if c.nodes]
     if multi:
         echo(
@@ -76,7 +75,7 @@ def echo_plan(
             f"{starts} server start(s) for {len(with_server)} cells: cells with the same "
             "`server` label share one start (server.restart: per_cell starts one per cell)"
         )
-    note = unchecked_ready_note(planned.playbook, cells)
+    note = unchecked_ready_note(plan.playbook, cells)
     if note is not None:
         echo(note)
     if verbose:

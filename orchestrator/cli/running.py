@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 from tabulate import tabulate
 
 from orchestrator.cli.common import (
-    Planned,
     _echo_from_bundle,
     _interrupted,
     _print_summary,
-    check_limit,
     check_recorded,
     count_option,
     extra_vars_option,
@@ -27,12 +25,12 @@ from orchestrator.cli.common import (
     results_option,
 )
 from orchestrator.cli.plan_output import echo_plan
+from orchestrator.config.patterns import check_limit
 from orchestrator.errors import EXIT_FAILED, EXIT_OK, BundleError, InputError, OrchError
 
 if TYPE_CHECKING:
-    from orchestrator.cell import Cell
+    from orchestrator.app.plan import Plan
     from orchestrator.execute.bisect.run import MetricNotReported
-    from orchestrator.execute.refs import RefKey, Resolution
 
 
 cells_option = click.option(
@@ -44,25 +42,20 @@ cells_option = click.option(
 )
 
 
-def _planned(
+def _plan(
     playbook: Path,
     inventory: Sequence[Path],
     extra_vars: Sequence[str],
     limit: str | None,
-    selector: str | None,
-) -> Planned:
-    """The playbook planned, narrowed to the cells `--cells` picks (exit 2 when none)."""
-    from orchestrator.plan.select import select_cells
+    selector: str | None = None,
+) -> Plan:
+    """The playbook planned (narrowed to the cells `--cells` picks), its warnings on stderr."""
+    from orchestrator.app.plan import load_plan
 
-    planned = Planned(playbook, inventory, extra_vars, limit)
-    planned.cells = select_cells(
-        planned.cells,
-        selector,
-        cell_id=lambda c: c.id,
-        axes=lambda c: c.axes,
-        host=lambda c: c.host,
-    )
-    return planned
+    plan = load_plan(playbook, inventory, extra_vars, limit).select(selector)
+    for line in plan.warnings():
+        click.echo(line, err=True)
+    return plan
 
 
 @main.command()
@@ -75,10 +68,9 @@ def validate(
     playbook: Path, inventory: Sequence[Path], extra_vars: tuple[str, ...], limit: str | None
 ) -> None:
     """Load, check and render PLAYBOOK without running anything."""
-    planned = Planned(playbook, inventory, extra_vars, limit)
-    planned.warn()
-    hosts = sorted({c.host for c in planned.cells})
-    click.echo(f"ok: {playbook}: {len(planned.cells)} cells on {len(hosts)} host(s)")
+    plan = _plan(playbook, inventory, extra_vars, limit)
+    hosts = sorted({c.host for c in plan.cells})
+    click.echo(f"ok: {playbook}: {len(plan.cells)} cells on {len(hosts)} host(s)")
 
 
 @main.command()
@@ -100,23 +92,11 @@ def plan(
     verbose: bool,
 ) -> None:
     """Show the cells PLAYBOOK expands to: cells x axes x host. Secret values are hidden."""
-    planned = _planned(playbook, inventory, extra_vars, limit, cells_selector)
-    planned.warn()
     # Only the controller asks the origins: planning connects to no host.
-    cells, resolutions = _pinned(planned, None, ask_hosts=False)
-    echo_plan(planned, cells, resolutions, as_json=as_json, verbose=verbose)
-
-
-def _pinned(
-    planned: Planned, earlier: Mapping[RefKey, Resolution] | None, *, ask_hosts: bool = True
-) -> tuple[list[Cell], list[Resolution]]:
-    """The planned cells with each branch or tag pinned to one commit for the run."""
-    from orchestrator.execute.refs import pin_refs
-
-    location = planned.playbook.locate(("repo", "version"))
-    return pin_refs(
-        planned.cells, planned.inventory, earlier=earlier, ask_hosts=ask_hosts, location=location
+    pinned, resolutions = _plan(playbook, inventory, extra_vars, limit, cells_selector).pinned(
+        ask_hosts=False
     )
+    echo_plan(pinned, resolutions, as_json=as_json, verbose=verbose)
 
 
 @main.command()
@@ -172,53 +152,25 @@ def apply(
     silent_host_timeout: float,
 ) -> None:
     """Run every cell of PLAYBOOK and write a result bundle."""
-    from orchestrator.execute.apply.outcomes import ApplyOptions
-    from orchestrator.execute.apply.resume import check_resume_plan, resume_command, resume_target
-    from orchestrator.execute.apply.run import Run
-    from orchestrator.execute.refs import recorded_resolutions
-    from orchestrator.results.bundle import check_writable
+    from orchestrator.app.apply import ApplyRequest, prepare_apply
+    from orchestrator.execute.apply.resume import resume_command
     from orchestrator.results.redact import redact_text
 
-    if retry_failed and resume is None:
-        raise InputError(
-            "--retry-failed needs --resume RUN", hint="the run whose failed cells to run again"
-        )
-    planned = _planned(playbook, inventory, extra_vars, limit, cells_selector)
-    planned.warn()
-    run_id = None
-    earlier = None
-    if resume is not None:
-        results_dir, run_id = resume_target(resume, results_dir)
-        check_resume_plan(results_dir / run_id, [c.id for c in planned.cells])
-        earlier = recorded_resolutions(results_dir / run_id)  # one run never mixes commits
-        check_writable(results_dir / run_id)  # before the run lock is taken there
-    cells, resolutions = _pinned(planned, earlier)
-    secrets = planned.secret_values()
-    for res in resolutions:
-        if res.sha is not None or res.note.startswith("not pinned"):
-            click.echo(redact_text(f"repo.version {res.describe()}", secrets), err=True)
+    plan = _plan(playbook, inventory, extra_vars, limit, cells_selector)
     argv = ["orch", *sys.argv[1:]]
-    options = ApplyOptions(
+    request = ApplyRequest(
         results_dir=results_dir,
-        run_id=run_id,
-        resume=resume is not None,
+        resume=resume,
         retry_failed=retry_failed,
         max_parallel=max_parallel,
-        argv=argv,
         silent_host_timeout=silent_host_timeout,
+        argv=argv,
     )
-
-    secret_vars = planned.variables
-    run = Run(
-        playbook_name=planned.playbook.name,
-        playbook_files=planned.playbook.files,
-        playbook_dir=planned.playbook.path.parent,
-        inventory=planned.inventory,
-        cells=cells,
-        options=options,
-        secret_vars=secret_vars,
-    )
-    click.echo(f"run {run.run_id}: {len(cells)} cells -> {run.writer.path}", err=True)
+    run, resolutions = prepare_apply(plan, request)
+    for res in resolutions:
+        if res.sha is not None or res.note.startswith("not pinned"):
+            click.echo(redact_text(f"repo.version {res.describe()}", run.secrets), err=True)
+    click.echo(f"run {run.run_id}: {len(run.cells)} cells -> {run.writer.path}", err=True)
     try:
         outcome = run.execute()
     except KeyboardInterrupt:
@@ -227,7 +179,7 @@ def apply(
     click.echo("")
     _echo_server_starts(outcome.path)
     click.echo(f"bundle: {outcome.path}")  # last: scripts/demo.sh reads the run from it
-    check_recorded(run.writer, [c.id for c in cells], resume_command(argv, run.writer.path))
+    check_recorded(run.writer, [c.id for c in run.cells], resume_command(argv, run.writer.path))
     sys.exit(EXIT_OK if outcome.ok else EXIT_FAILED)
 
 
@@ -373,58 +325,31 @@ def bisect(
     resume_run: str | None,
 ) -> None:
     """Find the first bad commit for one cell of PLAYBOOK, noise-aware."""
+    from orchestrator.app.bisect import BisectRequest, prepare_bisect
+    from orchestrator.app.plan import load_plan
     from orchestrator.execute.apply.resume import resume_command
-    from orchestrator.execute.bisect.run import (
-        Bisection,
-        BisectSetup,
-        MetricNotReported,
-        pick_bisect_cell,
-        render_bisect,
-        show_bisect,
-    )
+    from orchestrator.execute.bisect.run import MetricNotReported, render_bisect, show_bisect
     from orchestrator.execute.bisect.search import BisectError, BisectPolicy
-    from orchestrator.execute.refs import pin_revision
-    from orchestrator.results.read import open_run
 
     if show_run:
         click.echo(show_bisect(show_run, results_dir))
         return
     if playbook is None or not selector or not good or not bad:
         raise InputError("bisect needs PLAYBOOK, --cell, --good and --bad")
-    planned = Planned(playbook, inventory, extra_vars, limit)
-    base, commit_axes = pick_bisect_cell(planned.cells, selector)
-    if metric is None:
-        metric = next(iter(base.expect), "output_throughput")
-    run_id = None
-    refs: dict[str, dict[str, Any]] = {}
-    if resume_run:
-        run = open_run(resume_run, results_dir)
-        run_id = run.path.name
-        refs = dict((run.run or {}).get("bisect_refs") or {})  # the first start's commits
-    for key, ref in (("--good", good), ("--bad", bad)):
-        if ref not in refs:
-            res = pin_revision(base, planned.inventory, ref, key_path=key)
-            if res is not None and res.sha is not None:
-                refs[ref] = res.to_json()
-    setup = BisectSetup(
-        base=base,
-        host=planned.inventory.hosts[base.host],
-        inventory=planned.inventory,
+    plan = load_plan(playbook, inventory, extra_vars, limit)
+    policy = BisectPolicy(end_repeats=end_repeats, repeats=repeats, max_runs_per_point=max_runs)
+    request = BisectRequest(
+        selector=selector,
         good=good,
         bad=bad,
         metric=metric,
         results_dir=results_dir,
-        playbook_name=planned.playbook.name,
-        playbook_files=planned.playbook.files,
-        playbook_dir=planned.playbook.path.parent,
+        resume=resume_run,
+        all_parents=all_parents,
+        policy=policy,
         argv=["orch", *sys.argv[1:]],
-        first_parent=not all_parents,
-        commit_axes=commit_axes,
-        secret_vars=planned.variables,
-        refs=refs,
-        policy=BisectPolicy(end_repeats=end_repeats, repeats=repeats, max_runs_per_point=max_runs),
     )
-    job = Bisection(setup, run_id=run_id)
+    job = prepare_bisect(plan, request)
     job.log = lambda msg: click.echo(f"bisect: {msg}", err=True)
     try:
         job.execute()

@@ -13,6 +13,7 @@ import difflib
 import fnmatch
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from orchestrator.config.host import Inventory
 from orchestrator.errors import InputError, SourceLocation
@@ -152,3 +153,40 @@ def select_hosts_checked(
     else:
         message = f"pattern {pattern!r} matches no host ({known})"
     raise InputError(message, location=location, key_path=key_path, hint=hint)
+
+
+class LimitFile(str):
+    """`--limit @FILE`: its lines joined as one pattern, and where they came from.
+
+    Messages about it name the file and a line number, never a line: any file can be named
+    (`--limit @/etc/shadow`), and its lines are not ours to print.
+    """
+
+    path: Path
+    lines: list[tuple[int, str]]
+
+    @classmethod
+    def of(cls, path: Path, lines: list[tuple[int, str]]) -> LimitFile:
+        """The pattern of `lines` ((number, text) pairs) read from `path`."""
+        made = cls(",".join(text for _, text in lines))
+        made.path = path
+        made.lines = lines
+        return made
+
+
+def check_limit(limit: str | None, inventory: Inventory) -> None:
+    """For `--limit @FILE`: each line must name a host of `inventory`; said by line number."""
+    if not isinstance(limit, LimitFile):
+        return
+    for number, text in limit.lines:
+        try:
+            hosts = select_hosts(inventory, text)
+        except InputError:  # a bad `~regex` term: its message would quote the line
+            hosts = []
+        if not hosts:
+            raise InputError(
+                f"line {number} matches no host of the inventory "
+                f"({len(inventory.hosts)} host(s): {', '.join(list(inventory.hosts)[:8])})",
+                key_path=f"--limit @{limit.path}",
+                hint="a limit file holds one host name or pattern per line",
+            )

@@ -22,6 +22,7 @@ from orchestrator.errors import InputError, SourceLocation
 from orchestrator.execute.apply.outcomes import ApplyOptions, RunOutcome
 from orchestrator.execute.apply.run import Run
 from orchestrator.execute.machine import machine_id
+from orchestrator.execute.secret_values import extra_vars_in_argv, secrets_of_run
 from orchestrator.plan.select import select_cells
 from orchestrator.results.read import RunBundle
 from orchestrator.runner.redaction import REDACTED
@@ -192,6 +193,7 @@ def run_recorded(
     """Run recorded cells into a new bundle that says where they came from."""
     playbook_dir = run.path / "playbook"
     files = [p for p in run.playbook_files if p.is_file()]
+    secrets = secrets_of_run(cells, inventory, *extra_vars_in_argv(argv), files=files)
     return Run(
         playbook_name=str((run.run or {}).get("playbook") or "replay"),
         playbook_files=files,
@@ -199,4 +201,5 @@ def run_recorded(
         inventory=inventory,
         cells=cells,
         options=ApplyOptions(results_dir=results_dir, argv=argv, extra_run_fields=provenance),
+        secrets=secrets,
     ).execute()

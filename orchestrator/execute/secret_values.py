@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.cell import Cell
+from orchestrator.config.host import Inventory
 from orchestrator.config.playbook import parse_extra_vars
 from orchestrator.errors import BundleError, OrchError
 from orchestrator.results.documents import recorded_plan_cells
@@ -68,6 +69,18 @@ def secret_values(
         values.update(redact_yaml_text(text, listed)[1])
     # Short values would shred unrelated text; they are still never written in JSON fields.
     return sorted(v for v in values if len(v) >= 4)
+
+
+def secrets_of_run(
+    cells: Sequence[Cell],
+    inventory: Inventory,
+    *var_sources: Mapping[str, Any],
+    files: Sequence[Path] = (),
+) -> list[str]:
+    """`secret_values` of a run of `cells`, the variables of the hosts they use included."""
+    used = {name for c in cells for name in c.hosts}
+    hosts = [h.vars for name, h in inventory.hosts.items() if name in used]
+    return secret_values(cells, *var_sources, *hosts, files=files)
 
 
 def extra_vars_in_argv(argv: Sequence[str]) -> list[dict[str, Any]]:

@@ -122,6 +122,14 @@ def test_a_link_lost_before_any_outcome_gives_up_instead_of_looping() -> None:
     fake, queue, lost = play(Script([], raises=ConnectionFailure("gpu01: reset")), ids=(A, B))
     assert lost and not queue.progressed
     assert fake.reasons() == {A: ("failed", "runner"), B: ("failed", "runner")}
+    assert fake.outcomes[A].reason == "not run: gpu01: reset"
+
+
+def test_a_runner_that_cannot_start_says_why_in_every_cell() -> None:
+    # before: "runner ended without a result (rc None): " with nothing after the colon
+    cannot = ExecutionError("cannot start python3 -c ... on gpu01: [Errno 2] No such file")
+    fake, _, _ = play(Script([], raises=cannot), ids=(A, B))
+    assert fake.outcomes[B].reason == f"not run: {cannot}"
 
 
 def test_a_runner_error_that_is_not_the_link_fails_in_flight_and_does_not_reconnect() -> None:

@@ -57,6 +57,7 @@ def apply(
         cells=[cell(i) for i in ids],
         options=ApplyOptions(results_dir=tmp_path / "results", connect_spacing=0),
         progress=Progress({gpu.name: len(ids)}, stream=io.StringIO()),
+        secrets=[],
         opener=open_,
     )
 

@@ -339,7 +339,7 @@ class HostQueue:
             elif self.silent:
                 reason = f"not run: {self.silence()}; `orch apply --resume` runs it"
                 self.run_.record(CellOutcome(cell.id, host, "failed", reason, "connection"))
-            elif isinstance(self.broken, JobEnded):
+            elif self.broken is not None:  # the invocation never got going, or was cut
                 reason = f"not run: {self.broken}"
                 self.run_.record(CellOutcome(cell.id, host, "failed", reason, "runner"))
             else:

@@ -41,7 +41,7 @@ from orchestrator.execute.apply.progress import Progress
 from orchestrator.execute.apply.run_record import RunRecord
 from orchestrator.execute.apply.runlock import acquire_run_lock
 from orchestrator.execute.apply.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
-from orchestrator.execute.secret_values import extra_vars_in_argv, scrub, secret_values
+from orchestrator.execute.secret_values import scrub
 from orchestrator.execute.ship import runner_invocation
 from orchestrator.execute.transport.base import SchedulerJob
 from orchestrator.execute.transport.connect import Connection, connect
@@ -65,7 +65,7 @@ class Run:
         inventory: Inventory,
         cells: Sequence[Cell],
         options: ApplyOptions,
-        secret_vars: dict[str, Any] | None = None,
+        secrets: Sequence[str],
         progress: Progress | None = None,
         opener: Callable[..., Connection] = connect,
     ) -> None:
@@ -76,14 +76,7 @@ class Run:
         self.options = options
         self.stop = threading.Event()
         self.spacing = StartSpacing(self.options.connect_spacing)
-        used_hosts = {h for c in self.cells for h in c.hosts}
-        self.secrets = secret_values(
-            self.cells,
-            secret_vars or {},
-            *extra_vars_in_argv(options.argv),
-            *(h.vars for name, h in inventory.hosts.items() if name in used_hosts),
-            files=playbook_files,
-        )
+        self.secrets = list(secrets)
         # One controller per run: a resume locks before the writer touches the bundle.
         resumed = options.results_dir / (options.run_id or "")
         lock = None

@@ -22,6 +22,7 @@ from orchestrator.errors import BundleError, ExecutionError, InputError, OrchErr
 from orchestrator.execute.apply.outcomes import ApplyOptions
 from orchestrator.execute.apply.run import Run
 from orchestrator.execute.bisect.search import BisectPolicy, BisectResult, bisect
+from orchestrator.execute.secret_values import extra_vars_in_argv, secrets_of_run
 from orchestrator.execute.ship import ensure_runner
 from orchestrator.execute.transport.connect import Connection, connect
 from orchestrator.plan.select import select_cells
@@ -204,7 +205,13 @@ class Bisection:
             playbook_dir=self.setup.playbook_dir,
             inventory=self.setup.inventory,
             cells=self.cells,
-            secret_vars=self.setup.secret_vars,
+            secrets=secrets_of_run(
+                self.cells,
+                self.setup.inventory,
+                self.setup.secret_vars,
+                *extra_vars_in_argv(self.setup.argv),
+                files=self.setup.playbook_files,
+            ),
             options=ApplyOptions(
                 results_dir=self.setup.results_dir,
                 run_id=self.run_id,

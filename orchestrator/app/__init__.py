@@ -1,0 +1,1 @@
+"""What orch does, callable from Python without the CLI: load a `Plan`, then run it (apply)."""
