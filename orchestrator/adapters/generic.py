@@ -21,6 +21,7 @@ from orchestrator.adapters.sections import (
 )
 from orchestrator.cell import BenchSpec, Cell, ServerSpec
 from orchestrator.errors import InputError
+from orchestrator.results.layout import STDOUT
 
 
 def _require_command(section: Mapping[str, Any]) -> list[str]:
@@ -117,7 +118,7 @@ class GenericBench(BenchAdapter):
         if cell.bench.result_file:
             json_metrics(repeat_dir / cell.bench.result_file, result)
         if cell.bench.metrics:
-            stdout = read_text(repeat_dir / "stdout")
+            stdout = read_text(repeat_dir / STDOUT)
             if stdout is None:
                 result.notes.append("stdout is missing: regex metrics not read")
             else:

@@ -32,6 +32,7 @@ from orchestrator.adapters.sections import (
 )
 from orchestrator.cell import Cell, ServerSpec
 from orchestrator.errors import InputError
+from orchestrator.results.layout import CAPTURES_DIR, SERVER_LOG
 
 DEFAULT_PORT = 30000
 DEFAULT_HOST = "127.0.0.1"
@@ -145,7 +146,7 @@ class SglangServer(ServerAdapter):
         metrics: dict[str, float] = {}
         facts: dict[str, Any] = {}
         checks: list[dict[str, Any]] = []
-        log = read_text(cell_dir / "server.log")
+        log = read_text(cell_dir / SERVER_LOG)
         if log is None:
             facts["server_log"] = "missing"
             log = ""
@@ -273,7 +274,7 @@ def server_time_scale(cell_dir: Path, cell: Cell) -> float | None:
             said = sim["time_scale"]
             break
     if said is None:
-        match = _TIME_SCALE_LOG.search(read_text(cell_dir / "server.log") or "")
+        match = _TIME_SCALE_LOG.search(read_text(cell_dir / SERVER_LOG) or "")
         said = match.group(1) if match else cell.env.get("ORCH_SIM_TIME_SCALE")
     try:
         scale = float(said) if said is not None else 1.0
@@ -311,7 +312,7 @@ def load_server_infos(cell_dir: Path, cell: Cell) -> list[tuple[str, dict[str, A
     """Every /server_info capture of the cell as (moment, document), in time order."""
     name = server_info_capture_name(cell)
     found: list[tuple[str, dict[str, Any]]] = []
-    captures = cell_dir / "captures"
+    captures = cell_dir / CAPTURES_DIR
     if not captures.is_dir():
         return found
     for path in captures.glob(f"{name}.*.json"):

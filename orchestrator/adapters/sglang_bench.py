@@ -29,6 +29,7 @@ from orchestrator.adapters.sglang import (
 )
 from orchestrator.cell import BenchSpec, Cell, ServerSpec
 from orchestrator.errors import InputError
+from orchestrator.results.layout import STDOUT
 from orchestrator.sim.bench import SIMULATED_UNITS_LINE
 
 RESULT_FILE = "result.jsonl"
@@ -209,7 +210,7 @@ def serving_metrics(row: Mapping[str, Any]) -> dict[str, float]:
 def _stdout_metrics(repeat_dir: Path, cell: Cell, result: RepeatResult) -> None:
     if not cell.bench.metrics:
         return
-    stdout = read_text(repeat_dir / "stdout")
+    stdout = read_text(repeat_dir / STDOUT)
     if stdout is None:
         result.notes.append("stdout is missing: regex metrics not read")
     else:
@@ -233,7 +234,7 @@ def apply_time_scale(
     scale = server_time_scale(repeat_dir.parent.parent, cell)
     if scale is None:
         return
-    stdout = read_text(repeat_dir / "stdout") or ""
+    stdout = read_text(repeat_dir / STDOUT) or ""
     if _SIMULATED_UNITS in stdout:
         result.notes.append(f"time scale {scale:g}: the client reported simulated units itself")
         return

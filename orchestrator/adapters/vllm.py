@@ -53,6 +53,7 @@ from orchestrator.adapters.vllm_log import (
 )
 from orchestrator.cell import BenchSpec, Cell, ServerSpec
 from orchestrator.errors import InputError, OrchError
+from orchestrator.results.layout import CELL_JSON, EXIT_JSON, SERVER_LOG, STDOUT
 from orchestrator.results.records import CellRecord
 
 DEFAULT_PORT = 8000
@@ -176,7 +177,7 @@ class VllmServer(ServerAdapter):
         NCCL facts and checks."""
         metrics: dict[str, float] = {}
         facts: dict[str, Any] = {}
-        log = read_text(cell_dir / "server.log")
+        log = read_text(cell_dir / SERVER_LOG)
         if log is None:
             facts["server_log"] = "missing"
             log = ""
@@ -261,7 +262,7 @@ class MeasuredWindow:
 def measured_windows(cell_dir: Path, cell: Cell, log: ServerLog) -> list[MeasuredWindow]:
     """Each measured repeat's window on the server's log clock (bench/<n>/exit.json)."""
     out: list[MeasuredWindow] = []
-    cell_doc, _ = read_json(cell_dir / "cell.json")
+    cell_doc, _ = read_json(cell_dir / CELL_JSON)
     for record in CellRecord(cell_dir).repeats:
         try:
             exit_doc = record.exit
@@ -285,12 +286,12 @@ def repeat_log_metrics(repeat_dir: Path, cell: Cell, result: RepeatResult) -> No
     if not repeat_dir.name.isdigit():
         return  # a warm-up: never compared
     cell_dir = repeat_dir.parent.parent
-    log = read_log(cell_dir / "server.log")
+    log = read_log(cell_dir / SERVER_LOG)
     if log is None:
         result.notes.append("server.log is missing: log_* metrics not read")
         return
-    exit_doc, _ = read_json(repeat_dir / "exit.json")
-    cell_doc, _ = read_json(cell_dir / "cell.json")
+    exit_doc, _ = read_json(repeat_dir / EXIT_JSON)
+    cell_doc, _ = read_json(cell_dir / CELL_JSON)
     window, how = placed_window(exit_doc, cell.env, log, cell_doc)
     if window is None:
         result.notes.append(f"log_* metrics not read: {how}")
@@ -378,7 +379,7 @@ class VllmBenchServe(BenchAdapter):
                 result.sources[key] = name
         repeat_log_metrics(repeat_dir, cell, result)
         if cell.bench.metrics:
-            stdout = read_text(repeat_dir / "stdout")
+            stdout = read_text(repeat_dir / STDOUT)
             if stdout is None:
                 result.notes.append("stdout is missing: regex metrics not read")
             else:

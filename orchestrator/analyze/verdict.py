@@ -19,7 +19,7 @@ from orchestrator.analyze.metrics import metric_units, metrics_document, summari
 from orchestrator.cell import Cell
 from orchestrator.errors import OrchError
 from orchestrator.results.documents import read_json_noting
-from orchestrator.results.layout import CELL_JSON, METRICS_JSON
+from orchestrator.results.layout import CELL_JSON, METRICS_JSON, SERVER_LOG
 from orchestrator.results.records import CellRecord, RepeatRecord
 from orchestrator.runner.telemetry import TELEMETRY_CSV
 
@@ -68,7 +68,7 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
     checks: list[dict[str, Any]] = []
     server_facts: dict[str, Any] = {}
     server_metrics: dict[str, Any] = {}
-    if cell.server is not None and (cell_dir / "server.log").exists():
+    if cell.server is not None and (cell_dir / SERVER_LOG).exists():
         try:
             analysis = server_adapter(cell.server.adapter).analyze(cell_dir, cell)
         except (OrchError, OSError, ValueError) as exc:

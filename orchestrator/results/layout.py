@@ -17,6 +17,24 @@ from __future__ import annotations
 import re
 from typing import TypeGuard
 
+from orchestrator.runner.layout import BENCH_DIR as BENCH_DIR
+from orchestrator.runner.layout import CAPTURES_DIR as CAPTURES_DIR
+from orchestrator.runner.layout import CELL_JSON as CELL_JSON
+from orchestrator.runner.layout import ENV_CHECK_JSON as ENV_CHECK_JSON
+from orchestrator.runner.layout import EVENTS as EVENTS
+from orchestrator.runner.layout import EXIT_JSON as EXIT_JSON
+from orchestrator.runner.layout import METRICS_JSON as METRICS_JSON
+from orchestrator.runner.layout import NODES_DIR as NODES_DIR
+from orchestrator.runner.layout import NODES_JSON as NODES_JSON
+from orchestrator.runner.layout import REPO_JSON as REPO_JSON
+from orchestrator.runner.layout import SERVER_JSON as SERVER_JSON
+from orchestrator.runner.layout import SERVER_LOG as SERVER_LOG
+from orchestrator.runner.layout import SETUP_LOG as SETUP_LOG
+from orchestrator.runner.layout import SNAPSHOT_POST as SNAPSHOT_POST
+from orchestrator.runner.layout import SNAPSHOT_PRE as SNAPSHOT_PRE
+from orchestrator.runner.layout import STDERR as STDERR
+from orchestrator.runner.layout import STDOUT as STDOUT
+
 # The newest bundle layout this orch writes and reads; run.json and cell.json carry it.
 SCHEMA_VERSION = 1
 
@@ -34,26 +52,10 @@ RETRIED_DIR = "retried"  # retried/<cell-id>.<n>/: a failed attempt `--retry-fai
 # held by the run's live controller; a `.tmp` name, so the manifest and `orch pack` skip it
 RUN_LOCK = ".controller.lock.tmp"
 
-# cell level
-CELL_JSON = "cell.json"
-NODES_DIR = "nodes"  # a multi-node cell: each other node's own folder, nodes/<host>/
-NODES_JSON = "nodes.json"  # a multi-node cell: what each other node did
-METRICS_JSON = "metrics.json"
-REPO_JSON = "repo.json"
-SERVER_JSON = "server.json"
-ENV_CHECK_JSON = "env_check.json"
-SNAPSHOT_PRE = "snapshot.pre.json"
-SNAPSHOT_POST = "snapshot.post.json"
-EVENTS = "events.jsonl"
-SERVER_LOG = "server.log"
-SETUP_LOG = "setup.log"
+# cell level: the runner writes the cell folder, so its names are orchestrator/runner/layout.py's,
+# re-exported above; these two are the controller's own
 LOGS = (SERVER_LOG, SETUP_LOG, EVENTS)  # the full logs `orch show` points at
-CAPTURES_DIR = "captures"  # captures/<name>.<moment>.json
-BENCH_DIR = "bench"
 REPEAT_DIR = re.compile(r"^(warmup-)?(\d+)$")  # bench/<n>/ measured, bench/warmup-<n>/ warmup
-STDOUT = "stdout"
-STDERR = "stderr"
-EXIT_JSON = "exit.json"
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")  # a packed run
 

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 from orchestrator.runner.cell import archived_cell_json, make_archive
 from orchestrator.runner.cell_queue import fail_queue, run_queue, send_archive
 from orchestrator.runner.control import Control
+from orchestrator.runner.layout import CELL_JSON
 from orchestrator.runner.procs import (
     kill_pid,
     live_server_records,
@@ -73,7 +74,7 @@ def cmd_collect(run_id: str, workdir: str, stream: bool = False) -> int:
         info: Any = None
         try:
             if os.path.isdir(cell_dir):
-                info = read_json(os.path.join(cell_dir, "cell.json"))
+                info = read_json(os.path.join(cell_dir, CELL_JSON))
                 if not os.path.exists(archive):
                     make_archive(cell_dir, archive)  # renamed but not archived: finish the job
             else:

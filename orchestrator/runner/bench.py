@@ -8,6 +8,7 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from orchestrator.runner.layout import BENCH_DIR, EXIT_JSON, STDERR, STDOUT
 from orchestrator.runner.protocol import (
     Interrupted,
     StepFailed,
@@ -33,14 +34,14 @@ class BenchStep(ServerSteps):
         for kind, n in runs:
             self.check()
             name = "warmup-%d" % n if kind == "warmup" else str(n)
-            rdir = self.path("bench", name)
+            rdir = self.path(BENCH_DIR, name)
             os.makedirs(rdir, exist_ok=True)
             env = self.base_env({"ORCH_REPEAT_KIND": kind, "ORCH_REPEAT": str(n)})
             rc, timed_out, start, end, server_gone = self.run_bench_once(argv, rdir, env, timeout)
             seconds = end - start
             result_file = bench.get("result_file")
             write_json(
-                os.path.join(rdir, "exit.json"),
+                os.path.join(rdir, EXIT_JSON),
                 {
                     "rc": rc,
                     "seconds": round(seconds, 3),
@@ -79,8 +80,8 @@ class BenchStep(ServerSteps):
                 raise StepFailed(
                     with_tail(
                         "bench %s failed (%s)" % (label, why),
-                        tail_lines(os.path.join(rdir, "stderr")),
-                        "bench/%s/stderr" % name,
+                        tail_lines(os.path.join(rdir, STDERR)),
+                        "%s/%s/%s" % (BENCH_DIR, name, STDERR),
                     )
                 )
             if kind == "measure":
@@ -106,8 +107,8 @@ class BenchStep(ServerSteps):
                     return "server died"
             return None
 
-        out = open(os.path.join(rdir, "stdout"), "wb")  # noqa: SIM115
-        err = open(os.path.join(rdir, "stderr"), "wb")  # noqa: SIM115
+        out = open(os.path.join(rdir, STDOUT), "wb")  # noqa: SIM115
+        err = open(os.path.join(rdir, STDERR), "wb")  # noqa: SIM115
         try:
             proc = self.spawn(
                 argv,
@@ -129,7 +130,7 @@ class BenchStep(ServerSteps):
         except Interrupted:
             end = now()
             write_json(
-                os.path.join(rdir, "exit.json"),
+                os.path.join(rdir, EXIT_JSON),
                 {
                     "rc": proc.returncode,
                     "seconds": round(end - start, 3),

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from orchestrator.runner.bench import BenchStep
 from orchestrator.runner.envcheck import EnvCheckStep
+from orchestrator.runner.layout import CELL_JSON, EVENTS, SNAPSHOT_POST, SNAPSHOT_PRE
 from orchestrator.runner.node import NodeSteps
 from orchestrator.runner.protocol import (
     RUNNER_PATH,
@@ -93,7 +94,7 @@ class CellRunner(
             self.step("setup", self.do_setup, bool(repo and repo.get("setup")))
             shared = self.adopted
             self.step("preflight", self.do_preflight_shared if shared else self.do_preflight, True)
-            self.step("snapshot_pre", lambda: self.do_snapshot("snapshot.pre.json", None), True)
+            self.step("snapshot_pre", lambda: self.do_snapshot(SNAPSHOT_PRE, None), True)
             self.start_telemetry()
             part = self.node_role is not None  # a node's part of a server over several hosts
             if shared:
@@ -142,7 +143,7 @@ class CellRunner(
         log = self.server_log_path
         self.cleanup_step(
             "snapshot_post",
-            lambda: self.do_snapshot("snapshot.post.json", log if os.path.exists(log) else None),
+            lambda: self.do_snapshot(SNAPSHOT_POST, log if os.path.exists(log) else None),
             True,
         )
         return self.finish()
@@ -176,7 +177,7 @@ class CellRunner(
         if isinstance(axes, dict):  # a matrix axis of secrets: hidden by name, as env is
             cell_out["axes"] = {k: (REDACTED if self.is_secret(k) else v) for k, v in axes.items()}
         write_json(
-            self.path("cell.json"),
+            self.path(CELL_JSON),
             {
                 "schema_version": SCHEMA_VERSION,
                 "run_id": self.run_id,
@@ -299,8 +300,8 @@ class CellRunner(
         """
         info: Any = None
         try:
-            if os.path.isfile(os.path.join(self.final, "cell.json")):
-                info = read_json(os.path.join(self.final, "cell.json"))
+            if os.path.isfile(os.path.join(self.final, CELL_JSON)):
+                info = read_json(os.path.join(self.final, CELL_JSON))
                 if not isinstance(info, dict) or info.get("status") not in ("passed", "failed"):
                     return None
                 if archived_cell_json(self.archive, self.cell_id) != info:
@@ -330,7 +331,7 @@ class CellRunner(
             shutil.rmtree(self.partial)
         os.makedirs(self.partial)
         # Appended to as events happen, so even a killed runner leaves its events behind.
-        self.events_fh = open(self.path("events.jsonl"), "a", encoding="utf-8")  # noqa: SIM115
+        self.events_fh = open(self.path(EVENTS), "a", encoding="utf-8")  # noqa: SIM115
 
 
 LINKS_FILE = "links.json"
@@ -397,7 +398,7 @@ def archived_cell_json(archive: str, cell_id: str) -> Any:
     """cell.json inside a cell archive (None when absent or unreadable)."""
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            member = tar.extractfile(cell_id + "/cell.json")
+            member = tar.extractfile(cell_id + "/" + CELL_JSON)
             return json.loads(member.read().decode("utf-8")) if member else None
     except (OSError, ValueError, KeyError, tarfile.TarError):
         return None

@@ -17,6 +17,7 @@ from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
 from orchestrator.runner.control import Control
 from orchestrator.runner.guard import GUARD
+from orchestrator.runner.layout import SERVER_LOG
 from orchestrator.runner.procs import (
     MARKER_VAR,
     kill_group,
@@ -188,7 +189,7 @@ class CellContext:
     def server_exit_reason(self, rc: int, when: str) -> str:
         """'server exited <when> (rc N)' with the log tail."""
         return with_errors_and_tail(
-            "server exited %s (rc %s)" % (when, rc), self.server_log_path, "server.log"
+            "server exited %s (rc %s)" % (when, rc), self.server_log_path, SERVER_LOG
         )
 
     @property

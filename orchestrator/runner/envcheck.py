@@ -6,6 +6,7 @@ import os
 from typing import Any, Dict, List, Tuple
 
 from orchestrator.runner.context import CellContext
+from orchestrator.runner.layout import ENV_CHECK_JSON
 from orchestrator.runner.procs import (
     REWRITTEN,
     EnvironRewritten,
@@ -84,7 +85,7 @@ class EnvCheckStep(CellContext):
                 rows.append((pid, cmdline, missing, wrong))
         ok = not mismatches
         write_json(
-            self.path("env_check.json"),
+            self.path(ENV_CHECK_JSON),
             {
                 "mode": mode,
                 "ok": ok,

@@ -14,6 +14,7 @@ import urllib.parse
 from typing import Any, Dict, List, Optional, Tuple
 
 from orchestrator.runner.context import CellContext
+from orchestrator.runner.layout import REPO_JSON, SETUP_LOG
 from orchestrator.runner.protocol import (
     StepFailed,
     display_path,
@@ -286,7 +287,7 @@ class RepoSteps(CellContext, RepoChecks):
         after = self.git(["status", "--porcelain", "--untracked-files=all"], dest, False)
         reflog = self.git(["reflog", "-n", "50", "--date=iso"], dest, False).splitlines()
         write_json(
-            self.path("repo.json"),
+            self.path(REPO_JSON),
             {
                 "url": repo["url"],
                 "origin_url": masked_url(origin),
@@ -408,7 +409,7 @@ class RepoSteps(CellContext, RepoChecks):
         ).hexdigest()
         cache_dir = os.path.join(self.workdir, "setup-cache")
         marker = os.path.join(cache_dir, key + ".ok")
-        log = self.path("setup.log")
+        log = self.path(SETUP_LOG)
         if os.path.exists(marker) and not self.force_setup:
             with open(log, "w", encoding="utf-8") as fh:
                 fh.write(
@@ -434,10 +435,10 @@ class RepoSteps(CellContext, RepoChecks):
             rc, timed_out, _why = self.wait_proc(proc, timeout)
         if timed_out:
             raise StepFailed(
-                with_tail("setup timed out after %gs" % timeout, tail_lines(log), "setup.log")
+                with_tail("setup timed out after %gs" % timeout, tail_lines(log), SETUP_LOG)
             )
         if rc != 0:
-            raise StepFailed(with_tail("setup failed (rc %s)" % rc, tail_lines(log), "setup.log"))
+            raise StepFailed(with_tail("setup failed (rc %s)" % rc, tail_lines(log), SETUP_LOG))
         os.makedirs(cache_dir, exist_ok=True)
         write_json(
             marker,

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, Optional, Tuple
 
+from orchestrator.runner.layout import CAPTURES_DIR, SERVER_JSON, SERVER_LOG
 from orchestrator.runner.preflight import PreflightSteps
 from orchestrator.runner.procs import proc_info
 from orchestrator.runner.protocol import (
@@ -191,7 +192,7 @@ class ServerSteps(PreflightSteps):
             "markers": {"ORCH_RUN_ID": self.run_id, "ORCH_CELL_ID": self.cell_id},
             "started": now(),
         }
-        write_json(self.path("server.json"), self.server_doc)
+        write_json(self.path(SERVER_JSON), self.server_doc)
         self.session = {
             "key": self.session_key,
             "index": 0,
@@ -268,7 +269,7 @@ class ServerSteps(PreflightSteps):
                         "server not ready after %gs (%s)"
                         % (round(now() - start, 1), "; ".join(parts)),
                         self.server_log_path,
-                        "server.log",
+                        SERVER_LOG,
                     )
                 )
             self.stop_event.wait(interval)
@@ -305,8 +306,8 @@ class ServerSteps(PreflightSteps):
                     except ValueError:
                         tried.append("%s: 200 but not JSON" % url)
                         continue
-                    os.makedirs(self.path("captures"), exist_ok=True)
-                    with open(self.path("captures", "%s.%s.json" % (name, moment)), "wb") as fh:
+                    os.makedirs(self.path(CAPTURES_DIR), exist_ok=True)
+                    with open(self.path(CAPTURES_DIR, "%s.%s.json" % (name, moment)), "wb") as fh:
                         fh.write(body)
                     saved = True
                     result[name] = str(url)

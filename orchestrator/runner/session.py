@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, List
 
+from orchestrator.runner.layout import SERVER_JSON, SERVER_LOG
 from orchestrator.runner.protocol import (
     StepFailed,
     now,
@@ -110,7 +111,7 @@ class SessionSteps(ServerSteps):
         """No start: server.json is the session's, with a pointer to the cell that started it."""
         doc = dict(self.server_doc)
         doc["session"] = dict(self.session)
-        write_json(self.path("server.json"), doc)
+        write_json(self.path(SERVER_JSON), doc)
         return {"shared_with": self.session.get("first_cell"), "pid": doc.get("pid")}
 
     def do_ready_shared(self) -> Dict[str, Any]:
@@ -206,7 +207,7 @@ class SessionSteps(ServerSteps):
             return
         end = file_size(self.server_log_path)
         start = self.log_start if self.adopted else 0
-        with open(self.server_log_path, "rb") as src, open(self.path("server.log"), "wb") as out:
+        with open(self.server_log_path, "rb") as src, open(self.path(SERVER_LOG), "wb") as out:
             if self.adopted:
                 _copy_range(src, out, 0, self.startup_end)
                 note = (

@@ -258,7 +258,7 @@ class NodeJoin:
                         entry["host"] = _slurm_node_name(dest) or f"{p.host}.n{p.rank}"
                         entry["via"] = p.host
                         dest = dest.rename(dest.parent / entry["host"])
-                    doc = json.loads((dest / "cell.json").read_text())
+                    doc = json.loads((dest / CELL_JSON).read_text())
                 except (OrchError, OSError, ValueError, tarfile.TarError) as exc:
                     entry.update(status="failed", reason=f"its results are unreadable: {exc}")
                 else:

@@ -1,0 +1,22 @@
+"""The names of the files and folders of a cell's folder: shared by the runner, which writes
+them, and, re-exported, by the controller's results/layout.py."""
+
+from __future__ import annotations
+
+CELL_JSON = "cell.json"
+NODES_DIR = "nodes"  # a multi-node cell: each other node's own folder, nodes/<host>/
+NODES_JSON = "nodes.json"  # a multi-node cell: what each other node did
+METRICS_JSON = "metrics.json"
+REPO_JSON = "repo.json"
+SERVER_JSON = "server.json"
+ENV_CHECK_JSON = "env_check.json"
+SNAPSHOT_PRE = "snapshot.pre.json"
+SNAPSHOT_POST = "snapshot.post.json"
+EVENTS = "events.jsonl"
+SERVER_LOG = "server.log"
+SETUP_LOG = "setup.log"
+CAPTURES_DIR = "captures"  # captures/<name>.<moment>.json
+BENCH_DIR = "bench"  # bench/<n>/ measured, bench/warmup-<n>/ warmup
+STDOUT = "stdout"
+STDERR = "stderr"
+EXIT_JSON = "exit.json"
