@@ -1,15 +1,6 @@
 """Small, dependency-free statistics for benchmark repeats.
 
-Central values and spreads (median, MAD, IQR, mean, stdev), the Mann-Whitney U test (exact
-distribution for small samples without ties, normal approximation with tie correction
-otherwise, matching scipy.stats.mannwhitneyu's defaults), `compare`, which calls a change
-real only when a ratio threshold and a statistical test agree, as asv's `compare` does,
-Holm's correction for testing several metrics at once, and `stability`, which flags outlying
-repeats and a high spread with a robust (median/MAD) rule.
-
-Every test here treats a cell's repeats as independent draws. Repeats against one server start
-are not (they share its warm caches, memory placement and clocks), so p-values are optimistic
-about differences between starts; callers say so.
+For analyze/metrics.py, report and diff; what its tests assume of repeats: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,6 @@
-"""Playbook × inventory × matrix → fully rendered Cells.
+"""Playbook × inventory × matrix → fully rendered Cells (`build_cells`, called by app/plan.py).
 
-For each selected host and each matrix point, the template context is: the playbook's `vars`
-(lowest) < the host's inventory vars < `-e` extra vars (highest), plus `matrix`,
-`inventory_hostname`, `group_names`, `groups`, `hostvars` (each host's raw inventory vars) and
-`orch_python` (the controller's interpreter). Built-in names cannot be redefined by playbook vars.
-
-Sections are rendered per cell and checked by the playbook model's own section models
-(sections.py): `env` becomes text, `args` items merge in order, the adapters build the
-ServerSpec/BenchSpec, `expect` tolerances such as "5%" become fractions, and `timeouts` give
-the defaults of the setup, readiness and bench timeouts.
-
-`strategy: each` runs every point on every matched host; `strategy: spread` runs each point
-once, assigning points to the matched hosts round-robin in matrix order (the `where:` filter is
-evaluated on the assigned host). Cells are ordered by host, then grouped by repo pin (first
-appearance), keeping matrix order inside a group, so one host checks a commit out once.
-
-A cell's id is `cell_id(axes, host, spec)` where spec is the Cell's JSON without `id`,
-`playbook` and `schema_version`: renaming a playbook keeps ids, so runs stay comparable. Secret
-values (secret vars, rendered; values under secret names inside vars; env values of secret
-names) are hashed as placeholders, so an id never depends on a secret.
-
-Speed: each section is rendered once per distinct value of the matrix axes it reads
-(found statically, through variables that reference variables), not once per cell (planner.py).
+Context, precedence, strategies, cell order and ids: docs/ARCHITECTURE.md, "The playbook".
 """
 
 from __future__ import annotations
@@ -49,7 +28,8 @@ from orchestrator.plan.planner import HostPlanner, raw_safe_axes
 def build_cells(
     playbook: LoadedPlaybook, inventory: Inventory, *, limit: str | None = None
 ) -> list[Cell]:
-    """Every cell of `playbook` on the hosts of `inventory` it selects (see the module doc)."""
+    """Every cell of `playbook` on the hosts of `inventory` it selects (the rules:
+    docs/ARCHITECTURE.md, The playbook)."""
     # Building 100k cells allocates millions of objects and no cycles: GC passes only cost time.
     collecting = gc.isenabled()
     gc.disable()

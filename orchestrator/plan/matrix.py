@@ -1,22 +1,6 @@
 """Matrix expansion: axes, zip, exclude, include and where, into a list of points.
 
-Semantics (GitHub Actions, simplified):
-
-1. Axes are the matrix keys other than `zip`, `exclude`, `include`, `where`, in declared order;
-   each is a non-empty list of values. Values are data, never rendered as templates.
-2. The points are the cartesian product of the axes; the first axis varies slowest. A `zip`
-   group (`zip: [[a, b]]`) makes its axes vary together (equal lengths), as one axis placed
-   where its first member was declared.
-3. `exclude: [{axis: value}]` drops every point whose values equal all the given ones (partial
-   entries drop many points). Naming an unknown axis, or a value the axis does not have, is an
-   error: a typo must not silently keep cells.
-4. `where: "expression"` keeps the points where the Jinja expression is truthy (it sees the
-   variables and `matrix`). It filters the product only.
-5. `include: [{axis: value}]` appends extra points after the filtered product. Each entry must
-   name every axis and nothing else.
-6. No matrix gives one point with no axes. A matrix that leaves no point is an error.
-
-Each point remembers where it came from (the matrix, or the `include` entry) for error messages.
+Used by plan/build.py and plan/planner.py; the rules: docs/ARCHITECTURE.md, "The playbook".
 """
 
 from __future__ import annotations
@@ -282,7 +266,7 @@ def expand_matrix(
     locate: Locate,
     where: WhereEvaluator | None = None,
 ) -> list[MatrixPoint]:
-    """Every point of `matrix` (see the module docstring for the rules).
+    """Every point of `matrix` (the rules: docs/ARCHITECTURE.md, The playbook).
 
     `where` evaluates the `where:` expression for one point; without it, the expression is
     evaluated with only `matrix` in scope.

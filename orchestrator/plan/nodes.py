@@ -1,16 +1,6 @@
 """Multi-node cells, as planned: `server.nodes: N` makes one server span N hosts.
 
-The play's hosts (inventory order, after `--limit`) are cut into consecutive groups of N; the
-first host of a group is its head (rank 0, serves HTTP, runs the bench). A Slurm host is a group
-by itself: its job spans N nodes, and the job's first node is the head (`SLURM_NODEID` 0). Every
-host of a group renders the same points with its own variables plus the node variables below, so
-each node's env and server argv are its own; the head's cell carries the others as `Cell.nodes`.
-
-Node variables, seen by every template (a one-node cell sees rank 0 of 1):
-`node_rank`, `nnodes`, `head_host` (the head's address as the other nodes reach it:
-`ansible_host`), `head_port` (`server.dist_port`, default the server's port + 100) and
-`node_hosts` (the group's inventory names, head first; undefined on a Slurm host, whose nodes
-Slurm picks).
+Node groups, node variables and joined cells for plan/build.py and planner.py: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

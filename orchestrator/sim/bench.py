@@ -1,14 +1,6 @@
 """`orch sim bench`: a real benchmark client shaped like `python -m sglang.bench_serving`.
 
-It streams `POST /generate` (or `/v1/completions` for OpenAI-style backends), measures TTFT, ITL,
-TPOT and end-to-end latency per request and the throughput of the run, reads the accept length
-from `/get_server_info`, appends one JSON line with SGLang 0.4.10's field set (the sample in
-`tests/fixtures/sglang/`) to `--output-file` and prints bench_serving's summary. Measured wall
-time is divided by the server's time scale, so results are in simulated (GPU) units.
-
-TTFT, ITL and output length follow the real client's definitions per backend (`stream_timings`):
-`sglang` spreads a chunk's gap over the tokens it carries, OpenAI-style backends count one gap
-per chunk and take the output length from `usage` (else the length asked for).
+SGLang 0.4.10's result line to `--output-file`, timings divided by the server's time scale.
 """
 
 from __future__ import annotations

@@ -1,50 +1,6 @@
 """The simulator's performance model: pure functions from (parameters, config, env, host) to time.
 
-The parameters live in `orch_sim_model.json` at the root of the pinned repo, so a commit can change
-performance (and introduce the bugs below). Every time is in *simulated* milliseconds; the server
-multiplies sleeps by its time scale, and the bench client divides what it measures by the same.
-
-Decode step (no speculation), at the reference tp (8) and full GPU clock:
-
-    step = decode_ms / clock + allreduce
-
-EAGLE-3 step (chain drafting, `num_steps` drafts then one verify pass of the target):
-
-    step = (num_steps * draft_step_ms + verify_ms) / clock + allreduce
-    accept_len = 1 + sum_{i=1..num_steps} prod_{j<=i} acceptance[j]     (the bonus token is the 1)
-    tok/s = 1000 * accept_len / step
-
-All-reduce: with SGLang's custom all-reduce (the default) it costs `custom_ms` whatever NCCL's
-variables say; with `--disable-custom-all-reduce` it goes through NCCL and costs
-
-    nccl_default_ms * algo_factor[NCCL_ALGO] * (1 - min_nchannels_gain * min(N, full) / full)
-                    * (cross_nic_factor if NCCL_CROSS_NIC == 1)
-
-where N = NCCL_MIN_NCHANNELS. Only the variables that *every* worker process really has count (a
-collective runs with the settings all ranks share): a variable that never reached one worker is
-as good as unset. Both costs scale with the ring fraction 2(tp-1)/tp relative to tp 8; compute
-scales with 8/tp. `clock` is the slowest used GPU's sm clock over its max clock.
-
-The default numbers give orch's founding story (tp 8, custom all-reduce disabled, cuda graph
-on):
-
-    all-reduce:   default NCCL 1.76 ms; tuned (Ring 0.62 x 32 channels 0.80 x cross-NIC 0.92)
-                  1.76 * 0.456 = 0.803 ms; tuned but NCCL_ALGO lost: 1.295 ms; custom 0.90 ms
-    baseline:     tuned  1000 / (10.436 + 0.803) = 89.0 tok/s
-                  default NCCL 1000 / (10.436 + 1.76) = 82.0 tok/s
-    EAGLE-3 2-step, acceptance 0.60, 0.56: accept_len = 1 + 0.60 + 0.60 * 0.56 = 1.936
-                  good (verify 19 ms): 1000 * 1.936 / (2 * 0.4 + 19 + 0.803) = 94.0 tok/s
-                  bad  (verify 29 ms): 1000 * 1.936 / (2 * 0.4 + 29 + 0.803) = 63.3 tok/s
-                  bad + NCCL vars lost (DESIGN's 82/60 morning): 82.0 and 61.3 tok/s
-
-A verify regression alone cannot reach 60 exactly: 29/19 = 1.53 bounds the slowdown from 94.
-
-A request's first token costs one prefill, `prefill_base_ms + prefill_ms_per_token * input_len`
-(scaled like compute, plus one all-reduce), so a bench's output throughput sits slightly under
-the decode rate (about 0.5 % at 1024 in / 512 out). Each running request slows a decode step by
-`batch_slope`. Noise: every request draws a speed factor from an AR(1) sequence (stdev `noise`,
-correlation `noise_correlation` between consecutive requests), so a whole benchmark run varies
-by about `noise` whatever its length, and each step adds a small white jitter.
+For sim serve, init-repo and the fake nvidia-smi; model file and time units: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """A fake `nvidia-smi` that reads the simulated host state (see `state.py`).
 
-Answers `--query-gpu=... --format=csv[,noheader][,nounits]` (fields in the order asked, an unknown
-field fails the whole query with rc 2 as the real tool does), `--query-compute-apps=...`,
-`topo -m`, `-L`, and bare `nvidia-smi` (the header with Driver Version and CUDA Version).
-The state's `nvidia_smi_fields` picks which generation of field names is accepted: "new"
-(`clocks_event_reasons.active`, `pcie.link.gen.gpucurrent`), "old" (`clocks_throttle_reasons.*`,
-`pcie.link.gen.current`) or "both" (default).
-
-`-lms N` / `--loop-ms=N` (and `-l S` / `--loop=S`) repeat the query every N ms until killed,
-re-reading the state file each time, and print the header (when asked for) once. The stream is
-live: a GPU that holds a registered server process draws `load_power_draw` (default 80% of the
-limit) at `load_utilization` (default 97) %, scaled by its clock, and `throttle_episodes` in the
-state file (`[{"at": epoch s | "after_load": s, "duration": s, "reason": "sw_power_cap" or a hex
-mask, "sm_clock": MHz, "gpus": [i, ...]}]`) drop the clock and set the reason while they last.
-Episodes also show in single queries; the load does not, so snapshots stay comparable.
+It answers the queries of the probe, preflight and telemetry; its rules: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """Ansible's INI inventory format, read as ansible-core reads it (without depending on it).
 
-- Lines before the first section are hosts of `ungrouped`. `[group]` holds hosts (`name`,
-  `name:port`, ranges `gpu[01:16]`, then `key=value` pairs split as a shell would, so quotes group
-  words); `[group:vars]` holds one `key=value` per line (all the rest of the line is the value);
-  `[group:children]` holds one group name per line.
-- A value is a Python literal when it parses as one (`8` is an int, `True` a bool, `'07'` the
-  string 07, `[1, 2]` a list), else the text itself. ansible-core does this in host lines and in
-  `:vars` sections alike, although its documentation says `:vars` values stay strings.
-- A group is declared by `[group]` or `[group:children]` (here or in an earlier source); a
-  `[group:vars]` section or a `:children` line naming a group never declared is an error, as in
-  ansible-core. Whole-line comments start with `#` or `;`; a trailing comment starts with `#`.
+`read_ini`, for inventory/load.py, fills graph.py's graph; its choices: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """Ansible inventories (YAML, INI, the JSON of `ansible-inventory --list`) → Inventory.
 
-Accepted as Ansible reads them: one or more files or directories of them, or a host list
-`host1,host2,` (inventory_sources); with no source, ANSIBLE_INVENTORY, else the implicit
-`localhost`. YAML groups have `hosts`, `vars` and `children`; INI is read by inventory_ini; host
-ranges (`gpu[01:16]`, `node[a:c]`, `[1:10:2]`) mean the same in both.
-
-Variable precedence, lowest first, as ansible-core's defaults (VARIABLE_PRECEDENCE):
-`all`'s inventory-file vars < each group's (by depth, then ansible_group_priority, then name)
-< group_vars/all beside each inventory source (in source order) < group_vars/all beside the
-playbook < group_vars/<group> beside each source (groups in the same order) < group_vars/<group>
-beside the playbook < the host's inventory-file vars < host_vars/<host> beside each source
-< host_vars/<host> beside the playbook. Connection variables (`ansible_host`, `ansible_port`, ...
-or orch's plain `host`, `port`, ...) become `Host` fields. Every problem is an InputError at the
-file, line and column.
+`load_inventory`, for app/plan.py, the CLI and audit; variable precedence: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -325,7 +313,8 @@ def load_inventory(
     `a,b,`; several sources are one inventory, read in order, as Ansible reads repeated -i
     options. With no source, ANSIBLE_INVENTORY in `environ` (default: os.environ) names them,
     else the implicit `localhost` is the inventory. `playbook_dir` adds the group_vars/ and
-    host_vars/ beside the playbook, above those beside the inventory (see the module doc).
+    host_vars/ beside the playbook, above those beside the inventory (docs/ARCHITECTURE.md,
+    Inventories).
     """
     sources = [source] if isinstance(source, Path) else list(source or ())
     if not sources:

@@ -1,16 +1,6 @@
 """What one template may cost: loop steps, calls, the size of what it builds, and time.
 
-The Jinja2 sandbox stops a template from reaching outside; these bounds stop it from hanging
-`orch plan` or eating the machine's memory (`range(100000)` loops nested, `'x'|center(10**9)`,
-`'%0999999999d'|format(1)`). `BoundedSandbox` is the environment to subclass; every limit
-raises `TemplateLimitError`, a `SecurityError`, so it is reported as the sandbox's other refusals
-are: at the templated string's file:line and key path.
-
-- Steps: every loop iteration and every call made from a template counts; a render (including
-  the variables it renders on first use) may take MAX_STEPS steps and MAX_SECONDS seconds.
-- Size: no string or list a template builds (`+`, `~`, `%`, `format`, `center`, `indent`,
-  `join`, `replace`, ...), and no template's output, may exceed MAX_LENGTH; the size is checked
-  before the value is built, so the memory is never taken.
+`BoundedSandbox`, which render.py subclasses; going over raises `TemplateLimitError`, a refusal.
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
-"""Sandboxed, native-typed Jinja2 rendering of playbook data.
+"""Sandboxed, native-typed Jinja2 rendering of playbook data (`TemplateEngine`).
 
-Rules (the contract the rest of planning relies on):
-
-- Every template runs in a `SandboxedEnvironment` with strict undefined variables; the
-  nondeterministic `random` filter and `lipsum` global are removed so a render is a pure function of
-  the variables it names.
-- Native types: a string that is exactly one expression (`"{{ port }}"`) renders to that value's
-  own type (an int stays an int, a mapping stays a mapping). A string mixing text and templates
-  renders to a string. Nothing is `literal_eval`ed: a variable holding the text "30000" stays text.
-- Shell mode (`server.command`, `bench.command` when strings, `repo.setup`): every substituted
-  value is shell-quoted, so `$(touch /tmp/pwned)` from a variable stays one inert word. A list is
-  quoted item by item and joined with spaces; a value already passed through `| shquote` is not
-  quoted twice.
-- On mappings, attribute access prefers keys (`matrix.items` is the axis `items`, not `dict.items`).
-- One pass: a rendered value that looks like a template is not rendered again, except variables:
-  a variable's value is rendered (whole, recursively) the first time a template names it, so vars
-  may reference vars; a cycle is an error.
-- Bounded: loop steps, calls, time and the size of what a template builds are capped
-  (config/templates/limits.py), so a template cannot hang planning or exhaust memory.
-- Every failure (undefined name, syntax error, sandbox violation, a failing filter) becomes an
-  `InputError` at the location of the string that failed, with its key path.
+Used by config/playbook.py and plan/; the rules they rely on: docs/ARCHITECTURE.md, "The playbook".
 """
 
 from __future__ import annotations

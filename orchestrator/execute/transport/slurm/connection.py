@@ -1,27 +1,6 @@
 """The Slurm transport: every command is its own Slurm job, launched by `srun` on a login host.
 
-`srun` is the pipe. Run through a login connection (local when orch runs on the login node,
-SSH otherwise), it allocates the job, starts the command inside it, forwards the stdin payload
-and, later, stdin's EOF to the task, and streams the task's stdout back through the login
-connection line by line; when it exits the job ends. So the runner needs nothing new: it reads
-and writes exactly what it does over SSH, and EOF still means "controller gone".
-
-Commands run in $HOME on the node. `put`/`get` are the login connection's, so they assume the
-nodes see the login host's $HOME; the controller needs neither (it ships the runner through a
-command's stdin and reads results from its stdout), but its runner cache assumes the nodes
-share $HOME (or `orch_workdir`), as on most clusters.
-
-Timeouts: at the deadline the job is cancelled (`scancel --name`: Slurm sends TERM, then KILL
-after its KillWait, to every process of the job), srun then exits, and the job ends CANCELLED.
-Each command's job is named `<prefix>-<random>` (`job_names`), so a caller can find, record or
-cancel it; `jobs` holds each job's id, state, reason and nodes as a watcher saw them in squeue.
-Slurm refusing the job (no such partition, more GPUs than exist) raises `ExecutionError` with
-Slurm's own words. A job still PENDING after `slurm_pending_timeout` (srun --immediate), or
-ended by Slurm (CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY, ...) raises
-`SlurmJobEnded` naming the job, its state and Slurm's reason. States come from squeue, which
-works without accounting storage (sacct does not).
-
-A resume meets the jobs its dead controller left in execute/transport/slurm/settle.py.
+`SlurmConnection`, the `Connection` connect.py opens for it; its contract: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

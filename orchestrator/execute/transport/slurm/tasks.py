@@ -1,19 +1,6 @@
 """A multi-node cell on a Slurm host: one job of N nodes, one runner per node, one stdout.
 
-The host's queue (heads and their part cells alike) goes to one `srun --nodes N
---ntasks-per-node 1 --input=all --label`: every task gets the same stdin, and each runner keeps
-its rank's cells (runner/slurm_tasks.py, told by `ORCH_SLURM_TASKS=N`) in a workdir of its own.
-srun merges the tasks' stdout, cutting long lines into labelled pieces; `TaskLines` puts each
-task's lines back together (the runner marks every real line end) and hands them on, each task in
-its own thread: a head's archive waits for its parts' archives (execute/apply/node_join.py),
-which the other tasks' threads still deliver, as each node's own connection does over SSH. Each
-runner runs in a small shell whose last line (`task_end` {rank, node, rc}) says how it ended:
-srun runs on until every task has, so a head's runner that died is heard of there, and its nodes
-released.
-
-End requests (release, abort) reach the nodes as a short step of the same job, `srun
---jobid=<id> --overlap` on every node of it: the end file is named by cell (and lies in its
-rank's workdir), so only the node running that cell reads it.
+For slurm/connection.py, facing runner/slurm_tasks.py; the protocol: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
