@@ -18,35 +18,55 @@ SECRET_SHOWN = "***REDACTED***"  # the runner's REDACTED: this layer sits below 
 # Shorter values are hidden in messages only where a message shows a whole value (`describe`):
 # replaced inside text they would shred it (the runner's MIN_SECRET_LENGTH, the same rule).
 SECRET_TEXT_MIN = 8
-_secret_values: set[str] = set()
+
+
+class KnownSecrets:
+    """Values this process must never print: every error message hides them.
+
+    The loaders note each value they read under a secret name (and each variable a secret's
+    template reads) before anything can quote it; `OrchError.render` hides them.
+    """
+
+    def __init__(self) -> None:
+        self._values: set[str] = set()
+
+    def note(self, values: Iterable[object]) -> None:
+        """Remember these values (numbers as their text; blanks and booleans are no secret)."""
+        for value in values:
+            if isinstance(value, str | int | float) and not isinstance(value, bool):
+                text = str(value)
+                if text.strip():
+                    self._values.add(text)
+
+    def forget(self) -> None:
+        """Forget every value: a long-lived caller (or a test) starting afresh."""
+        self._values.clear()
+
+    def holds(self, text: str) -> bool:
+        """True when `text` is a noted value or holds one (long enough to find in text)."""
+        if text in self._values:
+            return True
+        return any(len(v) >= SECRET_TEXT_MIN and v in text for v in self._values)
+
+    def hide(self, text: str) -> str:
+        """`text` with every noted value (long enough to find in text) as ***REDACTED***."""
+        for value in sorted(self._values, key=len, reverse=True):
+            if len(value) >= SECRET_TEXT_MIN and value in text:
+                text = text.replace(value, SECRET_SHOWN)
+        return text
+
+
+KNOWN_SECRETS = KnownSecrets()  # one process, one set of values it has read
 
 
 def note_secret_values(values: Iterable[object]) -> None:
-    """Remember values this process must never print: every error message hides them.
-
-    The loaders call this with each value they read under a secret name (and each variable a
-    secret's template reads), before anything can quote it.
-    """
-    for value in values:
-        if isinstance(value, str | int | float) and not isinstance(value, bool):
-            text = str(value)
-            if text.strip():
-                _secret_values.add(text)
+    """`KNOWN_SECRETS.note`: the loaders' way in."""
+    KNOWN_SECRETS.note(values)
 
 
 def is_known_secret(text: str) -> bool:
-    """True when `text` is a noted secret value or holds one (long enough to find in text)."""
-    if text in _secret_values:
-        return True
-    return any(len(v) >= SECRET_TEXT_MIN and v in text for v in _secret_values)
-
-
-def hide_known_secrets(text: str) -> str:
-    """`text` with every noted secret value (long enough to find in text) as ***REDACTED***."""
-    for value in sorted(_secret_values, key=len, reverse=True):
-        if len(value) >= SECRET_TEXT_MIN and value in text:
-            text = text.replace(value, SECRET_SHOWN)
-    return text
+    """`KNOWN_SECRETS.holds`: whether a message may quote `text`."""
+    return KNOWN_SECRETS.holds(text)
 
 
 @dataclass(frozen=True)
@@ -95,7 +115,7 @@ class OrchError(Exception):
         text = prefix + self.message
         if self.hint:
             text += f" ({self.hint})"
-        return hide_known_secrets(text)  # a message quotes values; a secret it never shows
+        return KNOWN_SECRETS.hide(text)  # a message quotes values; a secret it never shows
 
     def __str__(self) -> str:
         return self.render()

@@ -56,7 +56,7 @@ def ssh_inventory(ssh_hosts: SSHTestHosts, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture(autouse=True)
 def _forget_secret_values() -> Iterator[None]:
-    """Each test starts with no secret values noted (errors.note_secret_values is per process, as
+    """Each test starts with no secret values noted (errors.KNOWN_SECRETS is per process, as
     a CLI run is): one test's secret "x" must not hide another test's key named x."""
     yield
-    errors._secret_values.clear()
+    errors.KNOWN_SECRETS.forget()

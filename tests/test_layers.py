@@ -17,6 +17,7 @@ LAYERS = (
     ("sim",),  # the simulated world (server, client, nvidia-smi, NCCL): stdlib only
     ("cell",),
     ("config",),
+    ("secrets",),  # the name rule, every source of secret values, redaction of every shape
     ("results",),  # the bundle on disk: knows no plan
     ("adapters",),
     ("plan",),

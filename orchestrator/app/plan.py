@@ -16,10 +16,10 @@ from orchestrator.config.patterns import LimitFile, check_limit
 from orchestrator.config.playbook import load_playbook, note_secrets_in, parse_extra_vars
 from orchestrator.errors import InputError
 from orchestrator.execute.refs import RefKey, Resolution, pin_refs
-from orchestrator.execute.secret_values import secrets_of_run
 from orchestrator.plan.build import build_cells
 from orchestrator.plan.lint import expect_name_error, plan_warnings
 from orchestrator.plan.select import select_cells
+from orchestrator.secrets.values import secrets_of_run
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def echo_plan(
     """Print the plan's cells (pinned as `resolutions` say): a table, or JSON with --json."""
     from orchestrator.plan.lint import unchecked_ready_note
     from orchestrator.plan.sessions import session_labels
-    from orchestrator.results.redact import cell_json_by_name, redact_text
+    from orchestrator.secrets.redact import cell_json_by_name, redact_text
 
     secrets, cells = plan.secrets, list(plan.cells)
 

@@ -154,7 +154,7 @@ def apply(
     """Run every cell of PLAYBOOK and write a result bundle."""
     from orchestrator.app.apply import ApplyRequest, prepare_apply
     from orchestrator.execute.apply.resume import resume_command
-    from orchestrator.results.redact import redact_text
+    from orchestrator.secrets.redact import redact_text
 
     plan = _plan(playbook, inventory, extra_vars, limit, cells_selector)
     argv = ["orch", *sys.argv[1:]]

@@ -22,10 +22,10 @@ from orchestrator.errors import InputError, SourceLocation
 from orchestrator.execute.apply.outcomes import ApplyOptions, RunOutcome
 from orchestrator.execute.apply.run import Run
 from orchestrator.execute.machine import machine_id
-from orchestrator.execute.secret_values import extra_vars_in_argv, secrets_of_run
 from orchestrator.plan.select import select_cells
 from orchestrator.results.read import RunBundle
 from orchestrator.runner.redaction import REDACTED
+from orchestrator.secrets.values import extra_vars_in_argv, secrets_of_run
 
 
 def restore_secrets(data: dict[str, Any], environ: Mapping[str, str] | None = None) -> Cell:

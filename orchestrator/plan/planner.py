@@ -45,8 +45,8 @@ from orchestrator.errors import OrchError, SourceLocation
 from orchestrator.plan.matrix import Matrix, MatrixPoint
 from orchestrator.plan.nodes import single_node_vars
 from orchestrator.plan.sections import SectionRenderer
-from orchestrator.results.redact import secret_items_in
 from orchestrator.runner.redaction import is_secret_name
+from orchestrator.secrets.redact import secret_items_in
 
 # The spec's entries after `axes` (what `cell_spec` keeps), in the order `cells` gives their text.
 _SPEC_KEYS = ("bench", "cell_timeout", "env", "expect", "repo", "secrets", "server")

@@ -33,7 +33,7 @@ from orchestrator.results.layout import (
     SCHEMA_VERSION,
 )
 from orchestrator.results.manifest import write_manifest as _write_manifest
-from orchestrator.results.redact import redact_tree
+from orchestrator.secrets.redact import redact_tree
 
 FINISHED_STATUSES = ("passed", "failed")  # a cell with another status is redone on --resume
 _SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")

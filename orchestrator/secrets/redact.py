@@ -25,7 +25,6 @@ from typing import Any
 import yaml
 
 from orchestrator.cell import Cell
-from orchestrator.results.layout import PLAYBOOK_DIR
 from orchestrator.runner.redaction import MIN_SECRET_LENGTH as MIN_SECRET_LENGTH
 from orchestrator.runner.redaction import REDACTED as REDACTED
 from orchestrator.runner.redaction import Redactor, tainted_secret_names
@@ -305,24 +304,6 @@ def redact_yaml_text(
     return out, sorted(set(spans.values()), key=lambda v: (-len(v), v))
 
 
-# Names made secret by a template, per bundle `playbook/` folder seen in this process. Its files
-# are redacted one by one and a redacted template no longer names its variables, so what the
-# first call saw (all copies still as written) is kept; a union only ever hides more.
-_TAINTED_IN_COPY: dict[Path, set[str]] = {}
-
-
-def _copy_taint(path: Path, names: Iterable[str]) -> list[str]:
-    """`names` plus the variables templates under secret names read, in every file of the
-    bundle's `playbook/` copy that holds `path`."""
-    names = list(names)
-    root = next((p for p in path.parents if p.name == PLAYBOOK_DIR), None)
-    if root is None:
-        return names
-    seen = _TAINTED_IN_COPY.setdefault(root, set())
-    seen.update(secret_names_of(_sibling_documents(root), names))
-    return sorted({*names, *seen})
-
-
 def _sibling_documents(root: Path) -> list[Any]:
     """The data of every YAML/JSON file in a bundle's `playbook/` folder (a template in one
     file can make a variable of another secret)."""
@@ -342,20 +323,28 @@ def redact_yaml_file(path: Path, names: Iterable[str] = ()) -> list[str]:
     """Hide every value under a secret name in one YAML/JSON file, in place (tmp + rename).
 
     Returns the values hidden, so a caller can also scrub them wherever else they appear. A
-    file that is not UTF-8 YAML is left alone (the by-value sweep still covers it). In a
-    bundle's `playbook/` copy, the other copied files count for the template rule too.
+    file that is not UTF-8 YAML is left alone (the by-value sweep still covers it).
     """
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return []
-    out, values = redact_yaml_text(text, _copy_taint(path, names))
+    out, values = redact_yaml_text(text, names)
     if out != text:
         tmp = path.with_name(f".{path.name}.redact.tmp")
         tmp.write_text(out, encoding="utf-8")
         os.chmod(tmp, path.stat().st_mode & 0o7777)
         os.replace(tmp, path)
     return values
+
+
+def redact_playbook_copy(root: Path, paths: Iterable[Path], names: Iterable[str] = ()) -> list[str]:
+    """`redact_yaml_file` on each copied playbook file under `root` (a bundle's `playbook/`):
+    a template in one file can make another file's variable secret, so the names every file
+    makes secret are found first, while every copy is still as written. The values hidden."""
+    names = list(names)
+    every = sorted({*names, *secret_names_of(_sibling_documents(root), names)})
+    return [value for path in paths for value in redact_yaml_file(path, every)]
 
 
 SECRET_HINT = "<secret>"  # what a printed command shows for a secret the user gives again

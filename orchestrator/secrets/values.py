@@ -1,12 +1,8 @@
-"""Which values a run must keep secret, from every source a value can come from.
-
-The controller hands these to the runner (redaction by value in every file) and scrubs them from
-what it writes itself; `resume_hint` prints a resume command without them.
-"""
+"""Which values a run must keep secret, from every source a value can come from: the controller
+hands them to the runner (redaction by value in every file) and scrubs them from its own writes."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,17 +10,15 @@ from typing import Any
 from orchestrator.cell import Cell
 from orchestrator.config.host import Inventory
 from orchestrator.config.playbook import parse_extra_vars
-from orchestrator.errors import BundleError, OrchError
-from orchestrator.results.documents import recorded_plan_cells
-from orchestrator.results.redact import (
-    hide_secret_extra_vars,
+from orchestrator.errors import OrchError
+from orchestrator.secrets.redact import (
     redact_text,
     redact_yaml_text,
     secret_names_of,
     secret_values_in,
     yaml_documents,
 )
-from orchestrator.runner.redaction import is_secret_name
+from orchestrator.secrets.rule import MIN_VALUE_LENGTH, is_secret_name
 
 
 def secret_values(
@@ -68,7 +62,7 @@ def secret_values(
     for text in texts:
         values.update(redact_yaml_text(text, listed)[1])
     # Short values would shred unrelated text; they are still never written in JSON fields.
-    return sorted(v for v in values if len(v) >= 4)
+    return sorted(v for v in values if len(v) >= MIN_VALUE_LENGTH)
 
 
 def secrets_of_run(
@@ -107,29 +101,6 @@ def extra_vars_in_argv(argv: Sequence[str]) -> list[dict[str, Any]]:
         except OrchError:
             continue
     return found
-
-
-def resume_hint(command: str) -> str:
-    """A resume command line to print: each secret `-e` value as `<secret>`, to give again.
-
-    `command` is shell-quoted, with `--resume RUN`; when RUN is a run directory, the names its
-    cells list as secret (`secrets:`) count besides the name patterns. Cell ids do not depend on
-    secret values, so any value given again plans the same cells.
-    """
-    try:
-        argv = shlex.split(command)
-    except ValueError:
-        return command
-    names: set[str] = set()
-    if "--resume" in argv[:-1]:
-        try:
-            cells = recorded_plan_cells(Path(argv[argv.index("--resume") + 1])) or []
-        except BundleError:
-            cells = []
-        for cell in cells:
-            if isinstance(cell, dict):
-                names.update(str(n) for n in cell.get("secrets") or ())
-    return shlex.join(hide_secret_extra_vars(argv, names))
 
 
 def scrub(data: Any, secrets: Sequence[str]) -> Any:

@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.errors import InputError
 from orchestrator.execute.replay import restore_secrets
-from orchestrator.results.redact import REDACTED
+from orchestrator.secrets.redact import REDACTED
 
 
 def _recorded(**overrides: Any) -> dict[str, Any]:

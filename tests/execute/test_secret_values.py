@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from orchestrator.cell import BenchSpec, Cell
-from orchestrator.execute.secret_values import extra_vars_in_argv, secret_values
+from orchestrator.secrets.values import extra_vars_in_argv, secret_values
 
 
 def _cell(env: dict[str, str], secrets: tuple[str, ...] = ()) -> Cell:
@@ -80,7 +80,7 @@ def test_resume_hint_hides_secrets_by_pattern_and_by_the_runs_listed_names(
     import json
     import shlex
 
-    from orchestrator.execute.secret_values import resume_hint
+    from orchestrator.execute.apply.resume import resume_hint
 
     run = tmp_path / "run-1"
     run.mkdir()

@@ -11,8 +11,9 @@ import pytest
 import yaml
 from results_helpers import PLANTED, files_containing, make_cell_dir
 
-from orchestrator.results import redact
-from orchestrator.results.redact import (
+from orchestrator.runner.probe import gather as probe
+from orchestrator.secrets import redact
+from orchestrator.secrets.redact import (
     REDACTED,
     is_secret_name,
     redact_file,
@@ -21,7 +22,6 @@ from orchestrator.results.redact import (
     redact_tree,
     secret_values,
 )
-from orchestrator.runner.probe import gather as probe
 
 
 @pytest.mark.parametrize(

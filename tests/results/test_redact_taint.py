@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.results.redact import redact_yaml_file, redact_yaml_text
 from orchestrator.runner.redaction import tainted_secret_names, template_names
+from orchestrator.secrets.redact import redact_playbook_copy, redact_yaml_text
 
 
 def test_template_names_leave_out_strings_attributes_and_orch_names() -> None:
@@ -41,6 +41,5 @@ def test_copies_are_redacted_alike_whichever_file_comes_first(tmp_path: Path) ->
         copies.mkdir(parents=True)
         (copies / "pb.yml").write_text("vars_files: [vars.yml]\nenv:\n  HF_TOKEN: 'x {{ tok }}'\n")
         (copies / "vars.yml").write_text("tok: TOKVALUEraw99887766\n")
-        for name in order:  # as the controller does: one file after the other
-            redact_yaml_file(copies / name)
+        redact_playbook_copy(copies, [copies / name for name in order])
         assert yaml.safe_load((copies / "vars.yml").read_text()) == {"tok": "***REDACTED***"}

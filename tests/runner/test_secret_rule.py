@@ -14,13 +14,13 @@ import pytest
 
 from orchestrator.cell import BenchSpec, Cell
 from orchestrator.config.playbook import is_secret_name as playbook_is_secret_name
-from orchestrator.execute.secret_values import secret_values as controller_secret_values
-from orchestrator.results.redact import Redactor as BundleRedactor
-from orchestrator.results.redact import redact_mapping, redact_text
-from orchestrator.results.redact import secret_values as bundle_secret_values
 from orchestrator.runner.context import CellContext
 from orchestrator.runner.probe import gather as probe
 from orchestrator.runner.redaction import REDACTED, Redactor, is_secret_name
+from orchestrator.secrets.redact import Redactor as BundleRedactor
+from orchestrator.secrets.redact import redact_mapping, redact_text
+from orchestrator.secrets.redact import secret_values as bundle_secret_values
+from orchestrator.secrets.values import secret_values as controller_secret_values
 
 # name -> secret? Every name is a valid env name, so it can travel every path.
 NAMES = {

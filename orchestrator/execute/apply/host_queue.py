@@ -24,12 +24,12 @@ from orchestrator.execute.apply.node_join import NodeJoin
 from orchestrator.execute.apply.outcomes import STOPPED, ApplyOptions, CellOutcome, stopped_outcome
 from orchestrator.execute.apply.progress import Progress
 from orchestrator.execute.apply.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
-from orchestrator.execute.secret_values import scrub
 from orchestrator.execute.ship import runner_invocation
 from orchestrator.execute.transport.base import JobEnded
 from orchestrator.execute.transport.connect import Connection
 from orchestrator.plan.sessions import session_key
 from orchestrator.runner.protocol import SCHEMA_VERSION
+from orchestrator.secrets.values import scrub
 
 
 class RunPort(Protocol):

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.errors import BundleError, InputError
-from orchestrator.execute.secret_values import resume_hint
 from orchestrator.results.documents import check_schema, is_run_dir, read_json, recorded_plan_cells
 from orchestrator.results.layout import RUN_JSON
+from orchestrator.secrets.redact import hide_secret_extra_vars
 
 
 def resume_target(resume: str, results_dir: Path) -> tuple[Path, str]:
@@ -76,3 +76,26 @@ def without_option(argv: Sequence[str], *names: str) -> list[str]:
         elif not any(arg.startswith(f"{name}=") for name in names):
             out.append(arg)
     return out
+
+
+def resume_hint(command: str) -> str:
+    """A resume command line to print: each secret `-e` value as `<secret>`, to give again.
+
+    `command` is shell-quoted, with `--resume RUN`; when RUN is a run directory, the names its
+    cells list as secret (`secrets:`) count besides the name patterns. Cell ids do not depend on
+    secret values, so any value given again plans the same cells.
+    """
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return command
+    names: set[str] = set()
+    if "--resume" in argv[:-1]:
+        try:
+            cells = recorded_plan_cells(Path(argv[argv.index("--resume") + 1])) or []
+        except BundleError:
+            cells = []
+        for cell in cells:
+            if isinstance(cell, dict):
+                names.update(str(n) for n in cell.get("secrets") or ())
+    return shlex.join(hide_secret_extra_vars(argv, names))

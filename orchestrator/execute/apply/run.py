@@ -41,7 +41,6 @@ from orchestrator.execute.apply.progress import Progress
 from orchestrator.execute.apply.run_record import RunRecord
 from orchestrator.execute.apply.runlock import acquire_run_lock
 from orchestrator.execute.apply.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
-from orchestrator.execute.secret_values import scrub
 from orchestrator.execute.ship import runner_invocation
 from orchestrator.execute.transport.base import SchedulerJob
 from orchestrator.execute.transport.connect import Connection, connect
@@ -50,7 +49,8 @@ from orchestrator.results.archive import extract_archive
 from orchestrator.results.bundle import BundleWriter
 from orchestrator.results.documents import read_json
 from orchestrator.results.layout import CELL_JSON, FACTS_JSON, HOSTS_DIR
-from orchestrator.results.redact import redact_text, redact_tree
+from orchestrator.secrets.redact import redact_text, redact_tree
+from orchestrator.secrets.values import scrub
 
 
 class Run:

@@ -21,12 +21,19 @@ from orchestrator.cell import Cell
 from orchestrator.config.host import Host, Inventory
 from orchestrator.execute.apply.outcomes import ApplyOptions, CellOutcome
 from orchestrator.execute.machine import machine_id
-from orchestrator.execute.secret_values import scrub
 from orchestrator.execute.transport.base import SchedulerJob
 from orchestrator.results.bundle import BundleWriter
-from orchestrator.results.layout import CELL_JSON, CELLS_DIR, INVENTORY_JSON, PLAN_JSON, RUN_JSON
-from orchestrator.results.redact import cell_json_by_name, redact_mapping, redact_yaml_file
+from orchestrator.results.layout import (
+    CELL_JSON,
+    CELLS_DIR,
+    INVENTORY_JSON,
+    PLAN_JSON,
+    PLAYBOOK_DIR,
+    RUN_JSON,
+)
 from orchestrator.runner.protocol import SCHEMA_VERSION
+from orchestrator.secrets.redact import cell_json_by_name, redact_mapping, redact_playbook_copy
+from orchestrator.secrets.values import scrub
 
 RUN_SCHEMA_VERSION = 1
 PROTOCOL_VERSION = SCHEMA_VERSION  # the runner protocol's, from the runner package itself
@@ -75,9 +82,8 @@ class RunRecord:
             self.previous = self.writer.read_json(RUN_JSON) or {}
         else:
             copies = self.writer.copy_playbook_files(self.playbook_files, self.playbook_dir)
-            for copy in copies:
-                # Every layer's value under a secret name, not only the one the run used.
-                redact_yaml_file(copy, self.secret_names)
+            # Every layer's value under a secret name, not only the one the run used.
+            redact_playbook_copy(self.writer.path / PLAYBOOK_DIR, copies, self.secret_names)
         plan = [scrub(cell_json_by_name(c), self.secrets) for c in self.cells]
         hosts = {
             name: scrub(redact_mapping(_host_json(h), self.secret_names), self.secrets)

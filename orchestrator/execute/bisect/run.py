@@ -22,7 +22,6 @@ from orchestrator.errors import BundleError, ExecutionError, InputError, OrchErr
 from orchestrator.execute.apply.outcomes import ApplyOptions
 from orchestrator.execute.apply.run import Run
 from orchestrator.execute.bisect.search import BisectPolicy, BisectResult, bisect
-from orchestrator.execute.secret_values import extra_vars_in_argv, secrets_of_run
 from orchestrator.execute.ship import ensure_runner
 from orchestrator.execute.transport.connect import Connection, connect
 from orchestrator.plan.select import select_cells
@@ -30,7 +29,8 @@ from orchestrator.results.bundle import FINISHED_STATUSES, BundleWriter
 from orchestrator.results.documents import read_json
 from orchestrator.results.layout import BISECT_JSON, CELL_JSON, CELLS_DIR, METRICS_JSON
 from orchestrator.results.read import open_run
-from orchestrator.results.redact import secret_items_in
+from orchestrator.secrets.redact import secret_items_in
+from orchestrator.secrets.values import extra_vars_in_argv, secrets_of_run
 
 BISECT_FILE = BISECT_JSON
 # A commit that fails before the benchmark produced numbers cannot be placed: skip it.

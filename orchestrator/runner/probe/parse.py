@@ -44,7 +44,7 @@ _UNAVAILABLE = re.compile(
     r"^\[?(N/A|Not Supported|Unknown Error|Insufficient Permissions|GPU is lost)\]?$", re.I
 )
 
-# --- secret names (shared with orchestrator.results.redact, which re-exports these) --------
+# --- secret names (shared with orchestrator.secrets.rule, which re-exports these) --------
 
 # --- pure parsers ---------------------------------------------------------------------------
 
