@@ -15,7 +15,7 @@ import stat
 import sys
 import tarfile
 import traceback
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from orchestrator.runner.bench import BenchStep
 from orchestrator.runner.envcheck import EnvCheckStep
@@ -39,6 +39,30 @@ from orchestrator.runner.session import SessionSteps
 from orchestrator.runner.snapshot import SnapshotStep
 from orchestrator.runner.stop import StopStep
 from orchestrator.runner.telemetry import TelemetryStep
+
+StepAction = Callable[[], Optional[Dict[str, Any]]]
+
+
+class Role(NamedTuple):
+    """The actions that differ with how a cell takes part in its server (CellRunner.role)."""
+
+    name: str
+    preflight: StepAction
+    server_start: StepAction
+    server_shared: bool  # the session's first cell started it: recorded as skipped, with why
+    ready: StepAction
+    bench: StepAction
+    captures: bool
+
+
+class Step(NamedTuple):
+    """One row of the step table: its name, what it does, whether it applies to this cell."""
+
+    name: str
+    action: StepAction
+    applies: bool
+    skipped: bool = False
+    before: Optional[Callable[[], None]] = None
 
 
 class CellRunner(
@@ -87,37 +111,15 @@ class CellRunner(
         if self.previous is not None:
             self.adopt(self.previous)
         self.prepare_dir()
-        server = self.server
-        repo = self.repo
+        role = self.role()
         try:
-            self.step("repo", self.do_repo, bool(repo))
-            self.step("setup", self.do_setup, bool(repo and repo.get("setup")))
-            shared = self.adopted
-            self.step("preflight", self.do_preflight_shared if shared else self.do_preflight, True)
-            self.step("snapshot_pre", lambda: self.do_snapshot(SNAPSHOT_PRE, None), True)
-            self.start_telemetry()
-            part = self.node_role is not None  # a node's part of a server over several hosts
-            if shared:
-                self.skipped_step("server_start", self.do_server_shared())
-            else:
-                start = self.do_server_start_part if part else self.do_server_start
-                self.step("server_start", start, bool(server))
-            if part:
-                ready = self.do_ready_part
-            else:
-                ready = self.do_ready_shared if shared else self.do_ready
-            self.step("ready", ready, bool(server))
-            self.step(
-                "capture_ready",
-                lambda: self.capture("ready"),
-                bool(server and server.get("captures") and not part),
-            )
-            self.step(
-                "verify_env",
-                self.do_verify_env,
-                bool(server and server.get("verify_env", "strict") != "off"),
-            )
-            self.step("bench", self.do_hold if part else self.do_bench, True)
+            for step in self.steps_of(role):
+                if step.before is not None:
+                    step.before()
+                if step.skipped:  # done by the session's first cell: recorded with why
+                    self.skipped_step(step.name, step.action() or {})
+                else:
+                    self.step(step.name, step.action, step.applies)
         except StepFailed as exc:
             self.status, self.reason, self.failed_step = "failed", exc.reason, self.current_step
         except Interrupted as exc:
@@ -147,6 +149,55 @@ class CellRunner(
             True,
         )
         return self.finish()
+
+    def role(self) -> "Role":
+        """How this cell takes part in its server, chosen once: its own server (solo), the next
+        cell of a session whose server is already up, or a node's part of a server over several
+        hosts (which may itself follow a session)."""
+        part = self.node_role is not None
+        follower = self.adopted
+        if part and follower:
+            name = "node part, session follower"
+        else:
+            name = "node part" if part else ("session follower" if follower else "solo")
+        start = self.do_server_shared if follower else None
+        return Role(
+            name=name,
+            preflight=self.do_preflight_shared if follower else self.do_preflight,
+            server_start=start or (self.do_server_start_part if part else self.do_server_start),
+            server_shared=follower,
+            ready=self.do_ready_part
+            if part
+            else (self.do_ready_shared if follower else self.do_ready),
+            bench=self.do_hold if part else self.do_bench,
+            captures=not part,  # the head captures what its server answers
+        )
+
+    def steps_of(self, role: "Role") -> List["Step"]:
+        """The cell's steps in the order it lives (ARCHITECTURE.md, the cell's steps)."""
+        server, repo = self.server, self.repo
+        verify = bool(server and server.get("verify_env", "strict") != "off")
+        return [
+            Step("repo", self.do_repo, bool(repo)),
+            Step("setup", self.do_setup, bool(repo and repo.get("setup"))),
+            Step("preflight", role.preflight, True),
+            Step("snapshot_pre", lambda: self.do_snapshot(SNAPSHOT_PRE, None), True),
+            Step(
+                "server_start",
+                role.server_start,
+                bool(server),
+                skipped=role.server_shared,
+                before=self.start_telemetry,  # the cell's time starts with its server
+            ),
+            Step("ready", role.ready, bool(server)),
+            Step(
+                "capture_ready",
+                lambda: self.capture("ready"),
+                bool(server and server.get("captures") and role.captures),
+            ),
+            Step("verify_env", self.do_verify_env, verify),
+            Step("bench", role.bench, True),
+        ]
 
     def cleanup_step(
         self, name: str, fn: Callable[[], Optional[Dict[str, Any]]], applies: bool
