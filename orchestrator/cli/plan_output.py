@@ -29,6 +29,7 @@ def echo_plan(
     from orchestrator.plan.lint import unchecked_ready_note
     from orchestrator.plan.sessions import session_labels
     from orchestrator.secrets.redact import cell_json_by_name, redact_text
+    from orchestrator.secrets.rule import REDACTED, is_secret_name
 
     secrets, cells = plan.secrets, list(plan.cells)
 
@@ -83,7 +84,7 @@ def echo_plan(
             echo(f"\n== {c.id} on {c.host}")
             # Redacted before quoting: a quote inside a secret would split it for the sweep.
             for k, v in c.env.items():
-                shown = "***REDACTED***" if k in c.secrets else redact_text(v, secrets)
+                shown = REDACTED if is_secret_name(k, c.secrets) else redact_text(v, secrets)
                 echo(f"  env {k}={shlex.quote(shown)}")
             if c.server is not None:
                 for k, v in c.server.env_defaults.items():

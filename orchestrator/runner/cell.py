@@ -227,6 +227,9 @@ class CellRunner(
         axes = cell_out.get("axes")
         if isinstance(axes, dict):  # a matrix axis of secrets: hidden by name, as env is
             cell_out["axes"] = {k: (REDACTED if self.is_secret(k) else v) for k, v in axes.items()}
+        nodes = cell_out.get("nodes")
+        if isinstance(nodes, list):  # every other node's part: its env hidden by name too
+            cell_out["nodes"] = [self.redacted_part(n) for n in nodes]
         write_json(
             self.path(CELL_JSON),
             {

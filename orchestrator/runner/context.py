@@ -75,6 +75,9 @@ class CellContext:
         self.env: Dict[str, str] = {str(k): str(v) for k, v in self.cell.get("env", {}).items()}
         self.secret_names = set(str(s) for s in self.cell.get("secrets", ()))
         secret_values = [v for k, v in self.env.items() if self.is_secret(k)]
+        for part in self.cell.get("nodes") or ():  # the other nodes' own values (node_key)
+            if isinstance(part, dict) and isinstance(part.get("env"), dict):
+                secret_values += [str(v) for k, v in part["env"].items() if self.is_secret(str(k))]
         # Secret values that are not env values (vars, -e values): absent from older controllers.
         extra = payload.get("secret_values")
         if isinstance(extra, list):
@@ -185,6 +188,13 @@ class CellContext:
     def redacted_env(self) -> Dict[str, str]:
         """cell.env with the values of secret names replaced."""
         return {k: (REDACTED if self.is_secret(k) else v) for k, v in self.env.items()}
+
+    def redacted_part(self, part: Any) -> Any:
+        """A node part of the cell (`nodes[]`) with its env's secret values replaced."""
+        if not isinstance(part, dict) or not isinstance(part.get("env"), dict):
+            return part
+        env = {k: (REDACTED if self.is_secret(str(k)) else v) for k, v in part["env"].items()}
+        return dict(part, env=env)
 
     def server_exit_reason(self, rc: int, when: str) -> str:
         """'server exited <when> (rc N)' with the log tail."""

@@ -448,12 +448,15 @@ def redact_tree(root: Path, secret_values: Iterable[str]) -> RedactReport:
 
 
 def cell_json_by_name(cell: Cell) -> dict[str, Any]:
-    """A cell's JSON with the env values and matrix values under a secret name hidden by name:
-    a short secret is no value the by-value sweep would find. plan.json and `orch plan` alike."""
+    """A cell's JSON with the env values (the cell's and each node part's) and matrix values
+    under a secret name hidden by name: a short secret is no value the by-value sweep would
+    find. plan.json and `orch plan` alike."""
     data = cell.model_dump(mode="json")
-    for section in ("env", "axes"):
-        data[section] = {
-            k: (REDACTED if is_secret_name(k, cell.secrets) else v)
-            for k, v in data[section].items()
-        }
+    hidden = [data, *(data.get("nodes") or ())]  # every node's part has its own env
+    for section, where in [("env", d) for d in hidden] + [("axes", data)]:
+        if isinstance(where.get(section), dict):
+            where[section] = {
+                k: (REDACTED if is_secret_name(k, cell.secrets) else v)
+                for k, v in where[section].items()
+            }
     return data

@@ -37,9 +37,10 @@ def secret_values(
     listed: set[str] = set()
     for cell in cells:
         listed.update(cell.secrets)
-        for name, value in cell.env.items():
-            if is_secret_name(name, cell.secrets):
-                values.add(value)
+        for env in (cell.env, *(part.env for part in cell.nodes)):  # each node's own values
+            for name, value in env.items():
+                if is_secret_name(name, cell.secrets):
+                    values.add(value)
         for name, value in cell.axes.items():  # a matrix axis of secrets (api_key: [a, b])
             if is_secret_name(name, cell.secrets):
                 values.update(secret_values_in({name: value}, listed | set(cell.secrets)))

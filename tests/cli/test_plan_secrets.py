@@ -45,3 +45,52 @@ def test_plan_output_in_every_form_hides_secret_values(tmp_path: Path) -> None:
             assert secret not in proc.stdout + proc.stderr, (args, secret)
         if args in (["-v"], ["--json"]):
             assert "***REDACTED***" in proc.stdout
+
+
+NODE_PLAYBOOK = """
+name: two-node
+hosts: all
+env:
+  NODE_API_KEY: "{{ node_key }}"
+  NODE_PASSWORD: "k{{ node_rank }}x"
+server:
+  command: "python3 -m http.server {{ head_port }}"
+  port: 8000
+  nodes: 2
+bench:
+  command: [echo, hi]
+"""
+
+
+def test_each_node_parts_secrets_are_hidden_in_every_view(tmp_path: Path) -> None:
+    """Issue 23 item 4: host2's own `node_key` (and a short value built in a template) was
+    printed under the node part's env by `plan --json` and written to plan.json."""
+    (tmp_path / "pb.yml").write_text(NODE_PLAYBOOK)
+    (tmp_path / "inv.yml").write_text(
+        "all:\n  hosts:\n"
+        "    h1: {ansible_connection: local, node_key: key-of-host-one-111}\n"
+        "    h2: {ansible_connection: local, node_key: key-of-host-two-222}\n"
+    )
+    for args in (["--json"], ["-v"], []):
+        proc = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "plan", "pb.yml", "-i", "inv.yml", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        for secret in ("key-of-host-one-111", "key-of-host-two-222", "k1x"):
+            assert secret not in proc.stdout + proc.stderr, (args, secret)
+    from orchestrator.app.plan import load_plan
+    from orchestrator.secrets.redact import cell_json_by_name
+
+    plan = load_plan(tmp_path / "pb.yml", [tmp_path / "inv.yml"])
+    (cell,) = plan.cells
+    assert cell.nodes[0].env["NODE_API_KEY"] == "key-of-host-two-222"  # as the node runs it
+    shown = cell_json_by_name(cell)  # plan.json's and `plan --json`'s form
+    assert shown["nodes"][0]["env"] == {
+        "NODE_API_KEY": "***REDACTED***",
+        "NODE_PASSWORD": "***REDACTED***",
+    }
+    assert "key-of-host-two-222" in plan.secrets  # and swept by value wherever else it lands

@@ -160,3 +160,20 @@ def test_rotating_any_secret_keeps_every_cell_id(tmp_path: Path) -> None:
     (tmp_path / "c").mkdir()
     changed = _plan(tmp_path / "c", {**env, "MODEL": "n"})  # a value that is not secret counts
     assert changed[0]["id"] != first[0]["id"]
+
+
+def test_the_runner_hides_every_node_parts_secrets_in_cell_json_and_by_value() -> None:
+    """Issue 23 item 4: a head's cell.json listed the other nodes' env as planned."""
+    part = {"host": "h2", "rank": 1, "env": {"NODE_API_KEY": "key-of-host-two-222", "N": "1"}}
+    payload: dict[str, Any] = {
+        "run_id": "r",
+        "cell": {
+            "id": "c",
+            "env": {"NODE_API_KEY": "head-key-000000"},
+            "bench": {},
+            "nodes": [part],
+        },
+    }
+    context = CellContext(payload, io.BytesIO())
+    assert context.redacted_part(part)["env"] == {"NODE_API_KEY": REDACTED, "N": "1"}
+    assert "key-of-host-two-222" not in context.redactor.text("log: key-of-host-two-222")
