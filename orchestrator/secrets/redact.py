@@ -351,15 +351,15 @@ SECRET_HINT = "<secret>"  # what a printed command shows for a secret the user g
 _PLAIN_WORD = re.compile(r"[^\s'\"\\]*")
 
 
-def _hide_extra_value(text: str, is_secret: _Names) -> str:
-    """One `-e` argument with its secret values as `SECRET_HINT`."""
+def _hide_extra_value(text: str, is_secret: _Names, marker: str) -> str:
+    """One `-e` argument with its secret values as `marker`."""
     if text.startswith("@"):
         return text  # a file name; the file holds the values
     if text.lstrip()[:1] in ("{", "["):
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError:
-            return SECRET_HINT if REDACTED in text else text
+            return marker if REDACTED in text else text
 
         def hide(node: Any, secret: bool = False) -> Any:
             if isinstance(node, Mapping):
@@ -369,25 +369,28 @@ def _hide_extra_value(text: str, is_secret: _Names) -> str:
             if (secret and _secret_scalar(node) is not None) or (
                 isinstance(node, str) and REDACTED in node
             ):
-                return SECRET_HINT
+                return marker
             return node
 
         return json.dumps(hide(data), ensure_ascii=False)
     try:
         tokens = shlex.split(text)
     except ValueError:
-        return SECRET_HINT if REDACTED in text else text
+        return marker if REDACTED in text else text
     out = []
     for token in tokens:
         name, sep, value = token.partition("=")
         if sep and (is_secret(name) or REDACTED in value):
-            token = f"{name}={SECRET_HINT}"
+            token = f"{name}={marker}"
         out.append(token if _PLAIN_WORD.fullmatch(token) else shlex.quote(token))
     return " ".join(out)
 
 
-def hide_secret_extra_vars(argv: Sequence[str], names: Iterable[str] = ()) -> list[str]:
-    """`argv` with each secret `-e` value as `<secret>`: a command to print, holding no secret.
+def hide_secret_extra_vars(
+    argv: Sequence[str], names: Iterable[str] = (), marker: str = SECRET_HINT
+) -> list[str]:
+    """`argv` with each secret `-e` value as `marker` (`<secret>`: a command to print, holding
+    no secret; run.json records REDACTED), however short the value.
 
     A value is secret when its name is (patterns or `names`) or it holds the redaction marker
     (argv as run.json records it). `-e k=v ...`, `-e '{...}'`, `--extra-vars=...` and `-ek=v`
@@ -398,15 +401,17 @@ def hide_secret_extra_vars(argv: Sequence[str], names: Iterable[str] = ()) -> li
     hide_next = False
     for arg in argv:
         if hide_next:
-            out.append(_hide_extra_value(arg, is_secret))
+            out.append(_hide_extra_value(arg, is_secret, marker))
             hide_next = False
         elif arg in ("-e", "--extra-vars"):
             out.append(arg)
             hide_next = True
         elif arg.startswith("--extra-vars="):
-            out.append("--extra-vars=" + _hide_extra_value(arg.partition("=")[2], is_secret))
+            out.append(
+                "--extra-vars=" + _hide_extra_value(arg.partition("=")[2], is_secret, marker)
+            )
         elif arg.startswith("-e") and not arg.startswith("--") and len(arg) > 2:
-            out.append("-e" + _hide_extra_value(arg[2:], is_secret))
+            out.append("-e" + _hide_extra_value(arg[2:], is_secret, marker))
         else:
             out.append(arg)
     return out

@@ -32,7 +32,13 @@ from orchestrator.results.layout import (
     RUN_JSON,
 )
 from orchestrator.runner.protocol import SCHEMA_VERSION
-from orchestrator.secrets.redact import cell_json_by_name, redact_mapping, redact_playbook_copy
+from orchestrator.secrets.redact import (
+    REDACTED,
+    cell_json_by_name,
+    hide_secret_extra_vars,
+    redact_mapping,
+    redact_playbook_copy,
+)
 from orchestrator.secrets.values import scrub
 
 RUN_SCHEMA_VERSION = 1
@@ -128,7 +134,11 @@ class RunRecord:
                 "orch_version": __version__,
                 "protocol_version": PROTOCOL_VERSION,
                 "run_id": self.writer.run_id,
-                "argv": scrub(list(self.options.argv), self.secrets),
+                # by name first: a short secret (-e my_secret=xy7) is no value a sweep finds
+                "argv": scrub(
+                    hide_secret_extra_vars(self.options.argv, self.secret_names, REDACTED),
+                    self.secrets,
+                ),
                 "playbook": self.playbook_name,
                 "started": self.previous.get("started", _iso(self.started)),
                 "resumed": [*self.previous.get("resumed", []), _iso(self.started)]
