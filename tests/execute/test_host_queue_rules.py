@@ -246,3 +246,19 @@ def test_secret_values_never_reach_progress() -> None:
     leak = event(A, "step", step="server_start", status="failed", detail={"tok": "hf_s3cr3t"})
     fake, _, _ = play(Script([leak, *archived(A)]), ids=(A,), secrets=["hf_s3cr3t"])
     assert "hf_s3cr3t" not in fake.shown.getvalue()
+
+
+def test_a_malformed_event_is_noise_and_the_queue_goes_on() -> None:
+    """Issue 23 item 8: `"seconds": "abc"` killed the reader (local) or aborted the run (SSH)."""
+    bad = [
+        {"event": "repeat", "cell": A, "seconds": "abc", "kind": "measure", "n": 1},
+        event(A, "step", step=["not", "a", "name"], status="ok"),
+        {"event": "done", "cell": 7, "status": "passed"},
+        event(A, "archive", bytes="many"),
+        {"event": "task_end", "rank": 0, "rc": "137"},
+    ]
+    fake, queue, _ = play(Script([*bad, *archived(A)]), ids=(A,))
+    assert fake.reasons() == {A: ("passed", None)}
+    assert len(queue.noise) == len(bad)
+    assert "`seconds` is not int or float: 'abc'" in queue.noise[0]
+    assert all("(ignored: " in line for line in queue.noise)

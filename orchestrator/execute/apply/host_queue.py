@@ -20,10 +20,11 @@ from typing import Any, Protocol
 from orchestrator.adapters import server_adapter
 from orchestrator.cell import Cell
 from orchestrator.errors import ConnectionFailure, OrchError
+from orchestrator.execute.apply.events import read_event
 from orchestrator.execute.apply.node_join import NodeJoin
 from orchestrator.execute.apply.outcomes import STOPPED, ApplyOptions, CellOutcome, stopped_outcome
 from orchestrator.execute.apply.progress import Progress
-from orchestrator.execute.apply.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
+from orchestrator.execute.apply.stream import ARCHIVE_EVENTS, ArchiveStream
 from orchestrator.execute.ship import runner_invocation
 from orchestrator.execute.transport.base import JobEnded
 from orchestrator.execute.transport.connect import Connection
@@ -156,9 +157,9 @@ class HostQueue:
             self.busy = False
 
     def _on_line(self, line: str, stream: ArchiveStream) -> None:
-        event = json_line(line)
+        event, problem = read_event(line)
         if event is None:
-            self.noise.append(line)
+            self.noise.append(line if problem is None else f"{line[:300]} (ignored: {problem})")
             return
         kind = event.get("event")
         host = self.conn.host.name

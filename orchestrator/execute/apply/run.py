@@ -23,6 +23,7 @@ from orchestrator.analyze.verdict import record_verdict, score_cell
 from orchestrator.cell import Cell
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import ConnectionFailure, ExecutionError, OrchError
+from orchestrator.execute.apply.events import read_event
 from orchestrator.execute.apply.host_queue import HostQueue
 from orchestrator.execute.apply.interrupts import (
     raise_on_sigterm,
@@ -40,7 +41,7 @@ from orchestrator.execute.apply.pool import StartSpacing
 from orchestrator.execute.apply.progress import Progress
 from orchestrator.execute.apply.run_record import RunRecord
 from orchestrator.execute.apply.runlock import acquire_run_lock
-from orchestrator.execute.apply.stream import ARCHIVE_EVENTS, ArchiveStream, json_line
+from orchestrator.execute.apply.stream import ARCHIVE_EVENTS, ArchiveStream
 from orchestrator.execute.ship import runner_invocation
 from orchestrator.execute.transport.base import SchedulerJob
 from orchestrator.execute.transport.connect import Connection, connect
@@ -321,9 +322,9 @@ class Run:
             stream = ArchiveStream(Path(tmp))
 
             def on_line(line: str) -> None:
-                event = json_line(line)
+                event, _problem = read_event(line)
                 if event is None:
-                    return
+                    return  # noise: a collect has no cell to blame it on
                 if event.get("event") not in ARCHIVE_EVENTS:
                     if "cell_id" in event:
                         items[str(event["cell_id"])] = event

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -68,12 +67,3 @@ class ArchiveStream:
         for fh, _digest, _head in self._open.values():
             fh.close()
         self._open.clear()
-
-
-def json_line(line: str) -> dict[str, Any] | None:
-    """A JSON object from one line of runner output, or None (noise, or not an object)."""
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None
