@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from orchestrator.runner.context import CellContext
 from orchestrator.runner.layout import ENV_CHECK_JSON
@@ -66,7 +66,7 @@ class EnvCheckStep(CellContext):
                 ok = observed == expected
                 secret = self.is_secret(name)
                 shown_exp = REDACTED if secret else expected
-                shown_obs = REDACTED if (secret and observed is not None) else observed
+                shown_obs = REDACTED if (secret and observed is not None) else printable(observed)
                 variables[name] = {"expected": shown_exp, "observed": shown_obs, "ok": ok}
                 if not ok:
                     mismatches.append(
@@ -77,7 +77,7 @@ class EnvCheckStep(CellContext):
                     elif secret:
                         wrong.append("%s (secret value differs)" % name)
                     else:
-                        wrong.append("%s=%r (expected %r)" % (name, observed, expected))
+                        wrong.append("%s='%s' (expected %r)" % (name, shown_obs, expected))
             processes.append(
                 {"pid": pid, "ppid": table[pid].ppid, "cmdline": cmdline, "vars": variables}
             )
@@ -175,3 +175,11 @@ def env_table(rows: List[Tuple[int, str, List[str], List[str]]]) -> str:
     for row in [header, *body]:
         lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())  # noqa: B905
     return "\n".join(lines)
+
+
+def printable(value: Optional[str]) -> Optional[str]:
+    """An environ value as JSON and messages can hold it: bytes that are not UTF-8 (read with
+    surrogateescape, so they compare exactly) shown as \\xNN, as Python prints bytes."""
+    if value is None:
+        return None
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

@@ -118,6 +118,19 @@ def test_a_free_dist_port_is_recorded_at_preflight(home: Path) -> None:
     assert preflight["detail"]["port"] == port and preflight["detail"]["dist_port"] == dist
 
 
+def test_a_value_that_is_not_utf8_is_named_not_a_crash(home: Path) -> None:
+    """Issue 23 item 11: verify_env raised UnicodeEncodeError on a worker's b"R\\xffng"."""
+    port = free_port()
+    cell = make_cell(port, server_args=("--child", "bytes"), env={"NCCL_ALGO": "Ring"})
+    run_cell(home, cell)
+    check = load(cell_dir(home) / "env_check.json")
+    (mismatch,) = check["mismatches"]
+    assert mismatch["name"] == "NCCL_ALGO" and mismatch["observed"] == "R\\xffng"
+    done = load(cell_dir(home) / "cell.json")
+    assert done["failed_step"] == "verify_env"
+    assert "NCCL_ALGO='R\\xffng' (expected 'Ring')" in done["reason"]
+
+
 @pytest.mark.parametrize("mode", ["strict", "warn"])
 def test_scrubbed_child_environment_is_caught(home: Path, mode: str) -> None:
     port = free_port()

@@ -55,7 +55,9 @@ def main() -> int:
     parser.add_argument("--mode", choices=["ok", "exit", "never"], default="ok")
     parser.add_argument("--exit-rc", type=int, default=3)
     parser.add_argument("--ready-delay", type=float, default=0.0)
-    parser.add_argument("--child", choices=["none", "inherit", "scrub", "retitle"], default="none")
+    parser.add_argument(
+        "--child", choices=["none", "inherit", "scrub", "retitle", "bytes"], default="none"
+    )
     parser.add_argument("--print-env", action="append", default=[])
     parser.add_argument("--ignore-term", action="store_true")
     parser.add_argument("--die-after", type=float, default=0.0)
@@ -86,6 +88,9 @@ def main() -> int:
         # Like an engine spawning workers; "scrub" drops the environment it was given,
         # "retitle" zeroes its environ area as setproctitle does (vLLM's, SGLang's workers).
         env = dict(os.environ) if args.child != "scrub" else {"PATH": os.environ["PATH"]}
+        if args.child == "bytes":  # a worker whose NCCL_ALGO is not UTF-8: b"R\xffng"
+            env = {k: v for k, v in os.environb.items() if k != b"NCCL_ALGO"}
+            env[b"NCCL_ALGO"] = b"R\xffng"
         code = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_DFL); time.sleep(600)"
         if args.child == "retitle":
             code = RETITLE + code
