@@ -3,6 +3,7 @@ hands them to the runner (redaction by value in every file) and scrubs them from
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -74,8 +75,27 @@ def secrets_of_run(
 ) -> list[str]:
     """`secret_values` of a run of `cells`, the variables of the hosts they use included."""
     used = {name for c in cells for name in c.hosts}
-    hosts = [h.vars for name, h in inventory.hosts.items() if name in used]
-    return secret_values(cells, *var_sources, *hosts, files=files)
+    hosts = [h for name, h in inventory.hosts.items() if name in used]
+    found = secret_values(cells, *var_sources, *(h.vars for h in hosts), files=files)
+    options = [o for h in hosts if h.slurm is not None for o in h.slurm.extra]
+    return sorted({*found, *assigned_secrets(options)})
+
+
+# NAME=VALUE inside an option (`--export=ALL,WANDB_API_KEY=x`, `--comment=HF_TOKEN=y`): found
+# at every name start, so `comment=HF_TOKEN=y` also yields HF_TOKEN's own value
+_ASSIGNED = re.compile(r"(?<![A-Za-z0-9_])(?=([A-Za-z_][A-Za-z0-9_]*)=([^,\s]+))")
+
+
+def assigned_secrets(options: Sequence[str]) -> list[str]:
+    """The values assigned to secret names inside command-line options (`slurm_extra`): they
+    reach `orch plan`, and every snapshot through `scontrol show job`, as written."""
+    values = {
+        value
+        for option in options
+        for name, value in _ASSIGNED.findall(option)
+        if is_secret_name(name) and len(value) >= MIN_VALUE_LENGTH
+    }
+    return sorted(values)
 
 
 def extra_vars_in_argv(argv: Sequence[str]) -> list[dict[str, Any]]:

@@ -36,6 +36,10 @@ _TRUE = {"true", "yes", "on", "1", "y"}
 _FALSE = {"false", "no", "off", "0", "n"}
 
 
+# srun's job-name options, as one word (`--job-name=x`, `-Jx`)
+_JOB_NAME = ("--job-name=", "-J")
+
+
 def host_from_vars(
     name: str,
     location: SourceLocation,
@@ -190,6 +194,13 @@ def _slurm_options(
             extra = tuple(str(v) for v in value)
         else:
             raise bad(var, f"expected srun options as a string or a list, got {describe(value)}")
+        named = [o for o in extra if o in ("-J", "--job-name") or o.startswith(_JOB_NAME)]
+        if named:
+            raise bad(
+                var,
+                f"slurm_extra may not name the job ({named[0]}): orch names each job to find it "
+                "in squeue, cancel it and settle it on --resume",
+            )
     pending = number("slurm_pending_timeout", DEFAULT_PENDING_TIMEOUT, whole=False)
     return SlurmOptions(
         partition=text("slurm_partition"),
