@@ -163,6 +163,23 @@ def test_stdout_lines_stream_before_the_command_ends(conn: Connection, tmp_path:
     assert result.stdout == "first\nsaw-file\n"
 
 
+def test_every_line_read_is_handled_before_run_returns(conn: Connection) -> None:
+    """Issue 23 item 3: the local reader was given 1 s after the program's exit, while the
+    controller still imported the last cell's archive from its last line: run() returned, the
+    cell counted as "archive never arrived", and its folder still landed in the bundle."""
+    handled: list[str] = []
+
+    def slow(line: str) -> None:
+        if line == "last":
+            time.sleep(2.5)  # an import of a large archive
+        handled.append(line)
+
+    code = "print('first'); print('last')"
+    result = conn.run([sys.executable, "-c", code], on_stdout_line=slow, timeout=60)
+    assert result.rc == 0
+    assert handled == ["first", "last"]
+
+
 def test_partial_last_line_is_delivered(conn: Connection) -> None:
     lines: list[str] = []
     conn.run([PY, "-c", "import sys; sys.stdout.write('a\\nb')"], on_stdout_line=lines.append)

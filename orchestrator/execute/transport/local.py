@@ -116,17 +116,37 @@ class LocalConnection(Connection):
                     proc.stdin.close()
 
 
-def _pump(stream: Any, sink: LineSplitter) -> None:
-    """Read a pipe until EOF into a line splitter (in a thread)."""
-    fd = stream.fileno()
-    while True:
-        try:
-            data = os.read(fd, 65536)
-        except OSError:
-            return
-        if not data:
-            return
-        sink.feed(data)
+class _Reader(threading.Thread):
+    """Reads a pipe until EOF into a line splitter; says whether it is handling what it read
+    (the stdout callback may import a whole cell) or waiting for more."""
+
+    def __init__(self, stream: Any, sink: LineSplitter) -> None:
+        super().__init__(daemon=True)
+        self.fd, self.sink = stream.fileno(), sink
+        self.handling = False
+
+    def run(self) -> None:
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.handling = True
+            try:
+                self.sink.feed(data)
+            finally:
+                self.handling = False
+
+    def finish(self, grace: float) -> None:
+        """Wait for EOF: as long as it handles lines already read (each must be handled before
+        the run ends), and `grace` seconds for more (a backgrounded child may hold the pipe)."""
+        deadline = time.monotonic() + grace
+        while self.is_alive():
+            self.join(0.05)
+            if not self.handling and time.monotonic() > deadline:
+                return
 
 
 class _LocalProgram(Program):
@@ -146,10 +166,7 @@ class _LocalProgram(Program):
         self.started = started
         self.out, self.err = LineSplitter(on_stdout_line), LineSplitter(None)
         assert proc.stdin and proc.stdout and proc.stderr
-        self.readers = [
-            threading.Thread(target=_pump, args=(proc.stdout, self.out), daemon=True),
-            threading.Thread(target=_pump, args=(proc.stderr, self.err), daemon=True),
-        ]
+        self.readers = [_Reader(proc.stdout, self.out), _Reader(proc.stderr, self.err)]
         for thread in self.readers:
             thread.start()
 
@@ -181,8 +198,8 @@ class _LocalProgram(Program):
     def finish(self, timed_out: bool) -> RunResult:
         proc, host = self.proc, self.conn.host.name
         if proc.returncode is not None or not self.conn.closed:
-            for thread in self.readers:
-                thread.join(timeout=EOF_GRACE_SECONDS)  # a backgrounded child may hold the pipes
+            for reader in self.readers:
+                reader.finish(EOF_GRACE_SECONDS)
         self.close_stdin()
         result = RunResult(
             rc=proc.returncode if proc.returncode is not None else -1,
