@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fakes import Script, ScriptedConnection, cell, event, host
+from fakes import Script, ScriptedConnection, archived, cell, event, host
 
 from orchestrator.config.host import Group, Host, Inventory
 from orchestrator.errors import ConnectionFailure
@@ -124,3 +124,30 @@ def test_facts_are_written_for_the_host_even_when_the_runner_sent_none(tmp_path:
     facts = json.loads((run.writer.path / "hosts" / "gpu01" / "facts.json").read_text())
     assert facts["absent"] == "the runner sent no facts"
     assert facts["host_key_verified"] is True
+
+
+def _cell_archive(tmp_path: Path, cid: str, host_name: str) -> bytes:
+    """A cell's archive as a runner packs it, whose cell.json names `cid` on `host_name`."""
+    import tarfile
+
+    folder = tmp_path / "packed" / cid
+    folder.mkdir(parents=True)
+    doc = {"schema_version": 1, "cell": {"id": cid, "host": host_name}, "status": "passed"}
+    (folder / "cell.json").write_text(json.dumps(doc))
+    out = tmp_path / "packed" / "a.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(folder, arcname=cid)
+    return out.read_bytes()
+
+
+def test_an_archive_naming_another_cell_or_host_is_refused(tmp_path: Path) -> None:
+    """Issue 23 item 7: a host could file results under another cell (a second row in report)."""
+    forged = _cell_archive(tmp_path, "z-0000zzzz", "gpu99")
+    conn = ScriptedConnection(host(), Script(archived(A, forged)))
+    open_, _ = opener(conn)
+    run = apply(tmp_path, open_, ids=(A,))
+    run.execute()
+    assert statuses(run) == {A: ("failed", "collect")}
+    assert "refused" in (run.outcomes[A].reason or "")
+    assert not (run.writer.path / "cells" / A).exists()
+    assert not (run.writer.path / "cells" / "z-0000zzzz").exists()

@@ -360,6 +360,7 @@ class Run:
         with tempfile.TemporaryDirectory(prefix="orch-cell-") as tmp:
             staged = Path(tmp) / "cell"
             extract_archive(local, staged)
+            _check_identity(staged, cell, host_name)
             # The host redacted its captures (server_info): compare what it reported with the
             # declared cell redacted the same way, as `orch report`/`audit` read them later.
             nodes = self.nodes.join(cell, staged) if cell.nodes else None
@@ -386,6 +387,20 @@ class Run:
             verdict.failed_step
             or (cell_json.get("failed_step") if isinstance(cell_json, dict) else None),
             round(seconds, 3),
+        )
+
+
+def _check_identity(staged: Path, cell: Cell, host_name: str) -> None:
+    """The controller owns a cell's identity: an archive whose cell.json names another cell or
+    host (a broken or hostile runner) is refused, never filed under what it claims."""
+    doc = read_json(staged / CELL_JSON, required=True)
+    said = doc.get("cell") if isinstance(doc, dict) else None
+    said = said if isinstance(said, dict) else {}
+    claimed = (said.get("id"), said.get("host"))
+    if claimed != (cell.id, cell.host):
+        raise ExecutionError(
+            f"the archive says it holds cell {claimed[0]!r} of host {claimed[1]!r}, not "
+            f"{cell.id!r} of {cell.host!r}: refused"
         )
 
 
