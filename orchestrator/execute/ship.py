@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import sys
 import tempfile
 import zipfile
 from functools import cache
@@ -88,7 +89,13 @@ def runner_path(host: Host) -> str:
     return f"{host.workdir.rstrip('/')}/lib/{runner_hash()}/{ARCHIVE_NAME}"
 
 
-_EXISTS = "import os,sys; sys.exit(0 if os.path.isfile(sys.argv[1]) else 3)"
+# The cached runner is what runs next time: exit 0 only when the file there is this version.
+_EXISTS = (
+    "import hashlib,os,sys\n"
+    "p=os.path.join(os.path.expanduser('~'),os.path.expanduser(sys.argv[1]))\n"
+    "ok=os.path.isfile(p) and hashlib.sha256(open(p,'rb').read()).hexdigest()[:16]==sys.argv[2]\n"
+    "sys.exit(0 if ok else 3)\n"
+)
 # stdin -> the path named, through a temporary file and a rename (home-relative like the runner).
 _WRITE = (
     "import os,sys,tempfile\n"
@@ -99,30 +106,62 @@ _WRITE = (
     "os.chmod(t,0o755); os.replace(t,p)\n"
 )
 
-
+MANIFEST_NAME = ".orch-manifest"  # in the unpacked folder: every file's sha256, as unpacked
+# Helpers of the host-side code below. _tree: every file under a folder with its sha256 (a link
+# counts as a difference). _mine: a cache folder must be this user's; one writable by others is
+# closed first (its content is checked after), one of another user is refused: with a shared
+# absolute orch_workdir, another user could otherwise plant code this user's run executes.
+_CACHE = (
+    "import json,shutil,stat\n"
+    "def _tree(r):\n"
+    "    out={}\n"
+    "    for b,ds,fs in os.walk(r):\n"
+    "        for x in ds+fs:\n"
+    "            q=os.path.join(b,x); k=os.path.relpath(q,r)\n"
+    "            if os.path.islink(q): out[k]='link'\n"
+    "            elif x in fs:\n"
+    "                with open(q,'rb') as f: out[k]=hashlib.sha256(f.read()).hexdigest()\n"
+    f"    out.pop({MANIFEST_NAME!r},None)\n"
+    "    return out\n"
+    "def _mine(d):\n"
+    "    s=os.lstat(d)\n"
+    "    if s.st_uid!=os.getuid() or not stat.S_ISDIR(s.st_mode):\n"
+    "        sys.exit('orch: %s is not a folder of this user: its runner is not run '\n"
+    "                 '(give this host an orch_workdir of its own)' % d)\n"
+    "    if s.st_mode&0o022: os.chmod(d,stat.S_IMODE(s.st_mode)&~0o022)\n"
+)
 # runner.pyz unpacked beside itself (`<pyz>.d/`) and byte-compiled once, so each start loads
 # cached bytecode instead of compiling the runner from the zip again (about 0.2 s of CPU a start);
-# `u` is what to run: the folder, or the archive itself where the folder cannot be made.
+# a folder that no longer matches its manifest (an edited or truncated module, a planted file)
+# is unpacked again. `u` is what to run: the folder, or the archive where it cannot be made.
 _UNPACK = (
     f"u=p+{UNPACKED_SUFFIX!r}\n"
-    "if not os.path.isdir(u):\n"
+    f"m=os.path.join(u,{MANIFEST_NAME!r})\n"
+    "if os.path.isdir(u) and not os.path.islink(u):\n"
     "    try:\n"
-    "        import compileall,shutil,zipfile\n"
+    "        with open(m) as f: good=json.load(f)==_tree(u)\n"
+    "    except Exception: good=False\n"
+    "    if not good: shutil.rmtree(u,ignore_errors=True)\n"
+    "if not os.path.isdir(u) or os.path.islink(u):\n"
+    "    try:\n"
+    "        import compileall,zipfile\n"
     "        t=tempfile.mkdtemp(dir=os.path.dirname(p),prefix='.runner.d.')\n"
     "        zipfile.ZipFile(p).extractall(t)\n"
     "        compileall.compile_dir(t,quiet=2)\n"
+    "        with open(os.path.join(t,'.m.tmp'),'w') as f: json.dump(_tree(t),f)\n"
+    f"        os.rename(os.path.join(t,'.m.tmp'),os.path.join(t,{MANIFEST_NAME!r}))\n"
     "        try: os.rename(t,u)\n"
     "        except OSError: shutil.rmtree(t,ignore_errors=True)\n"
     "    except Exception: pass\n"
-    "    if not os.path.isdir(u): u=p\n"
+    "    if not os.path.isdir(u) or os.path.islink(u): u=p\n"
 )
 
 
 def unpacked_runner(pyz: Path) -> Path:
     """What a host runs: runner.pyz unpacked and byte-compiled beside itself (as BOOTSTRAP does),
     or the archive where that fails."""
-    namespace = {"p": str(pyz), "os": os, "tempfile": tempfile}
-    exec(_UNPACK, namespace)  # the very code hosts run, not a copy of it
+    namespace = {"p": str(pyz), "os": os, "tempfile": tempfile, "hashlib": hashlib, "sys": sys}
+    exec(_CACHE + _UNPACK, namespace)  # the very code hosts run, not a copy of it
     return Path(str(namespace["u"]))
 
 
@@ -141,8 +180,13 @@ BOOTSTRAP = (
     "    parts.append(c); n-=len(c)\n"
     "data=b''.join(parts)\n"
     "if hashlib.sha256(data).hexdigest()[:16]!=h: sys.exit('orch: runner.pyz arrived damaged')\n"
-    "if not os.path.isfile(p):\n"
-    "    d=os.path.dirname(p); os.makedirs(d,exist_ok=True)\n"
+    + _CACHE
+    + "d=os.path.dirname(p); os.makedirs(d,exist_ok=True)\n"
+    "for x in (os.path.dirname(d),d): _mine(x)\n"
+    "try:\n"
+    "    with open(p,'rb') as f: same=f.read()==data\n"
+    "except OSError: same=False\n"
+    "if not same:\n"  # missing, or not these bytes: written again (what runs is what was sent)
     "    fd,t=tempfile.mkstemp(dir=d,prefix='.runner.')\n"
     "    with os.fdopen(fd,'wb') as f: f.write(data)\n"
     "    os.chmod(t,0o755); os.replace(t,p)\n"
@@ -163,7 +207,7 @@ def ensure_runner(conn: Connection) -> str:
     """Put runner.pyz on the host unless this exact version is already there; its path."""
     host = conn.host
     path = runner_path(host)
-    check = conn.run([host.python, "-c", _EXISTS, path], timeout=60)
+    check = conn.run([host.python, "-c", _EXISTS, path, runner_hash()], timeout=60)
     if check.rc == 0:
         return path
     if check.rc != 3:

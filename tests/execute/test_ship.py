@@ -76,3 +76,49 @@ def test_a_missing_interpreter_says_so(tmp_path: Path) -> None:
     argv, shipped = runner_invocation(host, "probe")
     with pytest.raises(ExecutionError, match="nonexistent"):
         conn.run(argv, stdin=shipped, timeout=30)
+
+
+def _unpacked(host: Host) -> Path:
+    return Path(os.path.expanduser("~")) / (runner_path(host) + ".d")
+
+
+def test_an_edited_cached_runner_is_unpacked_again_never_run(tmp_path: Path) -> None:
+    """Issue 23 item 5: the bootstrap checked the bytes it received, then ran whatever the
+    cache held: an edited module ran, a truncated one broke every later run for good."""
+    host = local_host(tmp_path / "work")
+    conn = LocalConnection(host)
+    assert probe(conn, host)["hostname"]
+    folder = _unpacked(host)
+    main = folder / "__main__.py"
+    original = main.read_bytes()
+    main.write_text("import sys; print('PLANTED'); sys.exit(9)\n")
+    (folder / "orchestrator" / "runner" / "extra.py").write_text("x = 1\n")
+    assert probe(conn, host)["hostname"]  # the planted code did not run
+    assert main.read_bytes() == original
+    assert not (folder / "orchestrator" / "runner" / "extra.py").exists()
+    module = folder / "orchestrator" / "runner" / "probe" / "gather.py"
+    module.write_bytes(module.read_bytes()[:100])  # truncated
+    assert probe(conn, host)["hostname"]
+    pyz = Path(os.path.expanduser("~")) / runner_path(host)
+    pyz.write_bytes(pyz.read_bytes()[:1000])  # the archive itself damaged in the cache
+    assert probe(conn, host)["hostname"]
+    assert pyz.read_bytes() == runner_archive()
+
+
+def test_a_cache_writable_by_others_is_closed_and_one_of_another_user_refused(
+    tmp_path: Path,
+) -> None:
+    host = local_host(tmp_path / "work")
+    conn = LocalConnection(host)
+    assert probe(conn, host)["hostname"]
+    cache = _unpacked(host).parent
+    cache.chmod(0o777)
+    assert probe(conn, host)["hostname"]
+    assert cache.stat().st_mode & 0o022 == 0
+    if os.getuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    os.chown(cache, 65534, 65534)  # nobody's
+    argv, shipped = runner_invocation(host, "probe")
+    res = conn.run(argv, stdin=shipped, timeout=60)
+    assert res.rc != 0 and "is not a folder of this user" in res.stderr
+    assert "orch_workdir" in res.stderr
