@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 ARCHIVE_EVENTS = ("archive", "archive_data", "archive_end")
+MAX_ARCHIVE_BYTES = 64 << 30  # one cell's archive: far above any real cell's logs
 
 
 class ArchiveStream:
@@ -31,6 +32,9 @@ class ArchiveStream:
         if kind == "archive":
             if event.get("error"):
                 return cell, f"the runner could not read the archive: {event['error']}"
+            size = event.get("bytes")
+            if not isinstance(size, int) or not 0 <= size <= MAX_ARCHIVE_BYTES:
+                return cell, f"the runner declared an archive of {size!r} bytes: refused"
             path = (
                 self.directory
                 / f"{len(self._open)}-{hashlib.sha256(cell.encode()).hexdigest()[:12]}.tar.gz"
@@ -47,6 +51,12 @@ class ArchiveStream:
                 fh.close()
                 del self._open[cell]
                 return cell, "a streamed archive chunk is not base64"
+            head["written"] = head.get("written", 0) + len(chunk)
+            if head["written"] > head["bytes"]:  # stopped at once, not after the whole stream
+                fh.close()
+                del self._open[cell]
+                head["local"].unlink(missing_ok=True)
+                return cell, f"the streamed archive passed its declared {head['bytes']} bytes"
             fh.write(chunk)
             digest.update(chunk)
             return None

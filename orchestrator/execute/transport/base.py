@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,29 +49,78 @@ class CommandTimeout(ExecutionError):
         self.result = result
 
 
-class LineSplitter:
-    """Collects a byte stream; hands each complete line (no newline) to a callback."""
+# A streamed command's RunResult.stdout keeps only its tail: its lines were handed over as they
+# came, and a run's stdout carries every cell's archive (the whole of it would be kept twice).
+STREAMED_TAIL_BYTES = 1 << 20
+# The longest line handed over: the runner's lines are at most an archive chunk or a snapshot;
+# a longer one (a broken or hostile host) is dropped and said, memory stays bounded.
+MAX_LINE_BYTES = 16 << 20
 
-    def __init__(self, on_line: Callable[[str], None] | None) -> None:
+
+class LineSplitter:
+    """Collects a byte stream; hands each complete line (no newline) to a callback. Linear in
+    the bytes fed, whatever the line lengths; memory bounded when a callback takes the lines."""
+
+    def __init__(
+        self, on_line: Callable[[str], None] | None, max_line: int = MAX_LINE_BYTES
+    ) -> None:
         self.on_line = on_line
-        self.chunks: list[bytes] = []
-        self._partial = b""
+        self.max_line = max_line
+        self.chunks: deque[bytes] = deque()
+        self._kept = 0
+        self._partial: list[bytes] = []
+        self._partial_bytes = 0
+        self._dropping = False
+        self.dropped = 0  # lines past max_line, not handed over
 
     def feed(self, data: bytes) -> None:
         """Add bytes as they arrive; every line they complete goes to the callback now."""
-        self.chunks.append(data)
+        self._keep(data)
         if self.on_line is None:
             return
-        self._partial += data
-        *lines, self._partial = self._partial.split(b"\n")
-        for line in lines:
-            self.on_line(line.decode("utf-8", "replace"))
+        start = 0
+        while True:
+            end = data.find(b"\n", start)
+            if end < 0:
+                self._add(data[start:])
+                return
+            self._add(data[start:end])
+            self._hand_over()
+            start = end + 1
+
+    def _keep(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self._kept += len(data)
+        if self.on_line is None:
+            return  # not streamed: the caller wants the whole output
+        while len(self.chunks) > 1 and self._kept - len(self.chunks[0]) >= STREAMED_TAIL_BYTES:
+            self._kept -= len(self.chunks.popleft())
+
+    def _add(self, piece: bytes) -> None:
+        if not piece or self._dropping:
+            return
+        if self._partial_bytes + len(piece) > self.max_line:
+            self._dropping = True
+            self._partial, self._partial_bytes = [], 0
+            return
+        self._partial.append(piece)
+        self._partial_bytes += len(piece)
+
+    def _hand_over(self) -> None:
+        assert self.on_line is not None
+        if self._dropping:
+            self._dropping = False
+            self.dropped += 1
+            self.on_line(f"orch: dropped a line longer than {self.max_line} bytes")
+            return
+        line = b"".join(self._partial)
+        self._partial, self._partial_bytes = [], 0
+        self.on_line(line.decode("utf-8", "replace"))
 
     def finish(self) -> str:
-        """Hand over a last line without newline; return the whole stream as text."""
-        if self.on_line is not None and self._partial:
-            self.on_line(self._partial.decode("utf-8", "replace"))
-            self._partial = b""
+        """Hand over a last line without newline; return the output kept as text."""
+        if self.on_line is not None and (self._partial or self._dropping):
+            self._hand_over()
         return b"".join(self.chunks).decode("utf-8", "replace")
 
 
@@ -155,7 +205,8 @@ class Connection(ABC):
         Setting `stop` closes stdin and keeps waiting for the exit, up to `timeout`.
         stdout lines go to `on_stdout_line` as they arrive (without their newline; a last line
         without newline is passed at exit), on the transport's reader thread, while the command
-        runs; the whole output is also returned.
+        runs; the result's `stdout` then holds the output's last MiB (without a callback, the
+        whole of it). A line longer than 16 MiB is dropped, and a line saying so handed over.
 
         Returns when the program exited, whatever its exit code (`rc`, negative for a signal).
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 import queue
 import re
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from orchestrator.cell import Cell
 from orchestrator.errors import ExecutionError
-from orchestrator.execute.transport.base import Connection, RunResult
+from orchestrator.execute.transport.base import STREAMED_TAIL_BYTES, Connection, RunResult
 from orchestrator.runner.slurm_tasks import RECORD_END, TASKS_VARIABLE
 
 __all__ = [
@@ -61,8 +62,9 @@ class TaskLines:
 
     def __init__(self, on_line: Callable[[str], None] | None) -> None:
         self.on_line = on_line
-        self.lines: list[str] = []  # every whole line, as the result's stdout
-        self._pieces: dict[int, str] = {}
+        self.lines: deque[str] = deque()  # whole lines, as the result's stdout (its tail)
+        self._kept = 0
+        self._pieces: dict[int, list[str]] = {}
         self._queues: dict[int, queue.Queue[object]] = {}
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -76,13 +78,16 @@ class TaskLines:
             return
         task, piece = int(found.group(1)), found.group(2)
         if not piece.endswith(RECORD_END):  # cut by srun: the line goes on in the next piece
-            self._pieces[task] = self._pieces.get(task, "") + piece
+            self._pieces.setdefault(task, []).append(piece)
             return
-        self._deliver(task, self._pieces.pop(task, "") + piece[: -len(RECORD_END)])
+        self._deliver(task, "".join([*self._pieces.pop(task, []), piece[: -len(RECORD_END)]]))
 
     def _deliver(self, task: int, line: str) -> None:
         with self._lock:
             self.lines.append(line)
+            self._kept += len(line) + 1
+            while self.on_line is not None and self._kept > STREAMED_TAIL_BYTES and self.lines:
+                self._kept -= len(self.lines.popleft()) + 1
         if self.on_line is None:
             return
         lines = self._queues.get(task)
@@ -109,8 +114,8 @@ class TaskLines:
     def close(self) -> None:
         """Hand on what is left (a last line cut short counts whole) and wait for every task's
         thread to finish its lines."""
-        for task, piece in sorted(self._pieces.items()):
-            self._deliver(task, piece)
+        for task, pieces in sorted(self._pieces.items()):
+            self._deliver(task, "".join(pieces))
         self._pieces.clear()
         for lines in self._queues.values():
             lines.put(_END)
@@ -118,7 +123,8 @@ class TaskLines:
             thread.join()
 
     def stdout(self) -> str:
-        """Every whole line, in arrival order, as one text."""
+        """The whole lines kept (every one without a callback, else the last MiB), in arrival
+        order, as one text."""
         with self._lock:
             return "".join(line + "\n" for line in self.lines)
 
