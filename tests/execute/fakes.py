@@ -52,6 +52,7 @@ class ScriptedConnection(Connection):
         self.closed = threading.Event()
         self.jobs = list(jobs)
         self.running: list[tuple[str, str]] = []
+        self.waiting = False  # as a scheduler's pending job: waiting_in_queue()
 
     def run(
         self,
@@ -103,6 +104,9 @@ class ScriptedConnection(Connection):
 
     def scheduler_jobs(self, since: int = 0) -> list[dict[str, str | None]]:
         return [{"job_id": job} for job in self.jobs[since:]]
+
+    def waiting_in_queue(self) -> bool:
+        return self.waiting
 
     def job_running(self, name: str, job_id: str, nodes: object = None) -> None:
         self.running.append((name, job_id))

@@ -262,3 +262,20 @@ def test_a_malformed_event_is_noise_and_the_queue_goes_on() -> None:
     assert len(queue.noise) == len(bad)
     assert "`seconds` is not int or float: 'abc'" in queue.noise[0]
     assert all("(ignored: " in line for line in queue.noise)
+
+
+def test_waiting_in_the_schedulers_queue_is_not_silence() -> None:
+    """Issue 23 item 2: a job PENDING longer than --silent-host-timeout failed its cells as
+    'the host went silent'; no runner exists while the job waits."""
+    cells = [cell(A)]
+    fake = FakeRun(cells, options=ApplyOptions(silent_host_timeout=1.0))
+    conn = ScriptedConnection(host(), Script([], hang=True))
+    conn.waiting = True
+    queue = HostQueue(fake, conn, cells, facts=False)
+    runner = threading.Thread(target=queue.run)
+    runner.start()
+    runner.join(2.5)  # past the silence limit, still pending
+    assert runner.is_alive() and not queue.silent
+    conn.waiting = False  # the job started, and its runner says nothing: now it is silence
+    runner.join(5)
+    assert not runner.is_alive() and queue.silent

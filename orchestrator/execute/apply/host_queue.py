@@ -281,6 +281,9 @@ class HostQueue:
     def _watch(self, ended: threading.Event) -> None:
         """Close the connection when the runner has been silent past the limit."""
         while not ended.wait(min(1.0, self.heartbeat)):
+            if self.conn.waiting_in_queue():  # no runner yet: waiting is not silence
+                self.last_seen = time.monotonic()
+                continue
             if not self.busy and time.monotonic() - self.last_seen > self.silence_limit:
                 self.silent = True
                 self.conn.close()  # the blocked run() raises ConnectionFailure at once

@@ -268,6 +268,11 @@ class Connection(ABC):
         for the bundle; [] without a scheduler."""
         return []
 
+    def waiting_in_queue(self) -> bool:
+        """True while a command waits for the scheduler to start it: no runner exists yet, so
+        its silence is no sign of a lost host (the scheduler's own pending timeout applies)."""
+        return False
+
     def node_workdir(self, workdir: str, rank: int) -> str:
         """Where the runner of node `rank` keeps its files when the nodes share this host."""
         return workdir

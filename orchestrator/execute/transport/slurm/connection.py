@@ -390,6 +390,11 @@ class SlurmConnection(Connection):
         nodes = queue_nodes(cells)
         return functools.partial(self.run, tasks=nodes) if nodes > 1 else self.run
 
+    def waiting_in_queue(self) -> bool:
+        """A job of this connection is PENDING (or CONFIGURING), as squeue last showed it."""
+        with self._lock:
+            return any(job.state in WAITING_STATES for job in self._jobs)
+
     def scheduler_jobs(self, since: int = 0) -> list[dict[str, str | None]]:
         """The Slurm jobs this connection's commands ran as (from the `since`-th on)."""
         return [job.as_json() for job in self.jobs[since:]]
