@@ -180,6 +180,24 @@ def test_every_line_read_is_handled_before_run_returns(conn: Connection) -> None
     assert handled == ["first", "last"]
 
 
+def test_a_program_that_reads_no_stdin_never_holds_up_a_stop(conn: Connection) -> None:
+    """Issue 23 item 1: srun reads no stdin while its job waits in the queue; the stdin writer
+    blocked on a full pipe, and closing stdin (a stop, Ctrl-C) waited on the writer for good:
+    not even the deadline could act. Now the stop closes stdin at once and the deadline ends it."""
+    stop = threading.Event()
+    stop.set()
+    started = time.monotonic()
+    with pytest.raises(CommandTimeout):
+        conn.run(
+            [PY, "-c", "import time; time.sleep(20)"],
+            stdin=b"x" * (4 << 20),  # far more than a pipe holds
+            keep_stdin_open=True,
+            timeout=2,
+            stop=stop,
+        )
+    assert time.monotonic() - started < 15  # the program's own 20 s never had to pass
+
+
 def test_partial_last_line_is_delivered(conn: Connection) -> None:
     lines: list[str] = []
     conn.run([PY, "-c", "import sys; sys.stdout.write('a\\nb')"], on_stdout_line=lines.append)

@@ -6,6 +6,7 @@ import json
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -71,6 +72,36 @@ def test_no_free_gpu_fails_after_the_pending_timeout_with_slurms_reason(
     (job,) = connection.jobs
     assert job.job_id is not None
     assert slurm_cluster.job(job.job_id)["JobState"] == "CANCELLED"
+
+
+def test_a_stop_while_the_job_waits_cancels_it_at_once(
+    slurm_cluster: SlurmTestCluster, login: Host, all_gpus_taken: str
+) -> None:
+    """Issue 23 item 1: Ctrl-C while the job was PENDING hung the controller for good (srun
+    reads no stdin before the job starts; the payload filled the pipe and closing stdin waited
+    on the writer) and left the job queued. The stop now cancels the waiting job."""
+    stop = threading.Event()
+
+    def on_job(job: SchedulerJob) -> None:
+        if job.state == "PENDING":
+            stop.set()  # Ctrl-C, once squeue shows the job waiting
+
+    connection = SlurmConnection(
+        LocalConnection(login), SlurmOptions(gres="gpu:1", pending_timeout=600), on_job=on_job
+    )
+    started = time.monotonic()
+    with pytest.raises(SlurmJobEnded):
+        connection.run(
+            [PY, "-c", "import sys; sys.stdin.read()"],
+            stdin=b"x" * (4 << 20),  # runner.pyz and the payload: more than a pipe holds
+            keep_stdin_open=True,
+            timeout=600,
+            stop=stop,
+        )
+    assert time.monotonic() - started < 120
+    (job,) = connection.jobs
+    assert job.job_id is not None
+    assert slurm_cluster.job(job.job_id)["JobState"] == "CANCELLED"  # nothing left queued
 
 
 def test_a_waiting_job_is_reported_pending_then_running(

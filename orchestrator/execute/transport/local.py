@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import select
 import shlex
 import shutil
 import signal
@@ -23,6 +24,7 @@ from orchestrator.config.host import Host
 from orchestrator.errors import ConnectionFailure, ExecutionError
 from orchestrator.execute.transport.base import (
     EOF_GRACE_SECONDS,
+    POLL_SECONDS,
     CommandTimeout,
     Connection,
     LineSplitter,
@@ -42,7 +44,7 @@ class LocalConnection(Connection):
         self.host_key_verified = True
         self.home = Path.home()
         self._lock = threading.Lock()
-        self._running: set[subprocess.Popen[bytes]] = set()
+        self._running: set[_LocalProgram] = set()
         self._closed = False
 
     def run(
@@ -72,9 +74,9 @@ class LocalConnection(Connection):
             raise ExecutionError(
                 f"cannot start {shlex.join(argv)} on {self.host.name}: {exc}"
             ) from exc
-        with self._lock:
-            self._running.add(proc)
         program = _LocalProgram(self, proc, argv, timeout, on_stdout_line, started)
+        with self._lock:
+            self._running.add(program)
         return run_program(
             program,
             stdin=stdin,
@@ -100,20 +102,18 @@ class LocalConnection(Connection):
         """Whether `close` was called."""
         return self._closed
 
-    def forget(self, proc: subprocess.Popen[bytes]) -> None:
-        """`proc` has been waited for: `close` no longer reaches it."""
+    def forget(self, program: _LocalProgram) -> None:
+        """`program` has been waited for: `close` no longer reaches it."""
         with self._lock:
-            self._running.discard(proc)
+            self._running.discard(program)
 
     def close(self) -> None:
         """Close stdin of every running command (as if the controller had gone)."""
         self._closed = True
         with self._lock:
             running = list(self._running)
-        for proc in running:
-            if proc.stdin is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    proc.stdin.close()
+        for program in running:
+            program.close_stdin()
 
 
 class _Reader(threading.Thread):
@@ -165,6 +165,8 @@ class _LocalProgram(Program):
         self.conn, self.proc, self.argv, self.timeout = conn, proc, argv, timeout
         self.started = started
         self.out, self.err = LineSplitter(on_stdout_line), LineSplitter(None)
+        self._pipe_lock = threading.Lock()  # held only around non-blocking writes and the close
+        self._pipe_closed = False
         assert proc.stdin and proc.stdout and proc.stderr
         self.readers = [_Reader(proc.stdout, self.out), _Reader(proc.stderr, self.err)]
         for thread in self.readers:
@@ -178,13 +180,29 @@ class _LocalProgram(Program):
         return True
 
     def write_stdin(self, data: bytes) -> None:
+        # Non-blocking writes on the pipe's fd, a piece at a time: a program that reads no
+        # stdin (srun while its job waits in the queue) must never hold up closing it.
         assert self.proc.stdin is not None
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
+        fd = self.proc.stdin.fileno()
+        os.set_blocking(fd, False)
+        view = memoryview(data)
+        while view:
+            with self._pipe_lock:
+                if self._pipe_closed:
+                    return
+                try:
+                    view = view[os.write(fd, view[:65536]) :]
+                    continue
+                except BlockingIOError:
+                    pass
+            with contextlib.suppress(OSError, ValueError):  # closed meanwhile: seen above
+                select.select([], [fd], [], POLL_SECONDS)
 
     def shut_stdin(self) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.close()
+        with self._pipe_lock:
+            self._pipe_closed = True
+            self.proc.stdin.close()
 
     def cut(self) -> bool:
         return self.conn.closed
@@ -193,7 +211,7 @@ class _LocalProgram(Program):
         _kill_group(self.proc)
 
     def release(self) -> None:
-        self.conn.forget(self.proc)
+        self.conn.forget(self)
 
     def finish(self, timed_out: bool) -> RunResult:
         proc, host = self.proc, self.conn.host.name

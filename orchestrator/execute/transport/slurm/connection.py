@@ -57,6 +57,7 @@ _REFUSED = ("srun: error: Unable to allocate resources", "srun: error: Invalid "
 # by default, lies between the TERM and the KILL)
 _CANCEL_GRACE_SECONDS = 60.0
 _POLL_SECONDS = 0.5  # squeue while a cancelled job completes; the watcher's first pause
+_STOP_CHECK_SECONDS = 0.25  # how soon a waiting job's watcher sees a stop
 _WATCH_MAX_SECONDS = 5.0  # the watcher's longest pause between two squeue while a job waits
 # job states in which Slurm, not the program, ended the job: the reason a cell gets
 _ENDED_BY_SLURM = {
@@ -205,7 +206,7 @@ class SlurmConnection(Connection):
         if timer is not None:
             timer.daemon = True
             timer.start()
-        watcher = threading.Thread(target=self._watch, args=(job, finished), daemon=True)
+        watcher = threading.Thread(target=self._watch, args=(job, finished, stop), daemon=True)
         watcher.start()
         try:
             result = self.login.run(
@@ -270,15 +271,27 @@ class SlurmConnection(Connection):
                 result=result,
             )
 
-    def _watch(self, job: SchedulerJob, finished: threading.Event) -> None:
+    def _watch(
+        self, job: SchedulerJob, finished: threading.Event, stop: threading.Event | None = None
+    ) -> None:
         """Follow the job through squeue until it runs (or the command ends): its id, its
         PENDING reason, its nodes. Polls less often as it waits in the queue; until squeue first
         shows it, every _POLL_SECONDS: a job that starts at once must be seen (and recorded by
-        `on_job`) before a controller killed mid-cell leaves it for `--resume` to find by id."""
-        pause = _POLL_SECONDS
-        while not finished.wait(pause):
+        `on_job`) before a controller killed mid-cell leaves it for `--resume` to find by id.
+        A stop (Ctrl-C) while the job waits cancels it: srun reads no stdin before the job
+        starts, so closing stdin alone would leave it queued and the controller waiting."""
+        pause, waited = _POLL_SECONDS, 0.0
+        while not finished.wait(_STOP_CHECK_SECONDS):
+            waited += _STOP_CHECK_SECONDS
+            stopping = stop is not None and stop.is_set()
+            if waited < pause and not stopping:
+                continue
+            waited = 0.0
             self._refresh(job)
             if job.state is not None and job.state not in WAITING_STATES:
+                return
+            if stopping and job.state in WAITING_STATES:
+                self.cancel(job.name)
                 return
             if job.job_id is not None:
                 pause = min(pause * 2, _WATCH_MAX_SECONDS)
