@@ -223,3 +223,15 @@ def test_expectation_values_in_the_footer_use_the_table_number_format(tmp_path: 
     footer = "\n".join(footer_lines(report))
     assert "output_throughput = 82.57: expected >= 85" in footer
     assert "82.574" not in footer
+
+
+def test_csv_cells_a_spreadsheet_would_run_as_formulas_are_neutralised(tmp_path: Path) -> None:
+    """Issue 23 item 23: an axis value or host from someone's bundle reached a spreadsheet as
+    `=HYPERLINK(...)`; numbers, negative ones included, stay numbers."""
+    evil = '=HYPERLINK("http://x","y")'
+    repeats = [{"output_throughput": -1.5}]
+    cell = {"cell": base_cell("c-0000", axes={"mode": evil}, host="@host"), "repeats": repeats}
+    report = build_report(load_run(write_run(tmp_path, "20261203-000000-x-0000", [cell])).cells)
+    rows = list(csv.DictReader(io.StringIO(render_report(report, "csv"))))
+    assert rows[0]["mode"] == "'" + evil and rows[0]["host"] == "'@host"
+    assert rows[0]["value"] == "-1.5"

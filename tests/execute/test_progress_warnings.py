@@ -34,3 +34,17 @@ def test_a_refused_reset_is_said_at_once() -> None:
         f"[gpu01] {CELL}: WARNING: cache reset refused (HTTP 404 from {url}): this cell runs on "
         "the previous cell's warm cache"
     )
+
+
+def test_a_hosts_escape_sequences_never_reach_the_terminal() -> None:
+    """Issue 23 item 20: a reason or step from a host was printed raw (retitle the window,
+    hide lines, fake output)."""
+    out = io.StringIO()
+    progress = Progress({"gpu01": 1}, stream=out)
+    evil = "\x1b]0;owned\x07\x1b[2Jok\x9b31m"
+    progress.cell_event("gpu01", CELL, {"event": "step", "step": evil, "status": "ok"})
+    progress.cell_event("gpu01", CELL, {"event": "warning", "what": evil, "detail": evil})
+    progress.cell_done("gpu01", CELL, "failed", f"bench: {evil}")
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x9b" not in text and "\x07" not in text
+    assert f"[gpu01] {CELL}: ok ok" in text and f"{CELL}: FAILED: bench: ok" in text

@@ -435,9 +435,9 @@ def render_report(report: Report, fmt: ReportFormat = "table") -> str:
         columns += ["repeat", "metric", "value", "unit"]
         columns += ["baseline_cell"] if report.baseline else []
         out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow([_csv_safe(c) for c in columns])
+        writer.writerows([_csv_safe(row.get(c, "")) for c in columns] for row in rows)
         return out.getvalue()
     if fmt not in ("table", "md"):
         raise InputError(f"unknown report format {fmt!r}", hint=f"one of {', '.join(FORMATS)}")
@@ -462,3 +462,15 @@ def as_float(value: Any) -> float | None:
         return float(value)
     except ValueError:
         return None
+
+
+# What a spreadsheet reads as a formula: a cell starting with one of these (OWASP's list).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_safe(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula (`=HYPERLINK(...)` in an axis value or
+    a host name from someone's bundle) starts with `'`; numbers are left as they are."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value

@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from orchestrator.results.records import reset_answer
+from orchestrator.results.terminal import printable
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Progress:
         return table
 
     def _say(self, text: str) -> None:
+        text = printable(text)  # a host's words: never an escape sequence on this terminal
         if self._live is None:
             print(text, file=self._stream, flush=True)
         else:
@@ -82,6 +84,7 @@ class Progress:
 
     def _warn(self, text: str) -> None:
         """A line that must stay in sight: above the live table on a terminal, else as _say."""
+        text = printable(text)
         if self._live is None:
             print(text, file=self._stream, flush=True)
         else:
@@ -101,7 +104,7 @@ class Progress:
             line = self._lines[host]
             line.cell = cell_id
             if kind == "step":
-                line.step = f"{event.get('step')} {event.get('status')}"
+                line.step = printable(f"{event.get('step')} {event.get('status')}")
                 if event.get("status") in ("start", "skipped"):
                     return  # the 'ok'/'failed' line says enough in plain logs
                 detail = event.get("detail")
@@ -114,7 +117,7 @@ class Progress:
             elif kind == "warning":
                 self._warn(f"[{host}] {cell_id}: WARNING: {warning_text(event)}")
             elif kind == "repeat":
-                line.step = f"bench {event.get('kind')} {event.get('n')}"
+                line.step = printable(f"bench {event.get('kind')} {event.get('n')}")
                 self._say(
                     f"[{host}] {cell_id}: {line.step} rc={event.get('rc')} "
                     f"{float(event.get('seconds') or 0):.1f}s"
