@@ -85,6 +85,12 @@ def run() -> None:
     """
     import os
 
+    # Text from a bundle may hold what UTF-8 cannot carry (a lone surrogate in someone's JSON):
+    # it is printed escaped, never a crash halfway through the output.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         code = main.main(standalone_mode=False, prog_name="orch")
     except (KeyboardInterrupt, click.exceptions.Abort):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from collections.abc import Callable, Sequence
 from functools import wraps
@@ -188,3 +189,15 @@ def _interrupted(resume: str | None) -> None:
     tail = f"; continue with: {resume}" if resume else ""
     click.echo(f"interrupted: servers stopped{tail}", err=True)
     sys.exit(130)
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`text` into `path` only once it is whole (tmp + rename): an output file is never left
+    truncated or half-written; what UTF-8 cannot carry is written escaped."""
+    data = text.encode("utf-8", "backslashreplace")
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

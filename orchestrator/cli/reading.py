@@ -15,6 +15,7 @@ from orchestrator.cli.common import (
     main,
     reports_errors,
     results_option,
+    write_whole,
 )
 from orchestrator.errors import EXIT_FAILED, EXIT_OK, InputError
 
@@ -216,7 +217,7 @@ def report(
             text += "\n" + diff_text
     if out is not None:
         try:
-            out.write_text(text, encoding="utf-8")
+            write_whole(out, text)
         except OSError as exc:
             raise InputError(
                 f"cannot write the report to {str(out)!r}: {exc.strerror or exc}", key_path="-o"

@@ -235,3 +235,26 @@ def test_csv_cells_a_spreadsheet_would_run_as_formulas_are_neutralised(tmp_path:
     rows = list(csv.DictReader(io.StringIO(render_report(report, "csv"))))
     assert rows[0]["mode"] == "'" + evil and rows[0]["host"] == "'@host"
     assert rows[0]["value"] == "-1.5"
+
+
+def test_a_lone_surrogate_in_a_bundle_is_printed_escaped_never_a_crash(tmp_path: Path) -> None:
+    """Issue 23 item 15: "\\ud800" in bundle JSON crashed report (leaving a 0-byte -o file)
+    and show."""
+    cells = [
+        {
+            "cell": base_cell("ok-0000", axes={"m": "a\ud800"}),
+            "repeats": [{"output_throughput": 1.0}],
+        },
+        {"cell": base_cell("bad-0000", axes={"m": "b"}), "status": "failed", "reason": "x\ud800y"},
+    ]
+    run = write_run(tmp_path, "20261203-000000-s-0000", cells)
+    out = tmp_path / "report.md"
+    out.write_text("an earlier report\n")
+    for args in (["report", str(run)], ["report", str(run), "-o", str(out), "--format", "md"],
+                 ["report", str(run), "--format", "csv"], ["show", f"{run}/bad-0000"]):  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True
+        )
+        assert proc.returncode in (0, 1), (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, args
+    assert "\\ud800" in out.read_text()  # written whole, the surrogate escaped

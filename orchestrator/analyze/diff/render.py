@@ -195,7 +195,7 @@ def _cell_diff_lines(diff: CellDiff, max_lines_inline: int, spill_dir: Path | No
         if spill_dir is not None and len(body) > max_lines_inline:
             spill_dir.mkdir(parents=True, exist_ok=True)
             path = spill_dir / f"{_safe_name(label)}.{section.name}.txt"
-            path.write_text("\n".join(body) + "\n", encoding="utf-8")
+            path.write_text("\n".join(body) + "\n", encoding="utf-8", errors="backslashreplace")
             lines += body[:max_lines_inline]
             lines.append(f"  ... {len(body) - max_lines_inline} more lines; full section: {path}")
         else:
