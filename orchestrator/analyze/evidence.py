@@ -17,7 +17,7 @@ from typing import Any
 from orchestrator.analyze.metrics import REPEAT_KEY, finite_number, metric_names, values_of
 from orchestrator.errors import BundleError
 from orchestrator.results import layout
-from orchestrator.results.documents import cell_dirs, is_cell_dir, run_id_of_cell
+from orchestrator.results.documents import cell_dirs, check_no_links, is_cell_dir, run_id_of_cell
 from orchestrator.results.records import CellRecord, Metrics, Snapshot
 
 _NCCL_VERSION = re.compile(r"NCCL version ([0-9][^\s]*)")
@@ -168,6 +168,7 @@ class RunEvidence:
 def load_run(run_dir: Path) -> RunEvidence:
     """Load every complete cell of a run directory (`cells/<id>/`; dot-named temps skipped)."""
     run_dir = Path(run_dir)
+    check_no_links(run_dir)
     run, dirs = cell_dirs(run_dir)
     run_id = str(run.get("run_id") or run_dir.name)
     cells = [CellEvidence.load(path, run_id=run_id) for path in dirs]
@@ -189,6 +190,7 @@ def load_cells(path: Path) -> list[CellEvidence]:
     if (path / layout.CELLS_DIR).is_dir():
         return load_run(path).cells
     if is_cell_dir(path):
+        check_no_links(path)
         return [CellEvidence.load(path)]
     raise BundleError(
         f"{path}: neither a run directory (cells/) nor a cell directory (cell.json)",

@@ -7,6 +7,7 @@ A document written by a newer orch is refused with one clear error, never half u
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +150,18 @@ def recorded_plan_cells(run_dir: Path) -> list[dict[str, Any]] | None:
     check_schema(plan, run_dir)
     cells = plan.get("cells")
     return [c for c in cells if isinstance(c, dict)] if isinstance(cells, list) else []
+
+
+def check_no_links(root: Path) -> None:
+    """Refuse a bundle folder holding a symbolic link: orch never writes one (a link a bench
+    left is recorded in links.json, not kept), and following one would read outside the
+    bundle (`metrics.json -> /etc/shadow` in someone's folder). Packed bundles refuse links
+    when they are unpacked."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                raise BundleError(
+                    f"{path}: a symbolic link inside a bundle: not followed, bundle refused",
+                    hint="orch writes no links; this folder was changed after it was written",
+                )

@@ -20,6 +20,7 @@ from orchestrator.results import layout
 from orchestrator.results.archive import extract_with_root
 from orchestrator.results.documents import (
     DAMAGED,
+    check_no_links,
     check_schema,
     is_cell_dir,
     is_run_dir,
@@ -58,6 +59,9 @@ class RunBundle:
         self.archive_root = archive_root  # the archive's top-level directory, when packed
         if tmpdir is not None:
             _EXTRACTED.add(tmpdir)
+        if self.path.is_symlink():
+            raise BundleError(f"{self.path}: a symbolic link, not a run folder: not followed")
+        check_no_links(self.path)
         data = read_json(self.path / RUN_JSON)
         if data is None:
             raise BundleError(
@@ -280,6 +284,7 @@ def open_cell(path: str | Path, results_dir: Path | None = None) -> CellRecord:
         if p.parent.name == CELLS_DIR and is_run_dir(run_dir):
             run = RunBundle(run_dir)
             return run.cells.get(p.name) or CellRecord(p, run)
+        check_no_links(p)
         return CellRecord(p)
     if (p.is_dir() and is_run_dir(p)) or (p.is_file() and is_archive_name(p.name)):
         raise BundleError(

@@ -258,3 +258,19 @@ def test_a_lone_surrogate_in_a_bundle_is_printed_escaped_never_a_crash(tmp_path:
         assert proc.returncode in (0, 1), (args, proc.stderr)
         assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, args
     assert "\\ud800" in out.read_text()  # written whole, the surrogate escaped
+
+
+def test_a_link_inside_an_unpacked_bundle_is_never_followed(tmp_path: Path) -> None:
+    """Issue 23 item 22: a symbolic link in a bundle folder was followed out of it."""
+    secret = tmp_path / "outside.txt"
+    secret.write_text('{"output_throughput": {"median": 4242}}')
+    run = write_run(tmp_path, "20261203-000000-l-0000", [{"cell": base_cell("c-0000")}])
+    metrics = run / "cells" / "c-0000" / "metrics.json"
+    metrics.unlink(missing_ok=True)
+    metrics.symlink_to(secret)
+    for args in (["report", str(run)], ["show", f"{run}/c-0000"], ["show", str(run)]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True
+        )
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert "symbolic link inside a bundle" in proc.stderr and "4242" not in proc.stdout
