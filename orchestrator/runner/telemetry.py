@@ -22,11 +22,13 @@ See docs/FACTS.md, "nvidia-smi".
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -258,11 +260,14 @@ class Sampler:
             if self._stopping.is_set():
                 return False, "stopped"
             try:
+                # a group of its own: an nvidia-smi that is a shell wrapper without `exec` is
+                # stopped whole, not the shell alone while its child holds the pipe
                 self._proc = subprocess.Popen(
                     self._argv(legacy),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
+                    start_new_session=True,
                 )
             except OSError as exc:
                 return False, f"cannot run {self.command}: {exc}"
@@ -299,12 +304,14 @@ class Sampler:
         if proc is None or proc.poll() is not None:
             return
         try:
-            proc.terminate()
+            os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=2.0)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=2.0)
+            with contextlib.suppress(OSError):  # what the group still holds (a wrapper's child)
+                os.killpg(proc.pid, signal.SIGKILL)
         except (OSError, subprocess.TimeoutExpired):
             pass
 

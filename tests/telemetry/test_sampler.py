@@ -176,3 +176,38 @@ def test_the_child_ends_with_the_process_that_started_it(
     rc = proc.wait(timeout=30)
     assert rc == (-signal.SIGKILL if how == "sigkill" else 0)
     assert _gone(child), f"nvidia-smi {child} outlived its sampler ({how})"
+
+
+def test_a_wrapper_without_exec_is_stopped_whole(sim_path: Path, tmp_path: Path) -> None:
+    """Issue 23 item 19: an nvidia-smi that is a shell script without `exec` added 5 s to every
+    cell: only the shell was killed, and its child held the pipe the sampler reads."""
+    write_host_state(sim_path, gpu_count=1)
+    real = tmp_path / "bin" / "nvidia-smi"
+    wrapped = tmp_path / "bin" / "nvidia-smi.real"
+    real.rename(wrapped)
+    real.write_text(f'#!/bin/sh\n"{wrapped}" "$@"\n')  # no exec: the shell waits for its child
+    real.chmod(0o755)
+    sampler = Sampler()
+    sampler.start(str(tmp_path / "cell"), 0.2)
+    deadline = time.monotonic() + 10
+    while sampler.pid is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    started = time.monotonic()
+    sampler.stop()
+    assert time.monotonic() - started < 4  # was the 5 s of a reader waiting on the child
+    assert not [p for p in _children_named(wrapped.name)]
+
+
+def _children_named(name: str) -> list[int]:
+    """Pids whose command line names `name` (the wrapped fake nvidia-smi still running)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if name.encode() in cmdline:
+                found.append(int(entry.name))
+    return found
