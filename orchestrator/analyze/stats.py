@@ -29,13 +29,18 @@ def median(values: Sequence[float]) -> float:
     mid = len(data) // 2
     if len(data) % 2:
         return data[mid]
-    return (data[mid - 1] + data[mid]) / 2.0
+    middle = (data[mid - 1] + data[mid]) / 2.0
+    # two values near the float range's end: their sum overflows, their halves do not
+    return middle if math.isfinite(middle) else data[mid - 1] / 2.0 + data[mid] / 2.0
 
 
 def mean(values: Sequence[float]) -> float:
     """The arithmetic mean."""
     data = _require(values, "mean")
-    return math.fsum(data) / len(data)
+    try:
+        return math.fsum(data) / len(data)
+    except OverflowError:  # values near the float range's end: summed divided, not divided summed
+        return math.fsum(x / len(data) for x in data)
 
 
 def stdev(values: Sequence[float]) -> float:
@@ -43,8 +48,12 @@ def stdev(values: Sequence[float]) -> float:
     data = _require(values, "stdev")
     if len(data) < 2:
         return 0.0
-    m = math.fsum(data) / len(data)
-    return math.sqrt(math.fsum((x - m) ** 2 for x in data) / (len(data) - 1))
+    try:
+        m = math.fsum(data) / len(data)
+        return math.sqrt(math.fsum((x - m) ** 2 for x in data) / (len(data) - 1))
+    except OverflowError:  # scaled down, then up again: the same figure where it fits a float
+        scale = max(abs(x) for x in data)
+        return scale * stdev([x / scale for x in data])
 
 
 def mad(values: Sequence[float]) -> float:

@@ -274,3 +274,26 @@ def test_a_link_inside_an_unpacked_bundle_is_never_followed(tmp_path: Path) -> N
         )
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert "symbolic link inside a bundle" in proc.stderr and "4242" not in proc.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs orch[plot]")
+def test_dollar_signs_and_huge_repeats_plot_as_text_without_a_crash(tmp_path: Path) -> None:
+    """Issue 23 item 16: `$...$` in an axis value or host crashed --plot and --format html (or was
+    drawn as math); two repeats near the float range's end gave inf and a negative yerr."""
+    cells = [
+        {
+            "cell": base_cell(f"c{i}-0000", axes={"mode": f"$x_{i}$ {i}$"}, host="h$1"),
+            "repeats": [{"output_throughput": v} for v in values],
+        }
+        for i, values in enumerate([(1.0, 2.0, 3.0), (1.7e308, 1.79e308)])
+    ]
+    run = write_run(tmp_path, "20261203-000000-d-0000", cells)
+    html = ["--format", "html", "-o", str(tmp_path / "r.html")]
+    for args in (["--plot", str(tmp_path / "p.svg")], html):
+        proc = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "report", str(run), *args],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, (args, proc.stderr)
+    assert "$x_0$ 0$" in (tmp_path / "p.svg").read_text()  # the text itself, not math

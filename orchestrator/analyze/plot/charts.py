@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -32,10 +33,23 @@ def _import_pyplot() -> Any:
             hint="install orch[plot], e.g. pip install 'orch[plot]'",
         ) from None
     matplotlib.use("Agg")  # files only: never needs a display
+    # axis values, metric and host names are text: a `$` in one is drawn, never parsed as math
+    matplotlib.rcParams["text.parse_math"] = False
     return importlib.import_module("matplotlib.pyplot")
 
 
 PLOT_FORMATS: tuple[str, ...] = ("png", "svg", "pdf")
+
+
+def _finite(stat: MetricStats) -> bool:
+    """A point that can be drawn: its median, min and max are finite numbers."""
+    return all(math.isfinite(v) for v in (stat.median, stat.min, stat.max))
+
+
+def _spread(value: float) -> float:
+    """An error bar's length: finite and not negative (two repeats near the float range's end
+    give inf, rounding a tiny negative one)."""
+    return value if math.isfinite(value) and value > 0 else 0.0
 
 
 def _check_plot_path(path: Path) -> Path:
@@ -129,10 +143,12 @@ def draw_report(report: Report, axis: str, sweep: SweepView | None = None) -> An
             x = positions[axis_text(row.cell.axes.get(axis))]
             series.setdefault(name, []).append((x, stat))
         for name in sorted(series):
-            points = sorted(series[name], key=lambda p: p[0])
+            points = [p for p in sorted(series[name], key=lambda p: p[0]) if _finite(p[1])]
+            if not points:
+                continue  # nothing drawable (values past the float range)
             err = [
-                [p[1].median - p[1].min for p in points],
-                [p[1].max - p[1].median for p in points],
+                [_spread(p[1].median - p[1].min) for p in points],
+                [_spread(p[1].max - p[1].median) for p in points],
             ]
             drawn = ax.errorbar(
                 [p[0] for p in points],
