@@ -345,6 +345,10 @@ def audit(
     from orchestrator.execute.audit.run import AuditRequest
     from orchestrator.execute.audit.run import audit as run_audit
 
+    if selector is not None and not rerun:  # it would pick nothing, silently
+        raise InputError(
+            "--cells picks the cells to run again: it needs --rerun", key_path="--cells"
+        )
     request = AuditRequest(
         ref=ref,
         results_dir=results_dir,

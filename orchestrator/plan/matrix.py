@@ -94,6 +94,13 @@ def parse_matrix(matrix: Mapping[str, Any] | None, *, locate: Locate) -> Matrix:
         path: KeyPath = ("matrix", name)
         if not isinstance(name, str):
             raise _err(f"axis names must be strings, got {name!r}", ("matrix",), locate)
+        if name == "host":  # selectors and reports name the cell's host so
+            raise _err(
+                "axis 'host' is reserved: selectors (host=gpu*) and reports name the cell's host",
+                path,
+                locate,
+                hint="rename the axis (e.g. target_host)",
+            )
         if not isinstance(values, list):
             raise _err(
                 f"axis {name!r} must be a list of values",

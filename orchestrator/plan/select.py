@@ -5,11 +5,13 @@ or a cell id prefix or glob."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, TypeVar
 
+from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
 
 T = TypeVar("T")
@@ -18,8 +20,26 @@ _GLOB = frozenset("*?[")
 _SHOWN_VALUES = 8  # per axis in the "what exists" hint: enough to see the shape
 
 
-def _as_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+def axis_text(value: Any) -> str:
+    """An axis value as reports show it: scalars as they are, mappings and lists as canonical
+    JSON, nothing for None."""
+    if isinstance(value, dict | list):
+        return canonical_json(value)
+    if value is None:
+        return ""
+    return str(value)
+
+
+def _spellings(value: Any) -> tuple[str, ...]:
+    """Every way a selector may write `value`: as reports show it (`True`, `{"A":1}`) and as
+    JSON (`true`, `{"A": 1}`)."""
+    shown = axis_text(value)
+    written = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return (shown,) if written == shown else (shown, written)
+
+
+# a comma starts a new term only where `name=` or `name!=` follows: `mode=a,b` is one value
+_TERM_SPLIT = re.compile(r",(?=\s*[^,=!]+!?=)")
 
 
 @dataclass(frozen=True)
@@ -30,10 +50,10 @@ class Term:
     pattern: str
     negated: bool = False
 
-    def matches(self, values: dict[str, str]) -> bool:
+    def matches(self, values: dict[str, tuple[str, ...]]) -> bool:
         """True when the item's value of `axis` matches (or, negated, does not)."""
-        value = values.get(self.axis)
-        hit = value is not None and fnmatchcase(value, self.pattern)
+        spellings = values.get(self.axis)
+        hit = spellings is not None and any(fnmatchcase(v, self.pattern) for v in spellings)
         return hit != self.negated
 
 
@@ -42,7 +62,7 @@ def parse_selector(selector: str) -> list[Term] | None:
     if "=" not in selector:
         return None
     terms: list[Term] = []
-    for part in selector.split(","):
+    for part in _TERM_SPLIT.split(selector):
         key, sep, value = part.partition("=")
         negated = key.endswith("!")
         key = key.removesuffix("!").strip()
@@ -54,13 +74,13 @@ def parse_selector(selector: str) -> list[Term] | None:
     return terms
 
 
-def _existing(values: Sequence[dict[str, str]]) -> str:
+def _existing(values: Sequence[dict[str, tuple[str, ...]]]) -> str:
     """`commit=good|bad; host=a|b`: every axis and the values the items have."""
     seen: dict[str, list[str]] = {}
     for item in values:
-        for k, v in item.items():
-            if v not in seen.setdefault(k, []):
-                seen[k].append(v)
+        for k, spellings in item.items():
+            if spellings[0] not in seen.setdefault(k, []):
+                seen[k].append(spellings[0])
     parts = []
     for k in sorted(seen, key=lambda a: (a == "host", a)):
         shown = seen[k][:_SHOWN_VALUES]
@@ -79,9 +99,13 @@ def select_cells(
 ) -> list[T]:
     """The items a selector picks; every item when it is None; InputError (exit 2) naming
     the axes and values that exist when it names an unknown axis or picks nothing."""
-    if not selector:
+    if selector is None:
         return list(items)
-    values = [{**{k: _as_text(v) for k, v in axes(i).items()}, "host": host(i)} for i in items]
+    if not selector.strip():
+        raise InputError(
+            "an empty cell selector picks nothing", hint="leave --cells out to take every cell"
+        )
+    values = [{**{k: _spellings(v) for k, v in axes(i).items()}, "host": (host(i),)} for i in items]
     exist = _existing(values) or "no cells"
     terms = parse_selector(selector)
     if terms is None:

@@ -25,6 +25,7 @@ from orchestrator.analyze.evidence import CellEvidence, load_cells, load_run
 from orchestrator.analyze.metrics import HEADLINE_METRICS, cell_metric_unit, format_number
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
+from orchestrator.plan.select import axis_text as axis_text
 from orchestrator.results.layout import CELLS_DIR
 
 ReportFormat = Literal["table", "md", "csv", "json"]
@@ -108,15 +109,6 @@ class Report:
         if ours is None or theirs is None or theirs.median == 0:
             return ""
         return f"{(ours.median - theirs.median) / abs(theirs.median) * 100:+.1f}%"
-
-
-def axis_text(value: Any) -> str:
-    """An axis value as text: scalars as they are, mappings/lists as canonical JSON."""
-    if isinstance(value, dict | list):
-        return canonical_json(value)
-    if value is None:
-        return ""
-    return str(value)
 
 
 def varying_axes(report: Report, but: str) -> list[str]:
