@@ -25,7 +25,6 @@ from orchestrator.errors import ConnectionFailure, ExecutionError
 from orchestrator.execute.transport.base import (
     EOF_GRACE_SECONDS,
     POLL_SECONDS,
-    CommandTimeout,
     Connection,
     LineSplitter,
     RunResult,
@@ -161,10 +160,8 @@ class _LocalProgram(Program):
         on_stdout_line: Callable[[str], None] | None,
         started: float,
     ) -> None:
-        super().__init__()
-        self.conn, self.proc, self.argv, self.timeout = conn, proc, argv, timeout
-        self.started = started
-        self.out, self.err = LineSplitter(on_stdout_line), LineSplitter(None)
+        super().__init__(conn.host.name, argv, timeout, on_stdout_line, started)
+        self.conn, self.proc = conn, proc
         self._pipe_lock = threading.Lock()  # held only around non-blocking writes and the close
         self._pipe_closed = False
         assert proc.stdin and proc.stdout and proc.stderr
@@ -219,18 +216,8 @@ class _LocalProgram(Program):
             for reader in self.readers:
                 reader.finish(EOF_GRACE_SECONDS)
         self.close_stdin()
-        result = RunResult(
-            rc=proc.returncode if proc.returncode is not None else -1,
-            stdout=self.out.finish(),
-            stderr=self.err.finish(),
-            seconds=time.monotonic() - self.started,
-        )
-        if timed_out:
-            raise CommandTimeout(
-                f"{shlex.join(self.argv)} on {host} timed out after {self.timeout:g} s "
-                "(process group killed)",
-                result=result,
-            )
+        rc = proc.returncode if proc.returncode is not None else -1
+        result = self.result(rc, timed_out, "process group killed")
         if self.conn.closed:
             raise ConnectionFailure(f"connection to {host} was closed while {self.argv[0]} ran")
         return result

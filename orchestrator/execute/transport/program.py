@@ -10,19 +10,51 @@ program. Invoke's `Runner` and Fabric's `Remote` split the same way.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 
-from orchestrator.execute.transport.base import POLL_SECONDS, RunResult
+from orchestrator.execute.transport.base import (
+    POLL_SECONDS,
+    CommandTimeout,
+    LineSplitter,
+    RunResult,
+)
 
 
 class Program(ABC):
     """One started program of a transport."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        host: str,
+        argv: Sequence[str],
+        timeout: float | None,
+        on_stdout_line: Callable[[str], None] | None,
+        started: float,
+    ) -> None:
+        self.host, self.argv, self.timeout, self.started = host, argv, timeout, started
+        self.out, self.err = LineSplitter(on_stdout_line), LineSplitter(None)
         self._stdin_lock = threading.Lock()
         self._stdin_closed = False
+
+    def result(self, rc: int, timed_out: bool, ended_how: str) -> RunResult:
+        """What the program gave; `CommandTimeout` (saying how it was ended) when it timed out."""
+        result = RunResult(
+            rc=rc,
+            stdout=self.out.finish(),
+            stderr=self.err.finish(),
+            seconds=time.monotonic() - self.started,
+        )
+        if timed_out:
+            raise CommandTimeout(
+                f"{shlex.join(self.argv)} on {self.host} timed out after {self.timeout:g} s "
+                f"({ended_how})",
+                result=result,
+            )
+        return result
 
     @abstractmethod
     def wait(self, seconds: float) -> bool:

@@ -31,7 +31,6 @@ from orchestrator.errors import ConnectionFailure, ExecutionError, OrchError
 from orchestrator.execute.transport import hostkeys
 from orchestrator.execute.transport.base import (
     EOF_GRACE_SECONDS,
-    CommandTimeout,
     Connection,
     LineSplitter,
     RunResult,
@@ -263,10 +262,8 @@ class _ChannelProgram(Program):
         started: float,
         token: str,
     ) -> None:
-        super().__init__()
-        self.conn, self.channel, self.argv, self.timeout = conn, channel, argv, timeout
-        self.started, self.token = started, token
-        self.out, self.err = LineSplitter(on_stdout_line), LineSplitter(None)
+        super().__init__(conn.host.name, argv, timeout, on_stdout_line, started)
+        self.conn, self.channel, self.token = conn, channel, token
         self.exited_at: float | None = None
 
     def wait(self, seconds: float) -> bool:
@@ -307,18 +304,8 @@ class _ChannelProgram(Program):
         channel, host = self.channel, self.conn.host.name
         if timed_out:
             self.conn.kill_tagged(self.token)
-        result = RunResult(
-            rc=channel.exit_status if _has_exit_status(channel) else -1,
-            stdout=self.out.finish(),
-            stderr=self.err.finish(),
-            seconds=time.monotonic() - self.started,
-        )
-        if timed_out:
-            raise CommandTimeout(
-                f"{shlex.join(self.argv)} on {host} timed out after {self.timeout:g} s "
-                "(its processes were sent TERM, then KILL)",
-                result=result,
-            )
+        rc = channel.exit_status if _has_exit_status(channel) else -1
+        result = self.result(rc, timed_out, "its processes were sent TERM, then KILL")
         why = None if _has_exit_status(channel) else self.conn.link_gone()
         if why is not None:
             raise ConnectionFailure(
