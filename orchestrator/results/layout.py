@@ -51,9 +51,6 @@ CELLS_DIR = "cells"
 RETRIED_DIR = "retried"  # retried/<cell-id>.<n>/: a failed attempt `--retry-failed` ran again
 # held by the run's live controller; a `.tmp` name, so the manifest and `orch pack` skip it
 RUN_LOCK = ".controller.lock.tmp"
-# archives arriving and cells being imported: inside the run, so a killed controller leaves
-# nothing in the system temp folder, and a resume clears what it left
-STAGING_DIR = ".staging.tmp"
 
 # cell level: the runner writes the cell folder, so its names are orchestrator/runner/layout.py's,
 # re-exported above; these two are the controller's own

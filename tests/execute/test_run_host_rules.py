@@ -151,27 +151,3 @@ def test_an_archive_naming_another_cell_or_host_is_refused(tmp_path: Path) -> No
     assert "refused" in (run.outcomes[A].reason or "")
     assert not (run.writer.path / "cells" / A).exists()
     assert not (run.writer.path / "cells" / "z-0000zzzz").exists()
-
-
-def test_archives_are_staged_inside_the_run_and_a_resume_clears_what_a_killed_one_left(
-    tmp_path: Path,
-) -> None:
-    """Issue 23 item 21: kill -9 of the controller mid-stream left partial archives in the
-    system temp folder; they now arrive under the run's own .staging.tmp/."""
-    seen: list[list[str]] = []
-    run: Run | None = None
-
-    def look() -> None:
-        assert run is not None
-        seen.append(sorted(p.name.split("-")[0] for p in run.staging.iterdir()))
-
-    conn = ScriptedConnection(host(), Script([look, failed(A, "x")]))
-    open_, _ = opener(conn)
-    run = apply(tmp_path, open_, ids=(A,))
-    stale = run.staging / "stream-left-by-a-killed-controller"
-    stale.mkdir(parents=True)
-    run.execute()
-    assert seen == [["stream"]]  # the stale one gone, this invocation's own there
-    assert not run.staging.exists()  # and nothing left once the run is whole
-    manifest = (run.writer.path / "MANIFEST.sha256").read_text()
-    assert ".staging" not in manifest

@@ -103,7 +103,7 @@ class _Part:
 class NodeJoin:
     """The run's multi-node cells: their parts, the end requests between nodes, the join."""
 
-    def __init__(self, cells: list[Cell], staging: Path | None = None) -> None:
+    def __init__(self, cells: list[Cell]) -> None:
         self.heads = {c.id: c for c in cells if c.nodes}
         self.parts: dict[str, _Part] = {}
         for head in self.heads.values():
@@ -111,7 +111,6 @@ class NodeJoin:
                 cell = part_cell(head, node)
                 self.parts[cell.id] = _Part(head.id, node.host, node.rank, cell)
         self.tmp: Path | None = None  # parts' archives wait here for their head's (made on use)
-        self.staging = staging  # where `tmp` is made (the run's staging folder)
         self.cond = threading.Condition()
         self.queues: dict[str, tuple[Connection, str, str]] = {}  # host -> (conn, invocation, run)
         self.head_ended: set[str] = set()
@@ -211,7 +210,7 @@ class NodeJoin:
         """A part's archive arrived: kept until its head's archive joins it."""
         with self.cond:
             if self.tmp is None:
-                self.tmp = Path(tempfile.mkdtemp(prefix="nodes-", dir=self.staging))
+                self.tmp = Path(tempfile.mkdtemp(prefix="orch-nodes-"))
             keep = self.tmp / f"{cid}.tar.gz"
         shutil.move(str(archive), keep)
         with self.cond:

@@ -49,7 +49,7 @@ from orchestrator.plan.sessions import session_key
 from orchestrator.results.archive import extract_archive
 from orchestrator.results.bundle import BundleWriter
 from orchestrator.results.documents import read_json
-from orchestrator.results.layout import CELL_JSON, FACTS_JSON, HOSTS_DIR, STAGING_DIR
+from orchestrator.results.layout import CELL_JSON, FACTS_JSON, HOSTS_DIR
 from orchestrator.secrets.redact import redact_text, redact_tree
 from orchestrator.secrets.values import scrub
 
@@ -114,8 +114,7 @@ class Run:
         for c in self.cells:
             for name in c.hosts:  # a node of a multi-node cell counts its part
                 by_host[name] = by_host.get(name, 0) + 1
-        self.staging = self.writer.path / STAGING_DIR
-        self.nodes = NodeJoin(self.cells, self.staging)
+        self.nodes = NodeJoin(self.cells)
         self.progress = progress or Progress(by_host)
         self._conns: set[Connection] = set()
 
@@ -166,8 +165,6 @@ class Run:
         return cid in self.outcomes or self.nodes.part_finished(cid)
 
     def _execute(self) -> RunOutcome:
-        shutil.rmtree(self.staging, ignore_errors=True)  # what a killed controller left
-        self.staging.mkdir(parents=True)
         self.run_record.write_start()
         done = self.writer.complete_cells() if self.options.resume else set()
         # --retry-failed: failed attempts move to retried/; the cells run again, not collected
@@ -230,7 +227,6 @@ class Run:
                     status = "interrupted"
                 self.run_record.write(status)
                 # Last sweep: playbook copies, facts and logs alike never keep a secret value.
-                shutil.rmtree(self.staging, ignore_errors=True)
                 redact_tree(self.writer.path, self.secrets)
                 self.writer.finalize()
         if interrupted:
@@ -322,7 +318,7 @@ class Run:
         )
         wanted = {c.id: c for c in cells}
         items: dict[str, dict[str, Any]] = {}
-        with tempfile.TemporaryDirectory(prefix="collect-", dir=self.staging) as tmp:
+        with tempfile.TemporaryDirectory(prefix="orch-collect-") as tmp:
             stream = ArchiveStream(Path(tmp))
 
             def on_line(line: str) -> None:
@@ -361,7 +357,7 @@ class Run:
         self, host_name: str, cell: Cell, local: Path, seconds: float
     ) -> CellOutcome:
         """Score a cell's archive and install it in the bundle; the cell's outcome."""
-        with tempfile.TemporaryDirectory(prefix="cell-", dir=self.staging) as tmp:
+        with tempfile.TemporaryDirectory(prefix="orch-cell-") as tmp:
             staged = Path(tmp) / "cell"
             extract_archive(local, staged)
             _check_identity(staged, cell, host_name)
