@@ -347,8 +347,12 @@ def _resume_and_check(e2e: E2E, run: Path, inventory: Path, playbook: Path) -> N
     assert (run / "MANIFEST.sha256").is_file()
 
 
-def test_controller_killed_then_resume(e2e: E2E) -> None:
-    """SIGKILL mid-run: servers gone on every host within seconds; --resume finishes each once."""
+def test_controller_killed_then_resume(e2e: E2E, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL mid-run: servers gone on every host within seconds; --resume finishes each once,
+    and clears the staging folder the killed controller left in the temp folder."""
+    temp = e2e.tmp / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # the controllers' system temp folder
     inventory = e2e.inventory()
     playbook = e2e.playbook({"a": [1, 2, 3]}, bench_extra="--sleep 1.5")
     proc = _start_and_wait_mid_bench(e2e, e2e.argv(playbook, inventory), e2e.tmp / "err.log")
@@ -358,8 +362,11 @@ def test_controller_killed_then_resume(e2e: E2E) -> None:
     wait_for(lambda: not marker_pids(e2e.marker), 8, "every server to stop after the kill")
     run = e2e.run_dir()
     assert run_json(run)["status"] == "running"  # the dead controller could not say more
+    left = [p.name for p in temp.iterdir()]
+    assert [n.startswith("orch-staging-") for n in left] == [True], left
     _resume_and_check(e2e, run, inventory, playbook)
     assert len(run_json(run)["resumed"]) == 1
+    assert list(temp.iterdir()) == []  # issue 23 item 21: what the killed one left is gone
 
 
 def _interrupt_mid_bench(e2e: E2E, signals: int) -> tuple[Path, Path, Path, float]:

@@ -13,6 +13,7 @@ import base64
 import hashlib
 import io
 import json
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -160,6 +161,7 @@ class FakeRun:
     imported: dict[str, bytes] = field(default_factory=dict)
     import_fails: str | None = None  # an import raises ValueError with this text
     shown: io.StringIO = field(default_factory=io.StringIO)
+    staging: Path = field(default_factory=lambda: Path(tempfile.gettempdir()))
 
     def __post_init__(self) -> None:
         self.nodes = NodeJoin(self.cells)

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fakes import Script, ScriptedConnection, archived, cell, event, host
 
 from orchestrator.config.host import Group, Host, Inventory
@@ -151,3 +154,33 @@ def test_an_archive_naming_another_cell_or_host_is_refused(tmp_path: Path) -> No
     assert "refused" in (run.outcomes[A].reason or "")
     assert not (run.writer.path / "cells" / A).exists()
     assert not (run.writer.path / "cells" / "z-0000zzzz").exists()
+
+
+def test_archives_are_staged_per_controller_and_a_later_run_clears_what_a_killed_one_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23 item 21: kill -9 of the controller mid-stream left partial archives in the
+    system temp folder for good; each controller now stages in a folder of its own that it
+    holds with an flock, and the next run removes the folders nobody holds."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    killed = temp / f"orch-staging-{os.getuid()}-killed"
+    (killed / "stream-x").mkdir(parents=True)
+    (killed / "stream-x" / "archive.part").write_bytes(b"x" * 1000)
+    (killed / ".lock").touch()  # its controller died: nobody holds the lock
+    seen: list[list[str]] = []
+    run: Run | None = None
+
+    def look() -> None:
+        assert run is not None
+        assert run.staging.parent == temp
+        seen.append(sorted(p.name.split("-")[0] for p in temp.iterdir()))
+        seen.append(sorted(p.name.split("-")[0] for p in run.staging.iterdir()))
+
+    conn = ScriptedConnection(host(), Script([look, failed(A, "x")]))
+    open_, _ = opener(conn)
+    run = apply(tmp_path, open_, ids=(A,))
+    run.execute()
+    assert seen == [["orch"], [".lock", "stream"]]  # the killed one's gone, this one's there
+    assert list(temp.iterdir()) == []  # and nothing is left once the run is whole

@@ -53,6 +53,9 @@ class RunPort(Protocol):
     def progress(self) -> Progress: ...
     @property
     def stop(self) -> threading.Event: ...
+    @property
+    def staging(self) -> Path:
+        """Where archives arrive (the controller's staging folder)."""
 
     def finished(self, cid: str) -> bool:
         """Whether the cell (or node part) `cid` has its outcome."""
@@ -257,7 +260,7 @@ class HostQueue:
         threading.Thread(target=self._watch, args=(ended,), daemon=True).start()
         argv, shipped = runner_invocation(host, "run")
         self.run_.nodes.attach(self.conn, self.invocation, self.run_.run_id)
-        with tempfile.TemporaryDirectory(prefix="orch-stream-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="stream-", dir=self.run_.staging) as tmp:
             stream = ArchiveStream(Path(tmp))
             run = self.conn.runner_run(self.cells.values())
             try:

@@ -111,6 +111,7 @@ class NodeJoin:
                 cell = part_cell(head, node)
                 self.parts[cell.id] = _Part(head.id, node.host, node.rank, cell)
         self.tmp: Path | None = None  # parts' archives wait here for their head's (made on use)
+        self.staging: Path | None = None  # where `tmp` is made: the run's staging folder
         self.cond = threading.Condition()
         self.queues: dict[str, tuple[Connection, str, str]] = {}  # host -> (conn, invocation, run)
         self.head_ended: set[str] = set()
@@ -210,7 +211,7 @@ class NodeJoin:
         """A part's archive arrived: kept until its head's archive joins it."""
         with self.cond:
             if self.tmp is None:
-                self.tmp = Path(tempfile.mkdtemp(prefix="orch-nodes-"))
+                self.tmp = Path(tempfile.mkdtemp(prefix="nodes-", dir=self.staging))
             keep = self.tmp / f"{cid}.tar.gz"
         shutil.move(str(archive), keep)
         with self.cond:

@@ -41,6 +41,7 @@ from orchestrator.execute.apply.pool import StartSpacing
 from orchestrator.execute.apply.progress import Progress
 from orchestrator.execute.apply.run_record import RunRecord
 from orchestrator.execute.apply.runlock import acquire_run_lock
+from orchestrator.execute.apply.staging import Staging
 from orchestrator.execute.apply.stream import ARCHIVE_EVENTS, ArchiveStream
 from orchestrator.execute.ship import runner_invocation
 from orchestrator.execute.transport.base import SchedulerJob
@@ -114,6 +115,7 @@ class Run:
         for c in self.cells:
             for name in c.hosts:  # a node of a multi-node cell counts its part
                 by_host[name] = by_host.get(name, 0) + 1
+        self._staging: Staging | None = None  # opened by execute(): archives arrive there
         self.nodes = NodeJoin(self.cells)
         self.progress = progress or Progress(by_host)
         self._conns: set[Connection] = set()
@@ -152,11 +154,20 @@ class Run:
 
     # --- running ------------------------------------------------------------------------
 
+    @property
+    def staging(self) -> Path:
+        """Where archives arrive and cells are unpacked (this controller's staging folder)."""
+        return self._staging.path if self._staging else Path(tempfile.gettempdir())
+
     def execute(self) -> RunOutcome:
         """Run every cell not finished yet; always leaves a consistent bundle behind."""
         try:
+            self._staging = Staging.open()
+            self.nodes.staging = self._staging.path
             return self._execute()
         finally:
+            if self._staging is not None:
+                self._staging.close()
             self.run_lock.release()
             self.nodes.close()
 
@@ -318,7 +329,7 @@ class Run:
         )
         wanted = {c.id: c for c in cells}
         items: dict[str, dict[str, Any]] = {}
-        with tempfile.TemporaryDirectory(prefix="orch-collect-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="collect-", dir=self.staging) as tmp:
             stream = ArchiveStream(Path(tmp))
 
             def on_line(line: str) -> None:
@@ -357,7 +368,7 @@ class Run:
         self, host_name: str, cell: Cell, local: Path, seconds: float
     ) -> CellOutcome:
         """Score a cell's archive and install it in the bundle; the cell's outcome."""
-        with tempfile.TemporaryDirectory(prefix="orch-cell-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="cell-", dir=self.staging) as tmp:
             staged = Path(tmp) / "cell"
             extract_archive(local, staged)
             _check_identity(staged, cell, host_name)
