@@ -53,6 +53,7 @@ class Role(NamedTuple):
     ready: StepAction
     bench: StepAction
     captures: bool
+    joins: bool = False  # the head of a server over several hosts: waits for its nodes
 
 
 class Step(NamedTuple):
@@ -171,6 +172,8 @@ class CellRunner(
             else (self.do_ready_shared if follower else self.do_ready),
             bench=self.do_hold if part else self.do_bench,
             captures=not part,  # the head captures what its server answers
+            # a runner started without the controller's invocation has nobody to say who joined
+            joins=not part and bool(self.cell.get("nodes")) and bool(self.invocation),
         )
 
     def steps_of(self, role: "Role") -> List["Step"]:
@@ -196,6 +199,8 @@ class CellRunner(
                 bool(server and server.get("captures") and role.captures),
             ),
             Step("verify_env", self.do_verify_env, verify),
+            # no measured request before every node's part is up and checked (issue 23 item 14)
+            Step("nodes", self.do_nodes_joined, role.joins),
             Step("bench", role.bench, True),
         ]
 

@@ -49,6 +49,8 @@ PROTOCOL_KEYS = ("archive",)
 
 
 END_SUFFIX = ".end"  # runs/<run>/.<cell>.end: the controller asks the cell to end (node.py)
+# runs/<run>/.<cell>.joined: the controller tells a head which of its nodes are up (node.py)
+JOINED_SUFFIX = ".joined"
 
 
 class CellContext:

@@ -6,8 +6,13 @@ head_url}): it pins the repo, starts its part of the server like any server, and
 - `ready` waits until the head's readiness URL answers (the head serves only when every node
   joined), while its own part stays alive;
 - `verify_env` checks its own processes, as on the head;
-- `bench` is the hold: the part keeps running until the controller releases it (the head's cell
-  ended) or it exits by itself (which fails it: the node's part died).
+- `bench` is the hold, whose start tells the controller the part is up and checked: the part
+  keeps running until the controller releases it (the head's cell ended) or it exits by itself
+  (which fails it: the node's part died).
+
+The head, after its own checks, waits in its `nodes` step until the controller writes
+`runs/<run>/.<cell>.joined` ({"ranks", "invocation"}) naming every node's part as up: no measured
+request reaches a server whose nodes were never checked.
 
 The controller ends a cell on any host by writing `runs/<run>/.<cell>.end` ({"kind": "release" |
 "abort", "reason", "invocation"}): `abort` fails the cell now, with that reason (a node's part
@@ -17,10 +22,11 @@ invocation of the runner (an earlier attempt) is ignored.
 
 from __future__ import annotations
 
+import json
 import os
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from orchestrator.runner.context import CellContext
+from orchestrator.runner.context import JOINED_SUFFIX, CellContext
 from orchestrator.runner.protocol import StepFailed, now
 from orchestrator.runner.server import FIRST_POLL, http_get, next_poll
 
@@ -99,6 +105,45 @@ class NodeSteps(CellContext):
         self.startup_end = os.path.getsize(self.server_log_path) if self.proc else 0
         self.ready_info = {"seconds": round(now() - start, 3), "url": url, "head": role.get("head")}
         return {"seconds": self.ready_info["seconds"], "head": role.get("head"), "url": url}
+
+    def joined_ranks(self) -> List[int]:
+        """The ranks the controller said are up and checked, for this invocation of the cell."""
+        path = os.path.join(self.run_dir, "." + self.cell_id + JOINED_SUFFIX)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            return []
+        if not isinstance(data, dict) or data.get("invocation") != self.invocation:
+            return []
+        ranks = data.get("ranks")
+        return [r for r in ranks if isinstance(r, int)] if isinstance(ranks, list) else []
+
+    def do_nodes_joined(self) -> Dict[str, Any]:
+        """The head: wait until every node's part has started and passed its checks (the
+        controller says so) before the first measured request; a node that fails aborts it."""
+        nodes = {int(n.get("rank", 0)): str(n.get("host")) for n in self.cell.get("nodes") or []}
+        ready = (self.server or {}).get("ready") or {}
+        timeout = float(ready.get("timeout", 600.0))
+        start = now()
+        deadline = min(start + timeout, self.deadline)
+        while True:
+            self.check()  # a node's failure aborts the cell; Ctrl-C; the cell timeout
+            rc = self.proc.poll() if self.proc is not None else None
+            if rc is not None:
+                raise StepFailed(self.server_exit_reason(rc, "while its nodes joined"))
+            missing = sorted(set(nodes) - set(self.joined_ranks()))
+            if not missing:
+                return {"seconds": round(now() - start, 3), "ranks": sorted(nodes)}
+            if now() >= deadline:
+                raise StepFailed(
+                    "%s did not start and pass its checks within %gs; no request was measured"
+                    % (
+                        ", ".join("node %s (rank %d)" % (nodes[r], r) for r in missing),
+                        round(now() - start, 1),
+                    )
+                )
+            self.stop_event.wait(0.1)
 
     def do_hold(self) -> Dict[str, Any]:
         """Keep this part running until the controller releases it; its own exit fails it."""

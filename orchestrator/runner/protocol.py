@@ -26,6 +26,7 @@ STEPS = (
     "ready",
     "capture_ready",
     "verify_env",
+    "nodes",
     "bench",
     "stop",
     "snapshot_post",

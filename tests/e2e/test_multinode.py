@@ -366,3 +366,63 @@ def test_a_killed_controller_then_resume_and_replay(two_nodes: Path, tmp_path: P
     assert entry["status"] == "passed"
     assert (runs[0] / "cells" / cid / "nodes" / "host2" / "env_check.json").is_file()
     assert sim_processes(run_id) == []
+
+
+# A generic server over two nodes: the head serves at once, node 1 only stays up.
+GENERIC_SERVER = """
+import sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+rank, port = int(sys.argv[1]), int(sys.argv[2])
+if rank:
+    time.sleep(600)
+class Ok(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+HTTPServer(("0.0.0.0", port), Ok).serve_forever()
+"""
+
+
+def test_the_head_measures_only_once_every_node_is_up_and_checked(
+    ssh_hosts: SSHTestHosts, two_nodes: Path, tmp_path: Path
+) -> None:
+    """Issue 23 item 14: with a server that serves at once, the head ran its bench and ended
+    while node 2 was still starting, and the cell failed though its bench passed."""
+    slow = tmp_path / "slow-python"  # node 2's runner starts seconds after the head's
+    slow.write_text(f'#!/bin/sh\nsleep 2\nexec {shlex.quote(sys.executable)} "$@"\n')
+    slow.chmod(0o755)
+    inventory = yaml.safe_load(two_nodes.read_text())
+    inventory["all"]["hosts"]["host2"]["ansible_python_interpreter"] = str(slow)
+    two_nodes.write_text(yaml.safe_dump(inventory))
+    playbook = {
+        "name": "generic-two-node",
+        "hosts": "host1,host2",
+        "server": {
+            "command": ["{{ orch_python }}", "-c", GENERIC_SERVER, "{{ node_rank }}",
+                        "{{ srv_port }}"],
+            "nodes": 2,
+            "port": "{{ srv_port }}",
+            "host": "127.0.0.1",
+            "ready": {"path": "/", "timeout": 60, "interval": 0.05},
+            "stop_grace": 2,
+        },
+        "bench": {"command": ["{{ orch_python }}", "-c", "print('x 1.0')"],
+                  "metrics": {"x": r"x ([0-9.]+)"}},
+        "snapshot": {"pip_freeze": False, "topo": False},
+        "telemetry": False,
+    }  # fmt: skip
+    (tmp_path / "pb.yml").write_text(yaml.safe_dump(playbook))
+    proc = _apply(tmp_path, two_nodes, tmp_path / "pb.yml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = only_run(tmp_path / "results")
+    (cid,) = load(run / "run.json")["cells"]
+    cell = load(run / "cells" / cid / "cell.json")
+    assert cell["status"] == "passed"
+    steps = cell["steps"]
+    assert steps["nodes"]["status"] == "ok" and steps["nodes"]["detail"]["ranks"] == [1]
+    # the first measured request came after node 2's part was up and checked
+    node = load(run / "cells" / cid / "nodes" / "host2" / "cell.json")["steps"]
+    assert node["verify_env"]["status"] == "ok"
+    assert steps["bench"]["start"] >= node["bench"]["start"]  # the hold began first

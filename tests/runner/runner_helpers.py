@@ -47,6 +47,7 @@ STEP_ORDER = [
     "ready",
     "capture_ready",
     "verify_env",
+    "nodes",
     "bench",
     "stop",
     "snapshot_post",

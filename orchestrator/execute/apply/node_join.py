@@ -44,6 +44,7 @@ from orchestrator.results.layout import (
     SNAPSHOT_PRE,
     is_node_folder_name,
 )
+from orchestrator.runner.context import END_SUFFIX, JOINED_SUFFIX
 from orchestrator.runner.node import HEAD_ENDED
 from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER
 
@@ -98,6 +99,7 @@ class _Part:
     archive: Path | None = None
     outcome: Any = None  # a CellOutcome when it ended without an archive
     released: bool = False
+    joined: bool = False  # up and checked: its hold started
 
 
 class NodeJoin:
@@ -151,6 +153,22 @@ class NodeJoin:
                 self.end_head(cid)
         elif cid in self.parts and kind == "done" and event.get("status") != "passed":
             self.part_failed(cid, str(event.get("reason") or event.get("status")))
+        elif cid in self.parts and (kind, event.get("step"), event.get("status")) == (
+            "step",
+            "bench",
+            "start",
+        ):  # every step before its hold passed: the part is up and checked
+            self.part_joined(cid)
+
+    def part_joined(self, cid: str) -> None:
+        """A node's part is up and checked: tell its head which ranks are (its `nodes` step
+        waits for all of them before the first measured request)."""
+        part = self.parts[cid]
+        head = self.heads[part.head]
+        with self.cond:
+            part.joined = True
+            ranks = sorted(p.rank for p in self.parts.values() if p.head == head.id and p.joined)
+        self._send(head.host, head.id, "joined", "", 0, ranks=ranks)
 
     def end_head(self, head_id: str) -> None:
         """The head's cell is ending: release its parts still holding."""
@@ -175,15 +193,22 @@ class NodeJoin:
             self.aborted[part.head] = why
         self._send(head.host, head.id, "abort", why, 0)
 
-    def _send(self, host: str, cid: str, kind: str, reason: str, rank: int) -> None:
+    def _send(
+        self, host: str, cid: str, kind: str, reason: str, rank: int, ranks: list[int] | None = None
+    ) -> None:
+        """Write an end request (or, with `ranks`, the nodes that joined) for `cid` on `host`."""
         with self.cond:
             found = self.queues.get(host)
         if found is None:
             return  # that host's runner is not running: nothing there to end
         conn, invocation, run_id = found
         workdir = conn.node_workdir(conn.host.workdir, rank)
-        path = f"{workdir}/runs/{run_id}/.{cid}.end"
-        text = json.dumps({"kind": kind, "reason": reason, "invocation": invocation})
+        suffix = JOINED_SUFFIX if ranks is not None else END_SUFFIX
+        path = f"{workdir}/runs/{run_id}/.{cid}{suffix}"
+        doc: dict[str, Any] = {"kind": kind, "reason": reason, "invocation": invocation}
+        if ranks is not None:
+            doc["ranks"] = ranks
+        text = json.dumps(doc)
 
         argv = [conn.host.python, "-c", _WRITE_END, path, text]
 
