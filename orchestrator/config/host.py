@@ -75,20 +75,32 @@ class Inventory:
     source: str | None = None  # the file it came from; None for the built-in localhost default
 
     def group_members(self, group: str) -> tuple[str, ...]:
-        """Every host of a group and of its descendant groups, in inventory order."""
-        if group == "all":
-            return tuple(self.hosts)
-        seen: set[str] = set()
-        stack = [group]
-        members: set[str] = set()
-        while stack:
-            g = stack.pop()
-            if g in seen or g not in self.groups:
-                continue
-            seen.add(g)
-            members.update(self.groups[g].hosts)
-            stack.extend(self.groups[g].children)
-        return tuple(h for h in self.hosts if h in members)
+        """Every host of a group and of its descendant groups, in Ansible's order: the group's
+        own hosts, then its children's level by level (under `all`, `ungrouped` comes first)."""
+        if group not in self.groups:
+            return ()
+        found: dict[str, None] = {}
+        level, seen = [group], {group}
+        while level:
+            below: list[str] = []
+            for name in level:
+                found.update(dict.fromkeys(self.groups[name].hosts))
+                for child in self._children(name):
+                    if child not in seen and child in self.groups:
+                        seen.add(child)
+                        below.append(child)
+            level = below
+        if group == "all":  # a host of no group reached (a hand-built inventory): still there
+            found.update(dict.fromkeys(self.hosts))
+        return tuple(found)
+
+    def _children(self, group: str) -> tuple[str, ...]:
+        if group != "all":
+            return self.groups[group].children
+        # Ansible hangs `ungrouped` below `all` first, then each top-level group as created
+        nested = {c for g, d in self.groups.items() if g != "all" for c in d.children}
+        top = [g for g in self.groups if g not in ("all", "ungrouped") and g not in nested]
+        return ("ungrouped", *self.groups["all"].children, *top)
 
 
 def localhost_inventory() -> Inventory:

@@ -67,16 +67,18 @@ def _match_term(inventory: Inventory, term: str, pattern: str) -> list[str]:
             end = int(match.group(4)) if match.group(4) else -1
             subscript = (start, end)
     if term in ("all", "*"):
-        hosts = list(inventory.hosts)
-    else:
+        hosts = list(inventory.group_members("all"))
+    elif term in inventory.hosts and term not in inventory.groups:
+        hosts = [term]
+    else:  # as Ansible: each matching group's hosts in group order, then matching hosts
         matches = _matcher(term, pattern)
-        members: set[str] = set()
+        members: dict[str, None] = {}
         groups = [g for g in inventory.groups if matches(g)]
         for group in groups:
-            members.update(inventory.group_members(group))
+            members.update(dict.fromkeys(inventory.group_members(group)))
         if not groups or term.startswith("~") or any(c in term for c in _HOST_MATCH_CHARS):
-            members.update(h for h in inventory.hosts if matches(h))
-        hosts = [h for h in inventory.hosts if h in members]
+            members.update(dict.fromkeys(h for h in inventory.hosts if matches(h)))
+        hosts = list(members)
     if subscript is None:
         return hosts
     start, stop = subscript
@@ -94,24 +96,27 @@ def _evaluate(inventory: Inventory, pattern: str) -> tuple[list[str], list[str]]
     exclude = [t[1:] for t in terms if t.startswith("!")]
     unmatched: list[str] = []
 
-    def term_hosts(term: str) -> set[str]:
+    def term_hosts(term: str) -> list[str]:
         found = _match_term(inventory, term, pattern)
         if not found and _is_named(term) and term not in ("all", "*"):
             unmatched.append(term)
-        return set(found)
+        return found
 
-    selected: set[str] = set()
+    # Ansible's order: the plain terms' hosts as they come, then narrowed by & and !
+    selected: dict[str, None] = {}
     for term in plain or ["all"]:
-        selected |= term_hosts(term)
+        selected.update(dict.fromkeys(term_hosts(term)))
     for term in intersect:
-        selected &= term_hosts(term)
+        keep = set(term_hosts(term))
+        selected = {h: None for h in selected if h in keep}
     for term in exclude:
-        selected -= term_hosts(term)
-    return [h for h in inventory.hosts if h in selected], unmatched
+        drop = set(term_hosts(term))
+        selected = {h: None for h in selected if h not in drop}
+    return list(selected), unmatched
 
 
 def select_hosts(inventory: Inventory, pattern: str) -> list[str]:
-    """The hosts `pattern` selects, in inventory order (possibly none)."""
+    """The hosts `pattern` selects, in Ansible's order (possibly none)."""
     return _evaluate(inventory, pattern)[0]
 
 

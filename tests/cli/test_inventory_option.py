@@ -113,3 +113,19 @@ def test_an_ini_error_is_one_located_message(tmp_path: Path) -> None:
         "error: hosts:4:1: section [gpus:var] has unknown type 'var' (a section is [group],"
         " [group:vars] or [group:children]) (did you mean 'vars'?)"
     ]
+
+
+def test_ipv6_hosts_with_ports_and_the_heads_order_follow_ansible(tmp_path: Path) -> None:
+    """Issue 23 item 13: `[fe80::1]:2224` in INI was refused and `-i '[::1]:2200,'` made a host
+    named `[::1]:2200`; a group's own hosts come before its children's, as in ansible-core."""
+    (tmp_path / "pb.yml").write_text(PLAYBOOK)
+    (tmp_path / "hosts.ini").write_text(
+        "[gpus:children]\nold\n[old]\nh-old\n[gpus]\n[fe80::1]:2224\n"
+    )
+    ini = plan(tmp_path, "-i", "hosts.ini")
+    assert ini.returncode == 0, ini.stderr
+    assert [c["host"] for c in json.loads(ini.stdout)] == ["fe80::1", "h-old"]
+    (tmp_path / "all.yml").write_text("name: demo\nhosts: all\nbench:\n  command: [echo, x]\n")
+    listed = plan(tmp_path, "-i", "[::1]:2200,", playbook="all.yml")
+    assert listed.returncode == 0, listed.stderr
+    assert [c["host"] for c in json.loads(listed.stdout)] == ["::1"]

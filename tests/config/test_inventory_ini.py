@@ -42,6 +42,28 @@ def test_the_oracle_inventory_resolves_as_ansible_core_resolves_it(form: str) ->
     assert inventory.hosts["h200-b"].address == "10.0.2.2"
 
 
+EDGES = json.loads((ORACLE / "edges.json").read_text())
+
+
+@pytest.mark.parametrize("source", sorted(k for k in EDGES if k != "ansible"))
+def test_the_edges_resolve_as_ansible_core_resolves_them(source: str) -> None:
+    """Issue 23 item 13: IPv6 with a port (INI and `-i` host lists), one vars file per name
+    (the first found), and host order (a group's own hosts first, `ungrouped` first)."""
+    expected = EDGES[source]
+    path = ORACLE / source if (ORACLE / source).exists() else Path(source)
+    inventory = load_inventory(path)
+    hostvars = {}
+    for name, host in inventory.hosts.items():
+        values = dict(host.vars)
+        if host.port is not None:
+            values["ansible_port"] = host.port
+        if values:  # ansible-inventory --list leaves hosts without vars out of hostvars
+            hostvars[name] = values
+    assert hostvars == expected["hostvars"]
+    for pattern, hosts in expected["patterns"].items():
+        assert select_hosts(inventory, pattern) == hosts, pattern
+
+
 def test_the_two_oracle_forms_resolve_alike_without_a_playbook() -> None:
     def resolved(form: str) -> dict[str, Any]:
         inventory = load_inventory(ORACLE / "inventory" / form)

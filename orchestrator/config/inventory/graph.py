@@ -8,6 +8,7 @@ host names mean the same in every format.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import string
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ _BAD_GROUP_CHARS = re.compile(r"[\s,:!&~*?\[\]]")
 _RANGE = re.compile(r"\[([^\]]*)\]")
 # `name:port`, where the name may hold one range (`gpu[01:04]:2222`).
 _NAME_AND_PORT = re.compile(r"([^:\[\]]+|[^:]*\[[^\]]*\][^:]*):(\d+)")
+# Ansible's `[address]:port`, how an IPv6 address (or any name) takes a port: `[fe80::1]:2224`
+_BRACKETED_AND_PORT = re.compile(r"\[([^\[\]:]*:[^\[\]]*|[^\[\]:]+)\]:(\d+)")
 
 
 def expand_host_range(pattern: str) -> list[str]:
@@ -75,6 +78,23 @@ def expand_host_range(pattern: str) -> list[str]:
     return out
 
 
+def bracketed_address(text: str) -> tuple[str, int] | None:
+    """(address, port) of `[address]:port` (an IPv6 address with its port), else None; a
+    bracketed range such as `[1:3]:22` is not an address."""
+    match = _BRACKETED_AND_PORT.fullmatch(text)
+    if match is None:
+        return None
+    address = match.group(1)
+    if ":" in address:  # as Ansible: a plain IPv6 address (no %zone)
+        try:
+            ipaddress.IPv6Address(address)
+        except ValueError:
+            return None
+        if "%" in address:
+            return None
+    return address, int(match.group(2))
+
+
 def port_in_name(text: str) -> int | None:
     """The port of a `name:port` host entry, None when it has none."""
     match = _NAME_AND_PORT.fullmatch(text)
@@ -86,6 +106,9 @@ def host_names(pattern: str) -> tuple[list[str], int | None]:
 
     Raises ValueError for a space or comma in the name or a malformed range.
     """
+    bracketed = bracketed_address(pattern)
+    if bracketed is not None:
+        return [bracketed[0]], bracketed[1]
     port = port_in_name(pattern)
     text = pattern.rsplit(":", 1)[0] if port is not None else pattern
     if re.search(r"[\s,]", text):

@@ -14,7 +14,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.inventory.graph import GroupDraft, InventoryGraph, host_names
+from orchestrator.config.inventory.graph import (
+    GroupDraft,
+    InventoryGraph,
+    bracketed_address,
+    host_names,
+)
 from orchestrator.config.values import quotable, shown
 from orchestrator.errors import InputError, SourceLocation
 
@@ -31,6 +36,11 @@ _SECTION_HINT = (
 def _did_you_mean(word: str, known: Iterable[str]) -> str | None:
     close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else None
+
+
+def _bracketed_host(line: str) -> bool:
+    """Whether a line starting with '[' is a host `[address]:port`, not a section header."""
+    return bracketed_address(line.split(None, 1)[0]) is not None
 
 
 def ini_value(text: str) -> Any:
@@ -85,7 +95,7 @@ class _IniReader:
             line = raw.strip()
             if not line or line[0] in "#;":
                 continue
-            if line.startswith("["):
+            if line.startswith("[") and not (kind == "hosts" and _bracketed_host(line)):
                 group, kind = self.section(line, self.at(number, raw))
             elif kind == "hosts":
                 self.host_line(group, line, number, raw)

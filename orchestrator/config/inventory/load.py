@@ -256,16 +256,22 @@ class _VarsFiles:
 
 
 def _var_files(folder: Path, name: str) -> Iterator[Path]:
-    """group_vars/<name>(.yml|.yaml|.json) and every such file under group_vars/<name>/."""
+    """The first of group_vars/<name>/ (every vars file under it), <name>, <name>.yml,
+    <name>.yaml, <name>.json: as Ansible, the others beside it are not read."""
     for suffix in _VARS_SUFFIXES:
         candidate = folder / f"{name}{suffix}"
+        if candidate.is_dir() and not suffix:
+            for item in sorted(candidate.rglob("*")):
+                if (
+                    item.is_file()
+                    and item.suffix in _VARS_SUFFIXES
+                    and not item.name.startswith(".")
+                ):
+                    yield item
+            return
         if candidate.is_file():
             yield candidate
-    directory = folder / name
-    if directory.is_dir():
-        for item in sorted(directory.rglob("*")):
-            if item.is_file() and item.suffix in _VARS_SUFFIXES and not item.name.startswith("."):
-                yield item
+            return
 
 
 def _read_vars_file(path: Path) -> VarLayer:
@@ -391,8 +397,7 @@ def _reconcile(graph: InventoryGraph, first: SourceLocation) -> dict[str, list[s
         elif host not in ungrouped.hosts:
             ungrouped.hosts.append(host)
             names.append("ungrouped")
-    order = {h: i for i, h in enumerate(graph.hosts)}
-    ungrouped.hosts.sort(key=order.__getitem__)
+    # as Ansible: the hosts declared in `ungrouped` first, then the ones reconcile added
     top = groups["all"]
     top.hosts = []  # every host is reached through a child group
     if "ungrouped" not in top.children:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
+from orchestrator.config.inventory.graph import bracketed_address
 from orchestrator.errors import InputError, SourceLocation
 
 # Ansible's REJECT_EXTS plus the inventory-only ones (INVENTORY_IGNORE_EXTS).
@@ -98,9 +99,13 @@ def host_list_entries(source: Path) -> list[tuple[str, int | None]]:
         entry = part.strip()
         if not entry:
             continue
-        name, _, port = entry.rpartition(":")
-        if not (name and port.isdigit() and ":" not in name):  # not name:port (IPv6 stays whole)
-            name, port = entry, ""
+        bracketed = bracketed_address(entry)  # [::1]:2200, as Ansible's host_list reads it
+        if bracketed is not None:
+            name, port = bracketed[0], str(bracketed[1])
+        else:
+            name, _, port = entry.rpartition(":")
+            if not (name and port.isdigit() and ":" not in name):  # a bare IPv6 stays whole
+                name, port = entry, ""
         if any(c.isspace() for c in name):
             raise InputError(
                 f"host {name!r} in the host list holds a space",

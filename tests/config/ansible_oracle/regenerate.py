@@ -28,10 +28,8 @@ PATTERNS = [
 ]
 
 
-def _run(*argv: str) -> str:
-    return subprocess.run(
-        argv, cwd=HERE / "playbook", check=True, capture_output=True, text=True
-    ).stdout
+def _run(*argv: str, cwd: Path = HERE / "playbook") -> str:
+    return subprocess.run(argv, cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
 def resolve(inventory: str) -> dict[str, Any]:
@@ -46,13 +44,40 @@ def resolve(inventory: str) -> dict[str, Any]:
     return {"hostvars": meta["hostvars"], "groups": listed, "patterns": patterns}
 
 
+# Edges where orch once differed from ansible-core: IPv6 with a port, one vars file per name
+# (the first found), host order (a group's own hosts before its children's; `ungrouped` first)
+EDGES: dict[str, list[str]] = {
+    "edges/ipv6.ini": ["all", "v6"],
+    "[::1]:2200,gpu:22,[::3],": ["all"],
+    "edges/vars/hosts.ini": ["all"],
+    "edges/order.ini": ["all", "gpu", "gpu,zeta", "g*", "all:!h100", "ungrouped", "gpu[0]"],
+    "edges/order.yml": ["all", "*", "gpu_nodes", "web1,h100", "spot,gpu_nodes", "all[0]"],
+}
+
+
+def resolve_edges() -> dict[str, Any]:
+    """Hostvars and pattern results of each edge source, as ansible-core gives them."""
+    out: dict[str, Any] = {}
+    for name, patterns in EDGES.items():
+        source = str(HERE / name) if (HERE / name).exists() else name
+        listed = json.loads(_run("ansible-inventory", "-i", source, "--list", cwd=HERE / "edges"))
+        found = {}
+        for pattern in patterns:
+            text = _run("ansible", "-i", source, pattern, "--list-hosts", cwd=HERE / "edges")
+            found[pattern] = [line.strip() for line in text.splitlines()[1:] if line.strip()]
+        out[name] = {"hostvars": listed["_meta"]["hostvars"], "patterns": found}
+    return out
+
+
 def main() -> None:
-    """Resolve both forms, insist they agree, and write expected.json."""
+    """Resolve both forms, insist they agree, and write expected.json and edges.json."""
     yaml_form, ini_form = resolve("hosts.yml"), resolve("hosts.ini")
     assert yaml_form == ini_form, "ansible-core reads hosts.yml and hosts.ini differently"
     version = _run("ansible", "--version").splitlines()[0]
     text = json.dumps({"ansible": version, **yaml_form}, indent=2, sort_keys=True)
     (HERE / "expected.json").write_text(text + "\n")
+    edges = {"ansible": version, **resolve_edges()}
+    (HERE / "edges.json").write_text(json.dumps(edges, indent=2, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":
