@@ -43,6 +43,29 @@ def plan_warnings(
     refused = refused_reset_warning(playbook, cells)
     if refused is not None:
         found.append(refused)
+    found += shared_address_warnings(cells)
+    return found
+
+
+def shared_address_warnings(cells: Sequence[Cell]) -> list[str]:
+    """A warning per server over several hosts whose nodes share an address: two inventory
+    names for one machine make a "2-node" server that runs on one (the SSH port aside)."""
+    found: list[str] = []
+    seen: set[tuple[str, ...]] = set()
+    for cell in cells:
+        if not cell.nodes or cell.nodes[0].host == cell.host:  # a Slurm job: Slurm's nodes
+            continue
+        by_address: dict[str, list[str]] = {cell.nodes[0].head_address: [cell.host]}
+        for node in cell.nodes:
+            by_address.setdefault(node.address, []).append(node.host)
+        for address, names in by_address.items():
+            key = (address, *names)
+            if len(names) > 1 and key not in seen:
+                seen.add(key)
+                found.append(
+                    f"warning: hosts {', '.join(names)} form one server but all are {address}: "
+                    "its nodes run on one machine (two inventory names for one address?)"
+                )
     return found
 
 

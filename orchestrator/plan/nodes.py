@@ -91,7 +91,8 @@ def node_groups(
             location=playbook.locate(("server", "nodes")),
             key_path="server.nodes",
             hint=f"select a multiple of {nodes} hosts (hosts: / --limit); each {nodes} "
-            "consecutive hosts in inventory order form one server, the first its head (a "
+            "consecutive hosts in the play's order (as `ansible --list-hosts` lists them) form "
+            "one server, the first its head (a "
             f"Slurm host runs each cell as one job of {nodes} nodes by itself)",
         )
     groups += [direct[i : i + nodes] for i in range(0, len(direct), nodes)]

@@ -5,12 +5,13 @@ where the other nodes join."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import time
 from typing import Any, Dict, List, Optional
 
-from orchestrator.runner.context import CellContext
+from orchestrator.runner.context import SESSION_DIR_SUFFIX, CellContext
 from orchestrator.runner.probe.gpu import gpu_occupancy
 from orchestrator.runner.probe.tools import Absent
 from orchestrator.runner.procs import (
@@ -264,3 +265,31 @@ class PreflightSteps(CellContext):
             )
         if orphans:
             detail["orphan_processes"] = orphans
+        self.clear_session_folders(detail)
+
+    def clear_session_folders(self, detail: Dict[str, Any]) -> None:
+        """Remove this run's session server folders (`.<cell>.server/`) that no live process
+        carries the marker of: what a runner killed with -9 left behind."""
+        live = set()
+        for marker in marked_processes().values():
+            run_id, _, cell_id = marker.partition("/")
+            if run_id == self.run_id:
+                live.add(cell_id)
+        own = str(self.session.get("first_cell") or self.cell_id)
+        removed = []
+        try:
+            names = sorted(os.listdir(self.run_dir))
+        except OSError:
+            return
+        for name in names:
+            if not (name.startswith(".") and name.endswith(SESSION_DIR_SUFFIX)):
+                continue
+            cell_id = name[1 : -len(SESSION_DIR_SUFFIX)]
+            path = os.path.join(self.run_dir, name)
+            if cell_id in live or cell_id == own or os.path.islink(path):
+                continue
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(name)
+        if removed:
+            detail["stale_session_folders"] = removed

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, Optional, Tuple
 
+from orchestrator.runner.context import SESSION_DIR_SUFFIX
 from orchestrator.runner.layout import CAPTURES_DIR, SERVER_JSON, SERVER_LOG
 from orchestrator.runner.preflight import PreflightSteps
 from orchestrator.runner.procs import proc_info
@@ -134,7 +135,7 @@ class ServerSteps(PreflightSteps):
             return str(self.server_doc["cwd"])  # a server this cell took over: its own cwd
         default = self.repo_dest or self.dir
         if not self.repo_dest and self.next_session_key == self.session_key:
-            default = os.path.join(self.run_dir, "." + self.cell_id + ".server")
+            default = os.path.join(self.run_dir, "." + self.cell_id + SESSION_DIR_SUFFIX)
             os.makedirs(default, exist_ok=True)
         cwd = self.server.get("cwd")
         return resolve_path(str(cwd), default) if cwd else default

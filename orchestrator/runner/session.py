@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import urllib.error
 import urllib.request
 from typing import Any, Dict, List
 
+from orchestrator.runner.context import SESSION_DIR_SUFFIX
 from orchestrator.runner.layout import SERVER_JSON, SERVER_LOG
 from orchestrator.runner.protocol import (
     StepFailed,
@@ -77,6 +79,7 @@ class SessionSteps(ServerSteps):
         self.repo_dest = previous.repo_dest
         self.session = {
             "key": self.session_key,
+            "after_cell": previous.cell_id,
             "index": int(previous.session.get("index", 0)) + 1,
             "first_cell": previous.session.get("first_cell", previous.cell_id),
             "started_server": False,
@@ -118,13 +121,12 @@ class SessionSteps(ServerSteps):
         """The server still runs; reset what could carry over; it still answers."""
         assert self.proc is not None
         start = now()
-        rc = self.proc.poll()
-        if rc is not None:
-            raise StepFailed(self.server_exit_reason(rc, "between cells of its session"))
+        self.raise_if_server_gone()
         detail: Dict[str, Any] = {"shared_with": self.session.get("first_cell")}
         between = (self.server or {}).get("between")
         if between:
             detail["between"] = self.run_between([str(a) for a in between])
+            self.raise_if_server_gone()  # it may have died while `between` ran
         if self.reset.get("url"):
             detail["reset"] = self.reset_server(str(self.reset["url"]))
         url = ((self.server or {}).get("ready") or {}).get("url")
@@ -140,6 +142,23 @@ class SessionSteps(ServerSteps):
         detail["seconds"] = self.ready_info["seconds"]
         self.session["reset"] = {k: v for k, v in detail.items() if k in ("between", "reset")}
         return detail
+
+    def raise_if_server_gone(self) -> None:
+        """Fail this cell when the session's server exited since the previous cell, and tell
+        the controller: the previous cell's record says its server did not survive it."""
+        assert self.proc is not None
+        rc = self.proc.poll()
+        if rc is not None:
+            previous = str(self.session.get("after_cell") or "?")
+            # the previous cell passed with this server: its record says it did not survive
+            note = "its session's server exited (rc %s) after it, before cell %s started" % (
+                rc,
+                self.cell_id,
+            )
+            self.emit({"event": "note", "cell": previous, "note": note}, to_file=False)
+            raise StepFailed(
+                self.server_exit_reason(rc, "between cells of its session, after cell " + previous)
+            )
 
     def run_between(self, argv: List[str]) -> Dict[str, Any]:
         """The playbook's `server.between` command, in the server's cwd with the cell's env."""
@@ -223,6 +242,11 @@ class SessionSteps(ServerSteps):
         """Remove the session's log once its server is stopped (every cell has its copy)."""
         if not self.keep_server and (self.proc is None or self.proc.poll() is not None):
             unlink_quietly(self.server_log_path)
+            # and the folder the session's server ran in, when orch made it (server_cwd)
+            first = str(self.session.get("first_cell") or self.cell_id)
+            folder = os.path.join(self.run_dir, "." + first + SESSION_DIR_SUFFIX)
+            if os.path.isdir(folder) and not os.path.islink(folder):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _copy_range(src: Any, out: Any, start: int, end: int) -> None:

@@ -162,6 +162,7 @@ class FakeRun:
     import_fails: str | None = None  # an import raises ValueError with this text
     shown: io.StringIO = field(default_factory=io.StringIO)
     staging: Path = field(default_factory=lambda: Path(tempfile.gettempdir()))
+    notes: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.nodes = NodeJoin(self.cells)
@@ -172,6 +173,9 @@ class FakeRun:
 
     def finished(self, cid: str) -> bool:
         return cid in self.outcomes or self.nodes.part_finished(cid)
+
+    def note(self, cid: str, text: str) -> None:
+        self.notes[cid] = text
 
     def record(self, outcome: CellOutcome) -> None:
         self.outcomes[outcome.cell_id] = outcome

@@ -184,3 +184,21 @@ def test_archives_are_staged_per_controller_and_a_later_run_clears_what_a_killed
     run.execute()
     assert seen == [["orch"], [".lock", "stream"]]  # the killed one's gone, this one's there
     assert list(temp.iterdir()) == []  # and nothing is left once the run is whole
+
+
+def test_a_note_about_a_cell_that_ended_lands_in_its_run_json_entry(tmp_path: Path) -> None:
+    """Issue 23 item 24: the runner says a cell's session server died right after it; run.json
+    keeps that beside the cell's outcome."""
+    note = "its session's server exited (rc 1) after it, before cell b-0000bbbb started"
+    script = [
+        *archived(A, _cell_archive(tmp_path, A, "gpu01")),
+        event(A, "note", note=note),
+        failed(B, "server exited between cells of its session, after cell " + A),
+    ]
+    conn = ScriptedConnection(host(), Script(script))
+    open_, _ = opener(conn)
+    run = apply(tmp_path, open_, ids=(A, B))
+    run.execute()
+    recorded = json.loads((run.writer.path / "run.json").read_text())["cells"]
+    assert recorded[A]["note"] == note  # beside its outcome (scored from its archive as ever)
+    assert "note" not in recorded[B]

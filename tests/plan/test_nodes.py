@@ -14,6 +14,7 @@ from orchestrator.config.playbook import load_playbook
 from orchestrator.errors import InputError
 from orchestrator.execute.apply.node_join import joined_verdict, part_cell
 from orchestrator.plan.build import build_cells
+from orchestrator.plan.lint import shared_address_warnings
 from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER
 
 INVENTORY = """
@@ -47,10 +48,12 @@ bench:
 """
 
 
-def plan(tmp_path: Path, playbook: str, limit: str | None = None) -> list[Cell]:
+def plan(
+    tmp_path: Path, playbook: str, limit: str | None = None, inventory: str = INVENTORY
+) -> list[Cell]:
     (tmp_path / "playbook.yml").write_text(textwrap.dedent(playbook))
     inv = tmp_path / "inventory.yml"
-    inv.write_text(textwrap.dedent(INVENTORY))
+    inv.write_text(textwrap.dedent(inventory))
     return build_cells(
         load_playbook(tmp_path / "playbook.yml", {}), load_inventory(inv), limit=limit
     )
@@ -280,3 +283,14 @@ def test_nodes_that_only_stopped_with_the_head_leave_the_head_its_reason() -> No
     assert "node gpu3 (rank 2): server_start: rc -9" in reason and reason.endswith(f"head: {own}")
     # a head that passed while its nodes did not take part is no pass
     assert joined_verdict("passed", None, None, nodes[:1])[0] == "failed"
+
+
+def test_two_names_for_one_address_forming_a_server_are_warned_about(tmp_path: Path) -> None:
+    """Issue 23 item 24: two inventory aliases of one address were taken as a 2-node server
+    without a word."""
+    assert shared_address_warnings(plan(tmp_path, SGLANG)) == []
+    aliases = INVENTORY.replace("10.0.0.2", "10.0.0.1")
+    assert shared_address_warnings(plan(tmp_path, SGLANG, inventory=aliases)) == [
+        "warning: hosts gpu1, gpu2 form one server but all are 10.0.0.1: its nodes run on one "
+        "machine (two inventory names for one address?)"
+    ]

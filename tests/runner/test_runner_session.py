@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runner_helpers import (
+    RUN_ID,
     RunnerProcess,
     alive,
     archive_path,
@@ -244,3 +245,40 @@ def test_tar_roundtrip_of_streamed_bytes(tmp_path: Path) -> None:
         stream.feed({"event": "archive_data", "cell": "c", "data": chunk})
     _cid, path = stream.feed({"event": "archive_end", "cell": "c"}) or ("", "")
     assert isinstance(path, Path) and path.read_bytes() == data
+
+
+def test_a_server_that_dies_after_a_cell_is_said_in_that_cells_record(home: Path) -> None:
+    """Issue 23 item 24: the server died after cell 0 had passed with it; cell 1 failed with
+    'server exited between cells' and cell 0's record said nothing."""
+    port = free_port()
+    cells = cells_of_one_server(port, 2, repeats=1, server_args=("--die-after", "2"))
+    # cell 1's `between` outlives the server: it is found gone right after it
+    cells[1]["server"]["between"] = [sys.executable, "-c", "import time; time.sleep(3)"]
+    runner = run_queue(home, queue_payload(cells, ["s1", "s1"]))
+    first, second = (dones(runner)[c["id"]] for c in cells)
+    assert first["status"] == "passed", first
+    assert second["status"] == "failed" and second["step"] == "ready", second
+    assert "between cells of its session, after cell x-0-0000abc0" in second["reason"]
+    (note,) = [e for e in runner.events if e["event"] == "note"]
+    assert note["cell"] == "x-0-0000abc0"
+    assert "server exited" in note["note"] and "before cell x-1-0000abc1" in note["note"]
+    doc = load(cell_dir(home, "x-1-0000abc1") / "cell.json")
+    assert doc["session"]["after_cell"] == "x-0-0000abc0"
+
+
+def test_session_folders_go_with_their_session_and_a_killed_ones_with_the_next_run(
+    home: Path,
+) -> None:
+    """Issue 23 item 24: a session killed with -9 left runs/<run>/.<cell>.server/ for good."""
+    run_dir = home / ".orch" / "runs" / RUN_ID
+    stale = run_dir / ".x-9-0000dead.server"
+    stale.mkdir(parents=True)
+    (stale / "left.txt").write_text("by a runner killed with -9")
+    port = free_port()
+    cells = cells_of_one_server(port, 2, repeats=1)
+    runner = run_queue(home, queue_payload(cells, ["s1", "s1"]))
+    assert {d["status"] for d in dones(runner).values()} == {"passed"}
+    assert not stale.exists()
+    assert not list(run_dir.glob(".*.server"))  # the session's own folder went with it too
+    first = load(cell_dir(home, "x-0-0000abc0") / "cell.json")
+    assert first["steps"]["preflight"]["detail"]["stale_session_folders"] == [stale.name]

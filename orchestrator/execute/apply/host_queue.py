@@ -57,6 +57,9 @@ class RunPort(Protocol):
     def staging(self) -> Path:
         """Where archives arrive (the controller's staging folder)."""
 
+    def note(self, cid: str, text: str) -> None:
+        """Something learnt about cell `cid` after it ended (kept in its run.json entry)."""
+
     def finished(self, cid: str) -> bool:
         """Whether the cell (or node part) `cid` has its outcome."""
 
@@ -182,6 +185,9 @@ class HostQueue:
             return
         cid = str(event.get("cell") or "")
         if cid not in self.cells:
+            return
+        if kind == "note":  # about a cell that already ended: never its outcome
+            self.run_.note(cid, str(event.get("note") or ""))
             return
         if kind in ARCHIVE_EVENTS:
             got = stream.feed(event)

@@ -22,6 +22,7 @@ class CellOutcome:
     seconds: float | None = None
     earlier: bool = False  # recorded by an earlier invocation of this run (before --resume)
     slurm_job: str | None = None  # the Slurm job the cell ran in (the Slurm executor only)
+    note: str | None = None  # learnt after it ended (its session's server died right after it)
 
     def to_json(self) -> dict[str, Any]:
         """The run.json entry."""
@@ -34,6 +35,8 @@ class CellOutcome:
         }
         if self.slurm_job is not None:
             entry["slurm_job"] = self.slurm_job
+        if self.note:
+            entry["note"] = self.note
         return entry
 
 

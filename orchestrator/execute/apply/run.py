@@ -115,6 +115,7 @@ class Run:
         for c in self.cells:
             for name in c.hosts:  # a node of a multi-node cell counts its part
                 by_host[name] = by_host.get(name, 0) + 1
+        self._notes: dict[str, str] = {}  # notes on cells whose outcome is not in yet
         self._staging: Staging | None = None  # opened by execute(): archives arrive there
         self.nodes = NodeJoin(self.cells)
         self.progress = progress or Progress(by_host)
@@ -148,6 +149,7 @@ class Run:
         if outcome.cell_id in self.nodes.heads:
             self.nodes.end_head(outcome.cell_id)
         with self._lock:
+            outcome.note = outcome.note or self._notes.pop(outcome.cell_id, None)
             self.outcomes[outcome.cell_id] = outcome
         self.progress.cell_done(outcome.host, outcome.cell_id, outcome.status, outcome.reason)
         self.run_record.write("running")
@@ -316,6 +318,16 @@ class Run:
         facts["host_key_verified"] = conn.host_key_verified
         rel = f"{HOSTS_DIR}/{host_name}/{FACTS_JSON}"
         self.writer.write_json(rel, scrub(facts, self.secrets))
+
+    def note(self, cid: str, text: str) -> None:
+        """Something learnt about cell `cid` after it ended, kept in its run.json entry."""
+        text = redact_text(text, self.secrets)
+        with self._lock:
+            if cid in self.outcomes:
+                self.outcomes[cid].note = text
+            else:
+                self._notes[cid] = text
+        self.run_record.write("running")
 
     def record(self, outcome: CellOutcome) -> None:
         """Record one cell's outcome (HostQueue reports through this)."""
