@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -176,3 +177,58 @@ def test_orch_started_inside_an_allocation_still_submits_jobs_of_its_own(
     for cell_id in cells:
         env = json.loads((records / f"{cell_id}.server.json").read_text())["env"]
         assert env["SLURM_JOB_ID"] == jobs[0]["id"] and env["SLURM_NTASKS"] == "1"
+
+
+def test_waiting_in_the_queue_past_the_silence_limit_is_not_silence(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path
+) -> None:
+    """Issue 23 item 2: a job PENDING longer than --silent-host-timeout failed its cells as 'the
+    host went silent'; only slurm_pending_timeout applies while no runner exists."""
+    records = tmp_path / "records"
+    records.mkdir()
+    playbook = write_playbook(tmp_path, records)
+    inventory = write_inventory(tmp_path, slurm_nodes=3, slurm_pending_timeout=6)
+    argv = apply_argv(playbook, inventory, tmp_path / "results", "--silent-host-timeout", "2")
+    shown = subprocess.run(
+        argv, cwd=tmp_path, env=slurm_cluster.env, capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode != 0
+    cells = json.loads((run_dir(tmp_path) / "run.json").read_text())["cells"]
+    for entry in cells.values():
+        assert "went silent" not in entry["reason"], entry
+        assert "past slurm_pending_timeout (6 s)" in entry["reason"], entry
+
+
+def test_ctrl_c_while_the_job_is_pending_cancels_it_and_returns_at_once(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path
+) -> None:
+    """Issue 23 item 1: Ctrl-C while the job was PENDING hung the controller for good (srun
+    reads no stdin before its allocation; the runner is larger than the pipe) and left the job
+    queued."""
+    records = tmp_path / "records"
+    records.mkdir()
+    playbook = write_playbook(tmp_path, records)
+    inventory = write_inventory(tmp_path, slurm_nodes=3, slurm_pending_timeout=600)
+    first = next_job_id(slurm_cluster)
+    argv = apply_argv(playbook, inventory, tmp_path / "results")
+    with subprocess.Popen(
+        argv, cwd=tmp_path, env=slurm_cluster.env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    ) as apply_run:  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if [j for j in jobs_since(slurm_cluster, first) if j["state"] == "PENDING"]:
+                break
+            time.sleep(0.2)
+        (job,) = jobs_since(slurm_cluster, first)
+        assert job["state"] == "PENDING", job
+        time.sleep(1.0)  # the controller is feeding the runner to srun's stdin by now
+        apply_run.send_signal(signal.SIGINT)
+        try:
+            _, stderr = apply_run.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            apply_run.kill()
+            raise AssertionError("the controller hung after Ctrl-C, its job pending") from None
+    assert apply_run.returncode == 130, stderr
+    assert "--resume" in stderr
+    assert slurm_cluster.job(job["id"])["JobState"] == "CANCELLED"
