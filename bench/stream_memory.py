@@ -4,8 +4,8 @@
 
 Runs `orch apply` (a subprocess, on the local host) of a generic bench that prints MB
 megabytes of random bytes, so each cell's archive is about that large, and prints the
-controller's peak RSS (ru_maxrss of the orch process) and the wall time. `--repo` runs another
-checkout's orch (an older commit, for a before/after figure) with the same playbook.
+controller's own peak RSS (its VmHWM, sampled until it exits) and the wall time. `--repo` runs
+another checkout's orch (an older commit, for a before/after figure) with the same playbook.
 """
 
 from __future__ import annotations
@@ -21,6 +21,18 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _hwm_kb(pid: int) -> int:
+    """The process's peak resident set (VmHWM, kB) so far; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def main() -> int:
@@ -51,13 +63,20 @@ def main() -> int:
         env = {**os.environ, "HOME": str(work / "home"), "PYTHONPATH": str(args.repo)}
         argv = [sys.executable, "-m", "orchestrator", "apply", "pb.yml", "--results", "r"]
         started = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)  # fmt: skip
-        _pid, status, usage = os.wait4(proc.pid, 0)
+        errors = (work / "stderr.txt").open("wb")  # a file: a full pipe would stall orch
+        proc = subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.DEVNULL,
+                                stderr=errors)  # fmt: skip
+        # VmHWM is the controller's own peak: ru_maxrss of wait4 would also count its children
+        # (the local runner, which packs and sends each archive, and the bench)
+        peak_kb = 0
+        while proc.poll() is None:
+            peak_kb = max(peak_kb, _hwm_kb(proc.pid))
+            time.sleep(0.05)
         wall = time.monotonic() - started
-        stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        rc = os.waitstatus_to_exitcode(status)
-    peak_mb = usage.ru_maxrss / 1024  # kilobytes on Linux
+        rc = proc.returncode
+        errors.close()
+        stderr = (work / "stderr.txt").read_text(errors="replace")
+    peak_mb = peak_kb / 1024
     print(f"orch at {args.repo}: {args.cells} cells x {args.mb} MB printed each")
     print(f"  exit {rc}, wall {wall:.1f} s, controller peak RSS {peak_mb:.0f} MB")
     if rc != 0:
