@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.adapters.base import BenchAdapter, RepeatResult, ServerAdapter
-from orchestrator.adapters.outputs import apply_regex_metrics, finite_float, read_text
+from orchestrator.adapters.outputs import finite_float, read_text, regex_metrics_from_file
 from orchestrator.adapters.sections import (
     as_mapping,
     build_captures,
@@ -118,9 +118,5 @@ class GenericBench(BenchAdapter):
         if cell.bench.result_file:
             json_metrics(repeat_dir / cell.bench.result_file, result)
         if cell.bench.metrics:
-            stdout = read_text(repeat_dir / STDOUT)
-            if stdout is None:
-                result.notes.append("stdout is missing: regex metrics not read")
-            else:
-                apply_regex_metrics(cell.bench.metrics, stdout, result)
+            regex_metrics_from_file(cell.bench.metrics, repeat_dir / STDOUT, result)
         return result

@@ -79,20 +79,53 @@ def apply_regex_metrics(
     whole match when the regex has no group), as a float."""
     for name, pattern in patterns.items():
         match = re.search(pattern, stdout, re.MULTILINE)
-        if match is None:
-            result.notes.append(f"metric {name}: regex {pattern!r} did not match {source}")
+        text = None if match is None else match.group(1) if match.re.groups else match.group(0)
+        _record_match(result, name, pattern, match is not None, text, source)
+
+
+def _record_match(
+    result: RepeatResult, name: str, pattern: str, matched: bool, text: str | None, source: str
+) -> None:
+    if not matched:
+        result.notes.append(f"metric {name}: regex {pattern!r} did not match {source}")
+        return
+    try:
+        value = float(text.strip())  # type: ignore[union-attr]
+    except (TypeError, ValueError, AttributeError):
+        result.notes.append(f"metric {name}: {text!r} is not a number")
+        return
+    if not math.isfinite(value):
+        result.notes.append(f"metric {name}: {text!r} is not finite")
+        return
+    result.metrics[name] = value
+    result.sources[name] = source
+
+
+def regex_metrics_from_file(
+    patterns: Mapping[str, str], path: Path, result: RepeatResult, source: str = "stdout"
+) -> None:
+    """`apply_regex_metrics` on a file without holding it as text: an ASCII pattern (nearly all)
+    searches the file's bytes, so a 100 MB log costs its bytes once, not a decoded copy up to
+    four times their size (one astral character makes Python store every character in 4 bytes).
+    A pattern with other characters reads the decoded text, as before."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        result.notes.append(f"{source} is missing: regex metrics not read")
+        return
+    ascii_patterns = {k: v for k, v in patterns.items() if v.isascii()}
+    for name, pattern in patterns.items():
+        if name not in ascii_patterns:
             continue
-        text = match.group(1) if match.re.groups else match.group(0)
-        try:
-            value = float(text.strip())
-        except (TypeError, ValueError, AttributeError):
-            result.notes.append(f"metric {name}: {text!r} is not a number")
-            continue
-        if not math.isfinite(value):
-            result.notes.append(f"metric {name}: {text!r} is not finite")
-            continue
-        result.metrics[name] = value
-        result.sources[name] = source
+        match = re.search(pattern.encode("ascii"), data, re.MULTILINE)
+        found = None
+        if match is not None:
+            raw = match.group(1) if match.re.groups else match.group(0)
+            found = None if raw is None else raw.decode("utf-8", errors="replace")
+        _record_match(result, name, pattern, match is not None, found, source)
+    others = {k: v for k, v in patterns.items() if k not in ascii_patterns}
+    if others:
+        apply_regex_metrics(others, data.decode("utf-8", errors="replace"), result, source)
 
 
 def read_text(path: Path) -> str | None:

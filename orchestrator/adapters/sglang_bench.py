@@ -14,11 +14,11 @@ from typing import Any
 from orchestrator.adapters.base import BenchAdapter, MetricInfo, RepeatResult
 from orchestrator.adapters.flags import flags_to_argv, normalize_args
 from orchestrator.adapters.outputs import (
-    apply_regex_metrics,
     finite_float,
     read_json_lines,
     read_last_json_line,
     read_text,
+    regex_metrics_from_file,
 )
 from orchestrator.adapters.sections import as_mapping, common_bench_fields, server_url
 from orchestrator.adapters.sglang import (
@@ -210,11 +210,7 @@ def serving_metrics(row: Mapping[str, Any]) -> dict[str, float]:
 def _stdout_metrics(repeat_dir: Path, cell: Cell, result: RepeatResult) -> None:
     if not cell.bench.metrics:
         return
-    stdout = read_text(repeat_dir / STDOUT)
-    if stdout is None:
-        result.notes.append("stdout is missing: regex metrics not read")
-    else:
-        apply_regex_metrics(cell.bench.metrics, stdout, result)
+    regex_metrics_from_file(cell.bench.metrics, repeat_dir / STDOUT, result)
 
 
 # --- the simulator's time scale --------------------------------------------------------------

@@ -25,7 +25,12 @@ from orchestrator.adapters.base import (
 )
 from orchestrator.adapters.flags import ListStyle, flags_to_argv, normalize_args
 from orchestrator.adapters.nccl import analyze_nccl
-from orchestrator.adapters.outputs import apply_regex_metrics, finite_float, read_json, read_text
+from orchestrator.adapters.outputs import (
+    finite_float,
+    read_json,
+    read_text,
+    regex_metrics_from_file,
+)
 from orchestrator.adapters.sections import (
     as_mapping,
     build_captures,
@@ -379,11 +384,7 @@ class VllmBenchServe(BenchAdapter):
                 result.sources[key] = name
         repeat_log_metrics(repeat_dir, cell, result)
         if cell.bench.metrics:
-            stdout = read_text(repeat_dir / STDOUT)
-            if stdout is None:
-                result.notes.append("stdout is missing: regex metrics not read")
-            else:
-                apply_regex_metrics(cell.bench.metrics, stdout, result)
+            regex_metrics_from_file(cell.bench.metrics, repeat_dir / STDOUT, result)
         return result
 
 

@@ -139,3 +139,29 @@ def test_parse_missing_result_file_is_a_note(tmp_path: Path) -> None:
     result = bench_adapter("generic").parse_repeat_with_sources(tmp_path, cell)
     assert result.metrics == {}
     assert result.notes
+
+
+def test_regex_metrics_read_a_log_that_is_not_utf8(tmp_path: Path) -> None:
+    # bytes that are not UTF-8, an astral character, then the figures: ASCII patterns search
+    # the bytes, a pattern with other characters the decoded text; both as before
+    (tmp_path / "stdout").write_bytes(
+        b"\xff\xfe\x80 noise \xf0\x9f\x9a\x80\nthroughput: 91.25 tok/s\nd\xc3\xa9bit: 7\n"
+    )
+    cell = make_cell(
+        bench=BenchSpec(
+            argv=("x",),
+            metrics={"tps": r"throughput: ([\d.]+)", "debit": r"débit: (\d+)", "n": r"n=(\d)"},
+        )
+    )
+    result = bench_adapter("generic").parse_repeat_with_sources(tmp_path, cell)
+    assert result.metrics == {"tps": 91.25, "debit": 7.0}
+    assert [n for n in result.notes if "n=" in n] == [
+        "metric n: regex 'n=(\\\\d)' did not match stdout"
+    ]
+
+
+def test_regex_metrics_without_stdout_is_a_note(tmp_path: Path) -> None:
+    cell = make_cell(bench=BenchSpec(argv=("x",), metrics={"tps": r"t: (\d+)"}))
+    result = bench_adapter("generic").parse_repeat_with_sources(tmp_path, cell)
+    assert result.metrics == {}
+    assert result.notes == ["stdout is missing: regex metrics not read"]
