@@ -16,6 +16,7 @@ from orchestrator.adapters.sglang import SglangServer
 from orchestrator.adapters.sglang_bench import SglangBenchOneBatchServer, SglangBenchServing
 from orchestrator.adapters.vllm import VllmBenchServe, VllmServer
 from orchestrator.errors import InputError
+from orchestrator.results.layout import TELEMETRY_CSV
 
 __all__ = [
     "BENCH_ADAPTERS",
@@ -65,7 +66,7 @@ def bench_adapter(name: str) -> BenchAdapter:
 
 # --- metric catalogues --------------------------------------------------------------------------
 
-_TELEMETRY = "telemetry.csv"
+_TELEMETRY = TELEMETRY_CSV
 # Every adapter's repeats get these from GPU telemetry (analyze/energy.py); `throttle_s.<reason>`
 # per reason on top.
 TELEMETRY_CATALOGUE = (

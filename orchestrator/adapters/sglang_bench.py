@@ -41,7 +41,7 @@ V2025, V2026 = "2025", "2026"
 _BOTH = (V2025, V2026)
 _STAT_VERSIONS = {"mean": _BOTH, "median": _BOTH, "std": _BOTH, "p90": (V2026,), "p95": (V2026,)}
 _STAT_VERSIONS["p99"] = _BOTH
-_SERVING_SOURCE = "result.jsonl"
+_SERVING_SOURCE = RESULT_FILE
 # A client whose retokenized output differs from the server's token count by more than this
 # (a fraction) measured other lengths than the server generated: its per-token figures mislead.
 RETOKENIZED_TOLERANCE = 0.05

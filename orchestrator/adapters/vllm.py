@@ -201,7 +201,7 @@ class VllmServer(ServerAdapter):
         return {"metrics": metrics, "facts": facts, "checks": checks}
 
 
-_LOG = "server.log"
+_LOG = SERVER_LOG
 _WINDOWS = " inside the measured repeats' windows"
 SERVER_CATALOGUE = (
     MetricInfo(

@@ -19,9 +19,8 @@ from orchestrator.analyze.metrics import metric_units, metrics_document, summari
 from orchestrator.cell import Cell
 from orchestrator.errors import OrchError
 from orchestrator.results.documents import read_json_noting
-from orchestrator.results.layout import CELL_JSON, METRICS_JSON, SERVER_LOG
+from orchestrator.results.layout import CELL_JSON, METRICS_JSON, SERVER_LOG, TELEMETRY_CSV
 from orchestrator.results.records import CellRecord, RepeatRecord
-from orchestrator.runner.telemetry import TELEMETRY_CSV
 
 
 @dataclass

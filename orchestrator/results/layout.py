@@ -18,11 +18,13 @@ import re
 from typing import TypeGuard
 
 from orchestrator.runner.layout import BENCH_DIR as BENCH_DIR
+from orchestrator.runner.layout import BETWEEN_LOG as BETWEEN_LOG
 from orchestrator.runner.layout import CAPTURES_DIR as CAPTURES_DIR
 from orchestrator.runner.layout import CELL_JSON as CELL_JSON
 from orchestrator.runner.layout import ENV_CHECK_JSON as ENV_CHECK_JSON
 from orchestrator.runner.layout import EVENTS as EVENTS
 from orchestrator.runner.layout import EXIT_JSON as EXIT_JSON
+from orchestrator.runner.layout import LINKS_FILE as LINKS_FILE
 from orchestrator.runner.layout import METRICS_JSON as METRICS_JSON
 from orchestrator.runner.layout import NODES_DIR as NODES_DIR
 from orchestrator.runner.layout import NODES_JSON as NODES_JSON
@@ -34,6 +36,8 @@ from orchestrator.runner.layout import SNAPSHOT_POST as SNAPSHOT_POST
 from orchestrator.runner.layout import SNAPSHOT_PRE as SNAPSHOT_PRE
 from orchestrator.runner.layout import STDERR as STDERR
 from orchestrator.runner.layout import STDOUT as STDOUT
+from orchestrator.runner.layout import TELEMETRY_CSV as TELEMETRY_CSV
+from orchestrator.runner.layout import TELEMETRY_JSON as TELEMETRY_JSON
 
 # The newest bundle layout this orch writes and reads; run.json and cell.json carry it.
 SCHEMA_VERSION = 1

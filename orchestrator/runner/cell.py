@@ -19,7 +19,14 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from orchestrator.runner.bench import BenchStep
 from orchestrator.runner.envcheck import EnvCheckStep
-from orchestrator.runner.layout import CELL_JSON, EVENTS, SNAPSHOT_POST, SNAPSHOT_PRE
+from orchestrator.runner.layout import (
+    CELL_JSON,
+    EVENTS,
+    LINKS_FILE,
+    SERVER_LOG,
+    SNAPSHOT_POST,
+    SNAPSHOT_PRE,
+)
 from orchestrator.runner.node import NodeSteps
 from orchestrator.runner.protocol import (
     RUNNER_PATH,
@@ -225,7 +232,7 @@ class CellRunner(
         try:
             self.write_server_log()
         except OSError as exc:
-            self.emit({"event": "warning", "what": "server.log", "detail": str(exc)})
+            self.emit({"event": "warning", "what": SERVER_LOG, "detail": str(exc)})
         self.end_session_log()
         cell_out = dict(self.cell)
         cell_out["env"] = self.redacted_env()
@@ -391,9 +398,6 @@ class CellRunner(
         os.makedirs(self.partial)
         # Appended to as events happen, so even a killed runner leaves its events behind.
         self.events_fh = open(self.path(EVENTS), "a", encoding="utf-8")  # noqa: SIM115
-
-
-LINKS_FILE = "links.json"
 
 
 def record_links(root: str) -> List[Dict[str, str]]:

@@ -20,3 +20,7 @@ BENCH_DIR = "bench"  # bench/<n>/ measured, bench/warmup-<n>/ warmup
 STDOUT = "stdout"
 STDERR = "stderr"
 EXIT_JSON = "exit.json"
+TELEMETRY_CSV = "telemetry.csv"  # the GPU sampler's rows
+TELEMETRY_JSON = "telemetry.json"  # the sampler's own account (rows, off, errors)
+LINKS_FILE = "links.json"  # the symbolic links an archive holds, recorded not packed
+BETWEEN_LOG = "between.log"  # a session's `server.between` hook

@@ -24,7 +24,7 @@ import urllib.request
 from typing import Any, Dict, List
 
 from orchestrator.runner.context import SESSION_DIR_SUFFIX
-from orchestrator.runner.layout import SERVER_JSON, SERVER_LOG
+from orchestrator.runner.layout import BETWEEN_LOG, SERVER_JSON, SERVER_LOG
 from orchestrator.runner.protocol import (
     StepFailed,
     now,
@@ -162,7 +162,7 @@ class SessionSteps(ServerSteps):
 
     def run_between(self, argv: List[str]) -> Dict[str, Any]:
         """The playbook's `server.between` command, in the server's cwd with the cell's env."""
-        log = self.path("between.log")
+        log = self.path(BETWEEN_LOG)
         with open(log, "wb") as fh:
             try:
                 proc = self.spawn(
@@ -182,7 +182,7 @@ class SessionSteps(ServerSteps):
                     "server.between %s failed (%s)"
                     % (" ".join(shlex.quote(a) for a in argv), "timed out" if timed_out else rc),
                     tail_lines(log),
-                    "between.log",
+                    BETWEEN_LOG,
                 )
             )
         return {"argv": argv, "rc": rc}

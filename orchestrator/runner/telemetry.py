@@ -37,10 +37,9 @@ from collections import deque
 from typing import IO, Any
 
 from orchestrator.runner.context import CellContext
+from orchestrator.runner.layout import TELEMETRY_CSV, TELEMETRY_JSON
 from orchestrator.runner.protocol import now
 
-TELEMETRY_CSV = "telemetry.csv"
-TELEMETRY_JSON = "telemetry.json"
 DEFAULT_INTERVAL_S = 1.0
 FIRST_SAMPLE_WAIT_S = 3.0
 DEFAULT_FIELDS = (

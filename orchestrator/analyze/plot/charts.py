@@ -19,8 +19,8 @@ from orchestrator.analyze.report.tables import (
     varying_axes,
 )
 from orchestrator.errors import InputError
+from orchestrator.results.layout import TELEMETRY_CSV
 from orchestrator.results.records import CellRecord
-from orchestrator.runner.telemetry import TELEMETRY_CSV
 
 
 def _import_pyplot() -> Any:
