@@ -205,6 +205,10 @@ class Run:
             heads = [c.id for cells in list(todo.values()) for c in cells if c.nodes]
             for name, parts in self.nodes.part_cells(heads).items():
                 todo.setdefault(name, []).extend(parts)
+        self.progress.plan(
+            {host: _server_starts(cells) for host, cells in todo.items()},
+            self.options.max_parallel,
+        )
         status = "failed"
         interrupted = False
         previous_term = raise_on_sigterm()
@@ -425,6 +429,17 @@ def _check_identity(staged: Path, cell: Cell, host_name: str) -> None:
             f"the archive says it holds cell {claimed[0]!r} of host {claimed[1]!r}, not "
             f"{cell.id!r} of {cell.host!r}: refused"
         )
+
+
+def _server_starts(cells: Sequence[Cell]) -> list[tuple[str, bool]]:
+    """Each cell of a host's queue, in order, with whether it starts a server (the first of
+    its session): what the ETA costs apart."""
+    out, previous = [], None
+    for cell in cells:
+        key = session_key(cell) if cell.server is not None else None
+        out.append((cell.id, key is not None and key != previous))
+        previous = key
+    return out
 
 
 def _checkout_key(cell: Cell) -> tuple[str, str, str]:
