@@ -123,3 +123,13 @@ def test_the_plain_log_says_the_eta_every_few_cells() -> None:
     assert "[run] 4/5 cells done, 1 failed; ETA 15s (at " in out.getvalue()
     one("e", 15.0)
     assert "5/5" not in out.getvalue()  # the run's end says itself
+
+
+def test_a_resumed_run_counts_the_cells_an_earlier_run_finished() -> None:
+    out, clock = io.StringIO(), Clock()
+    progress = Progress({"gpu01": 4, "gpu02": 2}, stream=out, clock=clock, eta_every=1)
+    progress.plan({"gpu01": [("c", True), ("d", False)]}, 2)  # a, b and all of gpu02 were done
+    progress.cell_event("gpu01", "c", {"event": "step", "step": "bench", "status": "start"})
+    clock.now += 30.0
+    progress.cell_done("gpu01", "c", "passed", None)
+    assert "[run] 5/6 cells done; ETA 30s (at " in out.getvalue()

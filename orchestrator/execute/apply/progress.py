@@ -87,11 +87,16 @@ class Progress:
 
     def plan(self, queues: dict[str, Sequence[tuple[str, bool]]], max_parallel: int) -> None:
         """The cells each host will run, in order, each with whether it starts a server (the
-        first of its session): what the ETA costs. `max_parallel` hosts run at once."""
+        first of its session): what the ETA costs. `max_parallel` hosts run at once. A host's
+        cells not queued were finished by an earlier run (`--resume`): they count as done."""
         with self._lock:
             for host, cells in queues.items():
                 line = self._lines.setdefault(host, HostLine(total=len(cells)))
                 line.starts.update(cells)
+                line.done = max(line.done, line.total - len(cells))
+            for host, line in self._lines.items():
+                if host not in queues:  # every cell of it finished earlier
+                    line.done = line.total
             self._max_parallel = max(1, max_parallel)
 
     def _host_left(self, line: HostLine, now: float) -> float | None:
