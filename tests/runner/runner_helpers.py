@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -28,6 +29,7 @@ from orchestrator.cell import (
     SnapshotSpec,
 )
 from orchestrator.execute.ship import runner_hash, unpacked_runner, write_runner
+from orchestrator.runner.procs import proc_info
 
 ROOT = Path(__file__).resolve().parents[2]
 # The runner as hosts run it: runner.pyz, built from orchestrator/runner/ (one per content hash),
@@ -241,8 +243,17 @@ class RunnerProcess:
         not help sees (the OOM killer took it too), so the next preflight is all that is left."""
         guard = self.guard_pid()
         assert guard is not None, "the runner started no session guard"
+        info = proc_info(guard)
+        assert info is not None, "the session guard ended by itself"
+        runner = info.ppid  # the guard's parent is the runner itself, wrapper or not
+        # Held still meanwhile: a runner that sees its guard die starts another (runner/guard.py),
+        # which would then stop the session this test means to leave behind.
+        os.kill(runner, signal.SIGSTOP)
         os.kill(guard, signal.SIGKILL)
         self.kill()
+        if runner != self.proc.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(runner, signal.SIGCONT)  # a wrapper's runner goes on as it would have
 
     def stderr_text(self) -> str:
         self.stderr.seek(0)
