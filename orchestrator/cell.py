@@ -126,8 +126,45 @@ class ServerSpec(_Frozen):
         return data
 
 
+class Watch(_Frozen):
+    """Where the runner reads a deciding metric in a measured repeat's folder, between repeats
+    (runner/repeat_rule.py): a JSON object's key, a JSON-lines file's last line's, or a regex."""
+
+    metric: str
+    file: str  # relative to the repeat's folder
+    format: Literal["json", "jsonl", "regex"]
+    key: str | None = None  # json, jsonl
+    pattern: str | None = None  # regex: group 1 when it has one
+
+
+class Between(_Frozen):
+    """Bisect's stop: the commit's mean is `good` or `bad` (its ends, in the runner's units),
+    repeats normal with standard deviation `noise`; each wrong call at most about `error`."""
+
+    good: float
+    bad: float
+    noise: float
+    error: float
+
+
+class RepeatRule(_Frozen):
+    """`repeats: {min, max, until}`: after `min` measured repeats, stop once every deciding
+    metric's median is known to within `until` (relative) at `confidence`; `max` is
+    `BenchSpec.repeats`. Bisect's steps set `between` instead, or neither to only record the
+    values as the runner read them."""
+
+    min: int
+    until: float | None = None
+    confidence: float = 0.9
+    between: Between | None = None
+    metrics: tuple[str, ...]
+    watch: tuple[Watch, ...]
+    chosen: Literal["metric", "expect", "headline"] = "headline"  # what chose the metrics
+
+
 class BenchSpec(_Frozen):
-    """A benchmark client run `warmup` + `repeats` times, each in its own directory as cwd."""
+    """A benchmark client run `warmup` + `repeats` times, each in its own directory as cwd;
+    with `settle`, `repeats` is the most it runs."""
 
     adapter: str = "generic"
     argv: tuple[str, ...]
@@ -137,6 +174,15 @@ class BenchSpec(_Frozen):
     result_file: str | None = None  # relative to the repeat dir, written by the client
     metrics: dict[str, str] = Field(default_factory=dict)  # generic: name -> regex on stdout
     args: dict[str, Any] = Field(default_factory=dict)
+    settle: RepeatRule | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_fixed_repeats(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A fixed count leaves `settle` out, so the ids of playbooks that do not use it stay.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("settle") is None:
+            data.pop("settle", None)
+        return data
 
 
 class Expectation(_Frozen):

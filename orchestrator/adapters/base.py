@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from orchestrator.cell import BenchSpec, Cell, ServerSpec
+from orchestrator.cell import BenchSpec, Cell, ServerSpec, Watch
+from orchestrator.runner.layout import STDOUT
 
 # SGLang and vLLM re-title their workers with setproctitle, which moves the environment away
 # and zeroes /proc/PID/environ: SPT_NOENV=1 (setproctitle's own switch) keeps it readable, so
@@ -58,6 +59,10 @@ class MetricInfo:
             "source": self.source,
             "versions": list(self.versions),
         }
+
+
+# The headline throughput, first found wins: what a cell with no `expect:` is judged on.
+HEADLINE_THROUGHPUT = ("output_throughput", "request_throughput", "total_token_throughput")
 
 
 class ServerAdapter(ABC):
@@ -107,6 +112,14 @@ class BenchAdapter(ABC):
     def knows(self, name: str) -> bool:
         """Whether `name` is a metric this adapter can report (see `catalogue`)."""
         return any(info.name == name for info in self.catalogue())
+
+    def watch(self, spec: BenchSpec, metric: str) -> Watch | None:
+        """Where the runner reads `metric` between repeats (`repeats: {until}`), or None when
+        only the controller's parse can tell it; a regex metric is read from stdout."""
+        pattern = spec.metrics.get(metric)
+        if pattern is None:
+            return None
+        return Watch(metric=metric, file=STDOUT, format="regex", pattern=pattern)
 
     def parse_repeat(self, repeat_dir: Path, cell: Cell) -> dict[str, float]:
         """Metrics of one run, as floats (see `parse_repeat_with_sources` for provenance)."""

@@ -19,7 +19,7 @@ from orchestrator.adapters.sections import (
     get_str,
     split_command,
 )
-from orchestrator.cell import BenchSpec, Cell, ServerSpec
+from orchestrator.cell import BenchSpec, Cell, ServerSpec, Watch
 from orchestrator.errors import InputError
 from orchestrator.results.layout import STDOUT
 
@@ -111,6 +111,13 @@ class GenericBench(BenchAdapter):
             args=as_mapping(section.get("args"), "args"),
             **common_bench_fields(section),
         )
+
+    def watch(self, spec: BenchSpec, metric: str) -> Watch | None:
+        """A regex metric from stdout, else the result file's field of that name."""
+        found = super().watch(spec, metric)
+        if found is None and spec.result_file:
+            found = Watch(metric=metric, file=spec.result_file, format="json", key=metric)
+        return found
 
     def parse_repeat_with_sources(self, repeat_dir: Path, cell: Cell) -> RepeatResult:
         """Result-file fields first, then regex metrics on stdout (a regex wins on a clash)."""

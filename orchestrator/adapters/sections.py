@@ -310,7 +310,13 @@ def common_bench_fields(section: Mapping[str, Any]) -> dict[str, Any]:
     warmup = get_int(section, "warmup", None, "warmup")
     if warmup is not None:
         out["warmup"] = warmup
-    repeats = get_int(section, "repeats", None, "repeats")
+    given = section.get("repeats")
+    # the sequential form's `max` bounds the count; plan/repeats.py makes the rule of the rest
+    repeats = (
+        get_int(given, "max", None, "repeats.max")
+        if isinstance(given, Mapping)
+        else get_int(section, "repeats", None, "repeats")
+    )
     if repeats is not None:
         if repeats < 1:
             raise InputError("repeats must be at least 1", key_path="repeats")

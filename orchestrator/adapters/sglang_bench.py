@@ -27,7 +27,7 @@ from orchestrator.adapters.sglang import (
     load_server_infos,
     server_time_scale,
 )
-from orchestrator.cell import BenchSpec, Cell, ServerSpec
+from orchestrator.cell import BenchSpec, Cell, ServerSpec, Watch
 from orchestrator.errors import InputError
 from orchestrator.results.layout import STDOUT
 from orchestrator.sim.bench import SIMULATED_UNITS_LINE
@@ -147,6 +147,14 @@ class SglangBenchServing(BenchAdapter):
             args=args,
             **common_bench_fields(section),
         )
+
+    def watch(self, spec: BenchSpec, metric: str) -> Watch | None:
+        """A field of the result file's last line (as the client wrote it, before the
+        simulator's time scale: settling is relative), else a regex metric."""
+        if metric in _SERVING_NAMES:
+            name = spec.result_file or RESULT_FILE
+            return Watch(metric=metric, file=name, format="jsonl", key=metric)
+        return super().watch(spec, metric)
 
     def parse_repeat_with_sources(self, repeat_dir: Path, cell: Cell) -> RepeatResult:
         """The last JSON line of the result file, plus a per-run accept length where possible."""

@@ -56,7 +56,7 @@ from orchestrator.adapters.vllm_log import (
     utc_text,
     window_metrics,
 )
-from orchestrator.cell import BenchSpec, Cell, ServerSpec
+from orchestrator.cell import BenchSpec, Cell, ServerSpec, Watch
 from orchestrator.errors import InputError, OrchError
 from orchestrator.results.layout import CELL_JSON, EXIT_JSON, SERVER_LOG, STDOUT
 from orchestrator.results.records import CellRecord
@@ -370,6 +370,15 @@ class VllmBenchServe(BenchAdapter):
             args=args,
             **common_bench_fields(section),
         )
+
+    def watch(self, spec: BenchSpec, metric: str) -> Watch | None:
+        """A throughput or count of the result JSON (under vLLM's own key), else a regex
+        metric; percentages and latencies are left to the controller's parse."""
+        key = {v: k for k, v in _VLLM_RENAMES.items()}.get(metric, metric)
+        if key in _VLLM_SCALARS and key not in _PERCENT:
+            name = spec.result_file or RESULT_FILE
+            return Watch(metric=metric, file=name, format="json", key=key)
+        return super().watch(spec, metric)
 
     def parse_repeat_with_sources(self, repeat_dir: Path, cell: Cell) -> RepeatResult:
         """The result JSON's throughputs, latency stats and spec-decode acceptance."""

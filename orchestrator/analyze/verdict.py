@@ -15,12 +15,19 @@ from orchestrator.analyze.energy import (
     throttle_episodes,
 )
 from orchestrator.analyze.expect import check_all
-from orchestrator.analyze.metrics import metric_units, metrics_document, summarize
+from orchestrator.analyze.metrics import metric_units, metrics_document, summarize, values_of
 from orchestrator.cell import Cell
 from orchestrator.errors import OrchError
 from orchestrator.results.documents import read_json_noting
-from orchestrator.results.layout import CELL_JSON, METRICS_JSON, SERVER_LOG, TELEMETRY_CSV
+from orchestrator.results.layout import (
+    CELL_JSON,
+    METRICS_JSON,
+    REPEATS_JSON,
+    SERVER_LOG,
+    TELEMETRY_CSV,
+)
 from orchestrator.results.records import CellRecord, RepeatRecord
+from orchestrator.runner.repeat_rule import judge
 
 
 @dataclass
@@ -109,6 +116,10 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
     )
     if telemetry:
         metrics["telemetry"] = telemetry
+    if cell.bench.settle is not None and cell.bench.settle.until is not None and repeats:
+        metrics["settle"] = settle_record(cell_dir, cell, repeats)
+        if not metrics["settle"]["settled"]:
+            notes.append(unsettled_note(metrics["settle"]))
     server_name = cell.server.adapter if cell.server else None
     metrics["units"] = metric_units(metrics, cell.bench.adapter, server_name)
     return Verdict(status=status, reason=reason, metrics=metrics, failed_step=failed_step)
@@ -176,6 +187,46 @@ def add_telemetry_metrics(
         "warmups": warmups,
         "episodes": [e.to_dict() for e in throttle_episodes(tel, windows)],
     }
+
+
+def settle_record(cell_dir: Path, cell: Cell, repeats: list[dict[str, Any]]) -> dict[str, Any]:
+    """metrics.json's `settle`: the rule, the repeats run, why they stopped (the runner's word,
+    bench's repeats.json) and each deciding metric's median interval, from this parse."""
+    rule = cell.bench.settle
+    assert rule is not None and rule.until is not None
+    runner = _read_json(cell_dir / REPEATS_JSON)
+    judged = {m: judge(values_of(repeats, m), rule.until, rule.confidence) for m in rule.metrics}
+    settled = bool(judged) and all(j["settled"] for j in judged.values())
+    return {
+        "min": rule.min,
+        "max": cell.bench.repeats,
+        "until": rule.until,
+        "confidence": rule.confidence,
+        "chosen": rule.chosen,
+        "ran": len(repeats),
+        "stopped": runner.get("stopped") if isinstance(runner, dict) else None,
+        "settled": settled,
+        "metrics": judged,
+    }
+
+
+def unsettled_note(block: dict[str, Any]) -> str:
+    """`did not settle: ...` for a cell whose repeats reached max with a median still loose."""
+    parts = []
+    for metric, j in block["metrics"].items():
+        if j.get("settled"):
+            continue
+        width = j.get("half_width")
+        if width is None:
+            parts.append(
+                f"{metric}: {j['n']} values, too few for a {block['confidence']:.0%} interval"
+            )
+        else:
+            parts.append(
+                f"{metric}: median {j['median']:.4g} in [{j['low']:.4g}, {j['high']:.4g}], "
+                f"±{width:.1%} > {block['until']:.1%}"
+            )
+    return f"did not settle in {block['ran']} repeats: " + "; ".join(parts)
 
 
 def _read_json(path: Path) -> Any:

@@ -14,7 +14,7 @@ from orchestrator.config.host import Host, SlurmOptions
 
 if TYPE_CHECKING:
     from orchestrator.app.plan import Plan
-    from orchestrator.cell import Cell
+    from orchestrator.cell import BenchSpec, Cell
     from orchestrator.execute.refs import Resolution
 
 
@@ -96,7 +96,18 @@ def echo_plan(
                     argv = shlex.join(redact_text(a, secrets) for a in n.server.argv)
                     echo(f"  node {n.rank} ({n.host}): {argv}")
             echo(f"  bench:  {shlex.join(redact_text(a, secrets) for a in c.bench.argv)}")
-            echo(f"  repeats: {c.bench.warmup} warmup + {c.bench.repeats}")
+            echo(f"  repeats: {c.bench.warmup} warmup + {repeats_text(c.bench)}")
+
+
+def repeats_text(bench: BenchSpec) -> str:
+    """`5`, or `3..12 until the median of output_throughput is within ±2% (90% ...)`."""
+    rule = bench.settle
+    if rule is None or rule.until is None:  # bisect's steps set their own stop
+        return str(bench.repeats)
+    return (
+        f"{rule.min}..{bench.repeats} until the median of {', '.join(rule.metrics)} is within "
+        f"±{rule.until * 100:.3g}% ({rule.confidence:.0%} interval; chosen by {rule.chosen})"
+    )
 
 
 def _version(cell: Cell) -> str:

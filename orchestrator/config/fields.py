@@ -36,7 +36,7 @@ from orchestrator.config.values import (
 RENDERED: dict[str, Any] = {"rendered": True}
 
 
-def _rendered(info: ValidationInfo | None) -> bool:
+def is_rendered(info: ValidationInfo | None) -> bool:
     return bool(info is not None and info.context and info.context.get("rendered"))
 
 
@@ -76,8 +76,8 @@ def leaf(
     """
 
     def validate(value: Any, info: ValidationInfo) -> Any:
-        if _rendered(info):
-            given = _rendered_number(value) if number else value
+        if is_rendered(info):
+            given = rendered_number(value) if number else value
             if check(given) and (not number or math.isfinite(given)):
                 return given
         elif is_template(value) or check(value):
@@ -87,7 +87,7 @@ def leaf(
     return validate
 
 
-def _rendered_number(value: Any) -> Any:
+def rendered_number(value: Any) -> Any:
     """A rendered value as a float when it is a number or numeric text; else unchanged."""
     if is_number(value):
         return float(value)
@@ -107,7 +107,7 @@ def quote_hint(value: Any) -> str | None:
 
 def one_of(*names: str) -> Callable[[Any, ValidationInfo], Any]:
     def validate(value: Any, info: ValidationInfo) -> Any:
-        if (is_template(value) and not _rendered(info)) or value in names:
+        if (is_template(value) and not is_rendered(info)) or value in names:
             return value
         options = ", ".join(names)
         raise FieldProblem(
@@ -189,7 +189,7 @@ def mapping_list_validator(
     """
 
     def validate(value: Any, info: ValidationInfo) -> Any:
-        rendered = _rendered(info)
+        rendered = is_rendered(info)
         if isinstance(value, dict):
             check_mapping(value, (), rendered)
             return value
@@ -425,7 +425,7 @@ def parse_tolerance(value: Any, *, numeric_text: bool = False) -> float:
 
 def tolerance_validator(value: Any, info: ValidationInfo) -> Any:
     """As written in the file (templates pass); rendered, the fraction it stands for."""
-    if _rendered(info):
+    if is_rendered(info):
         return parse_tolerance(value, numeric_text=True)
     if not is_template(value):
         parse_tolerance(value)

@@ -25,6 +25,7 @@ from orchestrator.config.fields import (
     tolerance_validator,
     validate_vars,
 )
+from orchestrator.config.repeats import repeats_validator
 from orchestrator.config.values import BENCH_ADAPTER_NAMES, SERVER_ADAPTER_NAMES
 
 _TEMPLATE_SCHEMA: dict[str, Any] = {
@@ -109,6 +110,30 @@ THttpStatus = Annotated[
     Any,
     PlainValidator(leaf("an HTTP status (100-599)", lambda v: _is_int(v) and 100 <= v <= 599)),
     _or_template({"type": "integer", "minimum": 100, "maximum": 599}),
+]
+TRepeats = Annotated[
+    Any,
+    PlainValidator(repeats_validator),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1},
+                {
+                    "type": "object",
+                    "properties": {
+                        "min": {"type": "integer", "minimum": 1},
+                        "max": {"type": "integer", "minimum": 1},
+                        "until": {"anyOf": [{"type": "number"}, {"type": "string"}]},
+                        "confidence": {"anyOf": [{"type": "number"}, {"type": "string"}]},
+                        "metric": {"type": "string"},
+                    },
+                    "required": ["max", "until"],
+                    "additionalProperties": False,
+                },
+                _TEMPLATE_SCHEMA,
+            ]
+        }
+    ),
 ]
 TStrList = Annotated[Any, PlainValidator(str_list_validator), WithJsonSchema(_STR_LIST)]
 TExtends = Annotated[

@@ -34,6 +34,7 @@ from orchestrator.config.fieldtypes import (
     TPositiveCount,
     TRef,
     TRegex,
+    TRepeats,
     TRestart,
     TServerAdapter,
     TStr,
@@ -159,7 +160,7 @@ class BenchSection(_Section):
     python: TStr | None = None
     args: TArgs | None = None
     warmup: TCount = 0
-    repeats: TPositiveCount = 1
+    repeats: TRepeats = 1
     timeout: TPositive = 3600.0
     result_file: TStr | None = None
     metrics: TMetrics | None = None

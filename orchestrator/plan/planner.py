@@ -44,6 +44,7 @@ from orchestrator.config.values import RESERVED_VAR_NAMES
 from orchestrator.errors import OrchError, SourceLocation
 from orchestrator.plan.matrix import Matrix, MatrixPoint
 from orchestrator.plan.nodes import single_node_vars
+from orchestrator.plan.repeats import settle_on_expect
 from orchestrator.plan.sections import SectionRenderer
 from orchestrator.runner.redaction import is_secret_name
 from orchestrator.secrets.redact import secret_items_in
@@ -325,6 +326,8 @@ class HostPlanner(SectionRenderer):
             if found is _MISSING:
                 found = u_expect.store(values, self._entry(self.expect(ps)))
             expect, expect_text = found
+            if bench.settle is not None and expect:
+                bench, bench_text = self._entry(settle_on_expect(bench, expect))
             rest = keyed_text(
                 _SPEC_KEYS,
                 [

@@ -32,6 +32,7 @@ from orchestrator.config.model import BenchSection, PlaybookModel, ServerSection
 from orchestrator.config.templates.render import TemplateEngine, VariableScope
 from orchestrator.config.validation import validate_rendered
 from orchestrator.errors import InputError
+from orchestrator.plan.repeats import settle_rule
 
 _KEY_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
@@ -160,8 +161,12 @@ class SectionRenderer:
     ) -> BenchSpec:
         """The bench spec its adapter builds for `server`."""
         adapter, section = self._section(ps, "bench", BenchSection, "bench", timeouts)
+        if section.get("repeats") is not None:  # a template may give either form
+            section["repeats"] = self.check(
+                BenchSection, "repeats", section["repeats"], ("bench", "repeats")
+            )
         try:
-            return bench_adapter(adapter).build(section, server)
+            return settle_rule(section, bench_adapter(adapter).build(section, server))
         except InputError as exc:
             raise self._relocate(exc, "bench") from None
 

@@ -98,7 +98,9 @@ def _headline(record: CellRecord, unit_of: UnitOf) -> str:
     if not isinstance(median, int | float):
         return name
     unit = unit_of(record.cell, document, name)
-    return f"{name} {median:.4g}" + (f" {unit}" if unit else "")
+    settle = _dict(document.get("settle"))
+    loose = " (did not settle)" if settle and not settle.get("settled") else ""
+    return f"{name} {median:.4g}" + (f" {unit}" if unit else "") + loose
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -147,6 +149,9 @@ def describe_cell(cell: CellRecord, *, unit_of: UnitOf = recorded_unit) -> str:
             for m, s in summary.items()
         ]
         lines += ["", tabulate(rows, headers=["metric", "unit", "median", "min", "max", "n"])]
+    settle = _dict((cell.metrics or {}).get("settle"))
+    if settle:
+        lines.append(settle_line(settle))
     for exp in metrics.expectations:
         mark = "ok  " if exp.get("ok") else "MISS"
         lines.append(f"expect {mark} {exp.get('metric')} {exp.get('bound')}: {exp.get('detail')}")
@@ -179,6 +184,29 @@ def describe_cell(cell: CellRecord, *, unit_of: UnitOf = recorded_unit) -> str:
         archive = shlex.quote(str(run.source))
         lines.append(f"extract with: tar -xzf {archive} {shlex.quote(run.member(cell.path))}")
     return "\n".join(lines)
+
+
+def settle_line(settle: dict[str, Any]) -> str:
+    """`repeats   5 of 3..12: settled, output_throughput ±1.2% (90% interval, until 2%)`, or
+    `did not settle` with each loose metric's interval."""
+    head = f"repeats   {settle.get('ran')} of {settle.get('min')}..{settle.get('max')}: "
+    until = f"until {_pct(settle.get('until'))}, {_pct(settle.get('confidence'), 0)} interval"
+    parts = []
+    for metric, j in _dict(settle.get("metrics")).items():
+        j = _dict(j)
+        if j.get("half_width") is None:
+            parts.append(f"{metric} {j.get('n')} values, no interval yet")
+        else:
+            parts.append(
+                f"{metric} {j.get('median'):.4g} [{j.get('low'):.4g}, {j.get('high'):.4g}] "
+                f"±{_pct(j.get('half_width'))}"
+            )
+    state = "settled" if settle.get("settled") else "DID NOT SETTLE"
+    return head + f"{state}, " + "; ".join(parts) + f" ({until})"
+
+
+def _pct(value: Any, digits: int = 1) -> str:
+    return f"{value:.{digits}%}" if isinstance(value, int | float) else "?"
 
 
 def _node_lines(nodes: list[NodeRecord], shown: Callable[[Path], str]) -> list[str]:

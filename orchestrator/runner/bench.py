@@ -8,7 +8,7 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from orchestrator.runner.layout import BENCH_DIR, EXIT_JSON, STDERR, STDOUT
+from orchestrator.runner.layout import BENCH_DIR, EXIT_JSON, REPEATS_JSON, STDERR, STDOUT
 from orchestrator.runner.protocol import (
     Interrupted,
     StepFailed,
@@ -17,6 +17,7 @@ from orchestrator.runner.protocol import (
     with_tail,
     write_json,
 )
+from orchestrator.runner.repeat_rule import decide, summary, values_so_far, watched_value
 from orchestrator.runner.server import ServerSteps
 
 
@@ -30,6 +31,12 @@ class BenchStep(ServerSteps):
         timeout = float(bench.get("timeout", 3600.0))
         runs = [("warmup", i) for i in range(1, int(bench.get("warmup", 0)) + 1)]
         runs += [("measure", i) for i in range(1, int(bench.get("repeats", 1)) + 1)]
+        # repeats: {min, max, until}: stop once the deciding medians are known (repeat_rule.py)
+        rule = (
+            dict(bench["settle"], max=int(bench.get("repeats", 1))) if bench.get("settle") else None
+        )
+        watched: Dict[str, List[float]] = {}
+        stopped: Optional[Dict[str, Any]] = None
         seconds_all = []
         for kind, n in runs:
             self.check()
@@ -40,6 +47,11 @@ class BenchStep(ServerSteps):
             rc, timed_out, start, end, server_gone = self.run_bench_once(argv, rdir, env, timeout)
             seconds = end - start
             result_file = bench.get("result_file")
+            seen = (
+                {str(w["metric"]): watched_value(rdir, w) for w in rule["watch"]}
+                if rule is not None and kind == "measure" and rc == 0 and not timed_out
+                else None
+            )
             write_json(
                 os.path.join(rdir, EXIT_JSON),
                 {
@@ -60,6 +72,7 @@ class BenchStep(ServerSteps):
                         if result_file
                         else None
                     ),
+                    **({"watched": seen} if seen is not None else {}),
                 },
             )
             self.emit(
@@ -89,6 +102,20 @@ class BenchStep(ServerSteps):
             self.capture("after-warmup-%d" % n if kind == "warmup" else "after-%d" % n)
             if self.proc is not None and self.proc.poll() is not None:
                 raise StepFailed(self.server_exit_reason(self.proc.returncode, "during bench"))
+            if rule is not None and seen is not None:
+                values_so_far(watched, seen)
+                reason, judged = decide(watched, rule, n)
+                if reason is not None:
+                    stopped = summary(rule, n, reason, judged)
+                    write_json(self.path(REPEATS_JSON), stopped)
+                    self.emit({"event": "repeats", "ran": n, "stopped": reason})
+                    break
+        if stopped is not None:
+            return {
+                "seconds": seconds_all,
+                "repeats": stopped["ran"],
+                "stopped": stopped["stopped"],
+            }
         return {"seconds": seconds_all}
 
     def run_bench_once(

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from orchestrator.adapters.base import HEADLINE_THROUGHPUT
 from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.analyze.metrics import REPEAT_KEY, finite_number
 from orchestrator.analyze.stats import UNSTABLE_SPREAD, compare, holm, median, stability
@@ -205,9 +206,6 @@ class RunDiff:
 
 
 # --- which metrics decide ----------------------------------------------------------------------
-
-# The adapters' headline throughput, first found wins: what a cell with no `expect:` is judged on.
-HEADLINE_THROUGHPUT = ("output_throughput", "request_throughput", "total_token_throughput")
 
 
 def expected_names(cell: CellEvidence) -> list[str]:

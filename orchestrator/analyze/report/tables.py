@@ -34,6 +34,7 @@ BASELINE_MARK = "base"  # the Δ% of a baseline cell against itself
 TIDY_FIXED = ("run_id", "cell_id", "host")
 _RESERVED = {*TIDY_FIXED, "repeat", "metric", "value", "unit", "baseline_cell"}
 OK_MARK, FAIL_MARK = "✓", "✗"
+UNSETTLED_MARK = "≈"  # repeats: {until} reached max with the median still loose
 ENERGY_METRICS = ("joules_per_output_token", "energy_j")  # the report's energy column, first found
 
 
@@ -283,7 +284,22 @@ def _metric_text(row: ReportRow, metric: str) -> str:
         text = "failed"
     if mark is not None:
         text += f" {OK_MARK if mark.ok else FAIL_MARK}"
+    if stat is not None and metric in unsettled(row.cell):
+        text += f" {UNSETTLED_MARK}"
     return text
+
+
+def unsettled(cell: CellEvidence) -> dict[str, dict[str, Any]]:
+    """The deciding metrics of a cell whose `repeats: {until}` reached max still loose."""
+    settle = cell.metrics.get("settle")
+    if not isinstance(settle, dict) or settle.get("settled"):
+        return {}
+    metrics = settle.get("metrics")
+    return {
+        str(m): j
+        for m, j in (metrics.items() if isinstance(metrics, dict) else ())
+        if isinstance(j, dict) and not j.get("settled")
+    }
 
 
 def _first_line(text: str | None) -> str:
@@ -369,6 +385,17 @@ def footer_lines(report: Report) -> list[str]:
     for row in report.rows:
         if row.failed:
             lines.append(f"{row.cell.id} ({row.cell.host}) {row.cell.status}: {row.cell.reason}")
+        loose = unsettled(row.cell)
+        if loose:
+            settle = row.cell.metrics["settle"]
+            widths = ", ".join(
+                f"{m} ±{j['half_width']:.1%}" if isinstance(j.get("half_width"), float) else m
+                for m, j in loose.items()
+            )
+            lines.append(
+                f"{UNSETTLED_MARK} {row.cell.id}: did not settle in {settle.get('ran')} repeats "
+                f"({widths}; until {settle.get('until', 0):.1%})"
+            )
         for metric, mark in row.expectations.items():
             if not mark.ok:
                 value = _value_text(mark.value) if mark.value is not None else "not measured"
