@@ -1,7 +1,8 @@
 """How often `orch bisect`'s noise-aware search names the right commit, and what it costs.
 
     .venv/bin/python bench/bisect_accuracy.py [--trials 100] [--commits 32 64]
-        [--noise 0.01 0.02 0.05] [--end-repeats 5] [--repeats 3] [--max-runs 4] [--e2e K]
+        [--noise 0.01 0.02 0.05] [--end-repeats 5] [--repeats 6] [--max-runs 2]
+        [--error 0.001] [--e2e K]
 
 For every repo size N, noise level and scenario, `--trials` seeded trials: the regression sits at
 a random commit, and the REAL search (`orchestrator.execute.bisect.search.bisect`, the CLI's default
@@ -11,7 +12,11 @@ regressed ones `orch sim init-repo` writes), EAGLE-3 2-step at tp 8 with tuned N
 (1 + a seeded gaussian of the given relative noise) per repeat. Printed per row: how often the
 first bad commit named is the right one, how often the search refused (ends not separated) or
 gave a skip range, the mean and max number of tested commits (points) against
-ceil(log2 N) + 2, the mean cell runs and the mean benchmark repeats spent.
+ceil(log2 N) + 2, the mean cell runs, the mean benchmark repeats spent, and the mean bench
+seconds: each repeat costs the demo's 4 requests x 512 output tokens at the throughput it
+measured, the GPU time a repeat holds. A run at an inner commit stops once the sequential test
+decides (`run_until_decided`, what the runner does on the host); run against a search without
+that (an older orch on the path), every run takes all its repeats.
 
 Scenarios: the demo's regression (verify 19 -> 29 ms, -33%) and a small one (verify 19 -> 20 ms,
 -4.7%), where noise starts to matter.
@@ -45,6 +50,15 @@ sys.path[:0] = [str(ROOT)]
 import yaml  # noqa: E402
 
 from orchestrator.execute.bisect.search import BisectError, BisectPolicy, BisectResult, bisect  # noqa: E402
+
+try:  # the sequential stop (absent from an older search, whose runs take all their repeats)
+    from orchestrator.execute.bisect.search import run_until_decided
+except ImportError:  # pragma: no cover
+
+    def run_until_decided(draw: Any, repeats: int, ends: Any) -> list[float]:  # type: ignore[misc]
+        return [draw() for _ in range(repeats)]
+
+
 from orchestrator.sim import model as m  # noqa: E402
 from orchestrator.sim.repo import apply_bug, init_repo  # noqa: E402
 
@@ -58,6 +72,8 @@ EAGLE3_2 = m.ServingConfig(
     disable_custom_all_reduce=True,
 )
 SCENARIOS = (("verify 19->29 ms", "verify"), ("verify 19->20 ms", "verify:20"))
+# What one repeat of the demo asks of the GPU: 4 requests of 512 output tokens, one at a time.
+TOKENS_PER_REPEAT = 4 * 512
 
 
 def model_throughputs(
@@ -84,6 +100,7 @@ class Tally:
     points: list[int] = field(default_factory=list)
     runs: list[int] = field(default_factory=list)
     repeats: list[int] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
     walls: list[float] = field(default_factory=list)
 
     def add(self, result: BisectResult | None, truth: str, wall: float = 0.0) -> None:
@@ -102,6 +119,9 @@ class Tally:
         self.points.append(len(result.points))
         self.runs.append(result.cell_runs)
         self.repeats.append(sum(len(p.values) for p in result.points))
+        self.seconds.append(
+            sum(TOKENS_PER_REPEAT / v for p in result.points for v in p.values if v > 0)
+        )
 
     def row(self, label: Sequence[Any], bound: int) -> list[Any]:
         """The printed row."""
@@ -121,6 +141,7 @@ class Tally:
             bound,
             mean(self.runs),
             mean(self.repeats),
+            f"{statistics.fmean(self.seconds):.0f}" if self.seconds else "-",
         ]
 
 
@@ -135,10 +156,10 @@ def simulate(n: int, noise: float, bug: str, trials: int, policy: BisectPolicy, 
         regress = rng.randrange(1, n)  # commits[0] is good, commits[-1] bad
 
         def measure(
-            commit: str, repeats: int, rng: random.Random = rng, r: int = regress
+            commit: str, repeats: int, ends: Any = None, rng: random.Random = rng, r: int = regress
         ) -> list[float]:
             mean = good_tps if index[commit] < r else bad_tps
-            return [mean * (1 + rng.gauss(0.0, noise)) for _ in range(repeats)]
+            return run_until_decided(lambda: mean * (1 + rng.gauss(0.0, noise)), repeats, ends)
 
         try:
             result: BisectResult | None = bisect(commits, measure, policy)
@@ -246,7 +267,7 @@ def _point(p: dict[str, Any]) -> Any:
 
 
 HEADERS = ["N", "scenario", "noise", "trials", "right", "wrong", "refused", "range",
-           "points", "max", "log2N+2", "runs", "repeats"]  # fmt: skip
+           "points", "max", "log2N+2", "runs", "repeats", "bench s"]  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -257,21 +278,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=100)
     p.add_argument("--commits", type=int, nargs="+", default=[32, 64])
     p.add_argument("--noise", type=float, nargs="+", default=[0.01, 0.02, 0.05])
-    p.add_argument("--end-repeats", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--max-runs", type=int, default=4)
+    default = BisectPolicy()
+    p.add_argument("--end-repeats", type=int, default=default.end_repeats)
+    p.add_argument("--repeats", type=int, default=default.repeats)
+    p.add_argument("--max-runs", type=int, default=default.max_runs_per_point)
+    p.add_argument("--error", type=float, default=getattr(default, "error", None))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--e2e", type=int, default=0, metavar="K", help="K real orch bisect runs")
     args = p.parse_args(argv)
+    chosen: dict[str, Any] = {"error": args.error} if args.error is not None else {}
     policy = BisectPolicy(
-        end_repeats=args.end_repeats, repeats=args.repeats, max_runs_per_point=args.max_runs
+        end_repeats=args.end_repeats,
+        repeats=args.repeats,
+        max_runs_per_point=args.max_runs,
+        **chosen,
     )
     for label, bug in SCENARIOS:
         good, bad = model_throughputs(bug)
         print(f"{label}: model {good:.2f} -> {bad:.2f} tok/s ({100 * (bad / good - 1):+.1f}%)")
     print(
         f"policy: end repeats {policy.end_repeats}, repeats {policy.repeats}, max runs per point "
-        f"{policy.max_runs_per_point}, z threshold {policy.z_threshold:g}\n"
+        f"{policy.max_runs_per_point}, z threshold {policy.z_threshold:g}, "
+        f"error per call {getattr(policy, 'error', '-')}\n"
     )
     rows = []
     started = time.monotonic()
@@ -284,7 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(tabulate(rows, headers=HEADERS))
     print(
         f"\nright: first bad commit named correctly; range: a skip range instead; points: tested "
-        f"commits (ends included), mean; runs: cell runs; repeats: benchmark repeats. "
+        f"commits (ends included), mean; runs: cell runs; repeats: benchmark repeats; bench s: "
+        f"their GPU seconds. "
         f"({time.monotonic() - started:.1f} s)"
     )
     if args.e2e:

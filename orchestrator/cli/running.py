@@ -27,6 +27,7 @@ from orchestrator.cli.common import (
 from orchestrator.cli.plan_output import echo_plan
 from orchestrator.config.patterns import check_limit
 from orchestrator.errors import EXIT_FAILED, EXIT_OK, BundleError, InputError, OrchError
+from orchestrator.execute.bisect.search import BisectPolicy
 
 if TYPE_CHECKING:
     from orchestrator.app.plan import Plan
@@ -299,10 +300,14 @@ def replay(
 @click.option(
     "--metric", default=None, help="Default: the first expected metric, else output_throughput."
 )
-@count_option("--repeats", 3, "Repeats per run at inner commits.")
+@count_option(
+    "--repeats",
+    BisectPolicy.repeats,
+    "Most repeats of one run at an inner commit (it stops as soon as the sequential test decides).",
+)
 # two at least: the ends' spread is the noise every inner point is judged against
-@count_option("--end-repeats", 5, "Repeats at good and bad.", minimum=2)
-@count_option("--max-runs", 4, "Cap on runs per commit.")
+@count_option("--end-repeats", BisectPolicy.end_repeats, "Repeats at good and bad.", minimum=2)
+@count_option("--max-runs", BisectPolicy.max_runs_per_point, "Cap on runs per commit.")
 @click.option("--all-parents", is_flag=True, help="Walk every commit, not first-parent only.")
 @click.option("--show", "show_run", default=None, help="Re-print a finished bisect from RUN.")
 @click.option("--resume", "resume_run", default=None, help="Continue the bisect in RUN.")
@@ -329,7 +334,7 @@ def bisect(
     from orchestrator.app.plan import load_plan
     from orchestrator.execute.apply.resume import resume_command
     from orchestrator.execute.bisect.run import MetricNotReported, render_bisect, show_bisect
-    from orchestrator.execute.bisect.search import BisectError, BisectPolicy
+    from orchestrator.execute.bisect.search import BisectError
 
     if show_run:
         click.echo(show_bisect(show_run, results_dir))

@@ -8,7 +8,16 @@ from collections.abc import Sequence
 
 import pytest
 
-from orchestrator.execute.bisect.search import BisectError, BisectPolicy, Measure, bisect, classify
+from orchestrator.execute.bisect.search import (
+    BisectError,
+    BisectPolicy,
+    Ends,
+    Measure,
+    bisect,
+    classify,
+    noise_upper_bound,
+    run_until_decided,
+)
 from orchestrator.sim.model import ServingConfig, model_params, predict_output_throughput
 from orchestrator.sim.repo import apply_bug
 
@@ -21,12 +30,12 @@ def synthetic(
     rng = random.Random(seed)
     skip = skip or set()
 
-    def measure(commit: str, repeats: int) -> Sequence[float] | None:
+    def measure(commit: str, repeats: int, ends: Ends | None) -> Sequence[float] | None:
         i = index[commit]
         if i in skip:
             return None
         base = 94.0 if i < regress_at else 60.0
-        return [base * (1 + rng.gauss(0, noise)) for _ in range(repeats)]
+        return run_until_decided(lambda: base * (1 + rng.gauss(0, noise)), repeats, ends)
 
     return commits, index, measure
 
@@ -70,7 +79,7 @@ def test_ambiguous_point_gets_more_repeats() -> None:
     calls: list[tuple[str, int]] = []
     rng = random.Random(1)
 
-    def measure(commit: str, repeats: int) -> list[float]:
+    def measure(commit: str, repeats: int, ends: Ends | None = None) -> list[float]:
         calls.append((commit, repeats))
         centre = {"g": 100.0, "b": 90.0, "m": 95.5}[commit]
         return [centre + rng.gauss(0, 1.0) for _ in range(repeats)]
@@ -85,7 +94,7 @@ def test_ends_that_do_not_differ_are_refused() -> None:
     commits, _, _ = synthetic(8, 4, 0.0, 0)
     rng = random.Random(0)
 
-    def flat(commit: str, repeats: int) -> list[float]:
+    def flat(commit: str, repeats: int, ends: Ends | None = None) -> list[float]:
         return [90 + rng.gauss(0, 1) for _ in range(repeats)]
 
     with pytest.raises(BisectError, match="do not differ"):
@@ -129,9 +138,9 @@ def model_range(
     index = {c: i for i, c in enumerate(commits)}
     rng = random.Random(f"{seed}-{noise}-{bug}")
 
-    def measure(commit: str, repeats: int) -> list[float]:
+    def measure(commit: str, repeats: int, ends: Ends | None) -> list[float]:
         mean = tps[index[commit] >= regress_at]
-        return [mean * (1 + rng.gauss(0.0, noise)) for _ in range(repeats)]
+        return run_until_decided(lambda: mean * (1 + rng.gauss(0.0, noise)), repeats, ends)
 
     return commits, measure
 
@@ -187,7 +196,7 @@ def test_ends_are_measured_again_before_giving_up() -> None:
     calls: list[str] = []
     first = {"g": [100.0, 96.0, 98.0], "b": [96.0, 92.0, 94.0]}  # z 1.7 on the first run
 
-    def measure(commit: str, repeats: int) -> list[float]:
+    def measure(commit: str, repeats: int, ends: Ends | None = None) -> list[float]:
         calls.append(commit)
         if commit in first and calls.count(commit) == 1:
             return first[commit]
@@ -204,12 +213,12 @@ def test_ends_that_never_separate_are_refused_after_the_cap() -> None:
     calls: list[str] = []
     rng = random.Random(4)
 
-    def flat(commit: str, repeats: int) -> list[float]:
+    def flat(commit: str, repeats: int, ends: Ends | None = None) -> list[float]:
         calls.append(commit)
         return [90 + rng.gauss(0, 1) for _ in range(repeats)]
 
     with pytest.raises(BisectError, match="do not differ"):
-        bisect(["g", "m", "b"], flat, BisectPolicy(max_runs_per_point=3))
+        bisect(["g", "m", "b"], flat, BisectPolicy(max_end_runs=3))
     assert calls == ["g", "b"] * 3  # never an inner commit
 
 
@@ -218,7 +227,7 @@ def test_an_uncertain_call_is_said_in_the_answer() -> None:
     the answer rests on it."""
     rng = random.Random(2)
 
-    def measure(commit: str, repeats: int) -> list[float]:
+    def measure(commit: str, repeats: int, ends: Ends | None = None) -> list[float]:
         centre = {"g": 100.0, "m": 95.2, "b": 90.0}[commit]
         return [centre + rng.gauss(0, 1.0) for _ in range(repeats)]
 
@@ -226,3 +235,39 @@ def test_an_uncertain_call_is_said_in_the_answer() -> None:
     (middle,) = [p for p in result.points if p.commit == "m"]
     assert middle.uncertain and middle.runs == 2
     assert "uncertain: 1 tested commit(s)" in result.message and "m" in result.message
+
+
+# -- the sequential stop -------------------------------------------------------------------------
+
+
+def test_a_plain_commit_costs_a_repeat_and_a_run_stops_once_decided() -> None:
+    """Demo-sized change (-33%) at 2% noise: every inner commit is decided by its first repeat,
+    and a run given `ends` stops there, where a run without them takes all its repeats."""
+    asked: list[tuple[str, int, Ends | None]] = []
+    commits, _, measure = synthetic(32, 13, 0.02, seed=5)
+
+    def spy(commit: str, repeats: int, ends: Ends | None) -> Sequence[float] | None:
+        asked.append((commit, repeats, ends))
+        return measure(commit, repeats, ends)  # type: ignore[operator,no-any-return]
+
+    result = bisect(commits, spy)
+    assert result.first_bad == commits[13]
+    inner = [p for p in result.points if p.commit not in (commits[0], commits[-1])]
+    assert inner and all(len(p.values) == 1 and p.runs == 1 for p in inner)
+    assert all(ends is None for c, _, ends in asked if c in (commits[0], commits[-1]))
+    assert all(ends is not None and ends.error == 0.001 for c, _, ends in asked[2:])
+    assert run_until_decided(lambda: 1.0, 4, None) == [1.0] * 4
+
+
+@pytest.mark.parametrize("dof", [4, 8, 30])
+def test_the_noise_bound_covers_the_true_noise_as_often_as_it_says(dof: int) -> None:
+    """The test assumes the noise known; it takes the estimate's 95% upper bound, measured here
+    to cover the true standard deviation about 95% of the time."""
+    rng = random.Random(dof)
+    trials, covered = 4000, 0
+    for _ in range(trials):
+        sample = [rng.gauss(0.0, 1.0) for _ in range(dof + 1)]
+        mean = sum(sample) / len(sample)
+        estimate = math.sqrt(sum((x - mean) ** 2 for x in sample) / dof)
+        covered += noise_upper_bound(estimate, dof, 1.645) >= 1.0
+    assert 0.93 <= covered / trials <= 0.97, covered / trials

@@ -185,6 +185,21 @@ def test_bisect_goes_around_failed_setup_then_resumes_after_ctrl_c(tmp_path: Pat
     assert ran_again == result["cell_runs"] - len(before), resumed.stderr
     statuses = {json.loads((d / "cell.json").read_text())["status"] for d in cells.values()}
     assert statuses == {"passed", "failed"}
+    # The demo's -33%: the host stops each inner commit's run once the test decides (here the
+    # ends' 3 repeats leave the noise loose, so one repeat does not always do)
+    ends = {repo.shas[0][:12], repo.shas[-1][:12]}
+    stops = [
+        json.loads((d / "repeats.json").read_text())
+        for d in cells.values()
+        if (d / "repeats.json").exists()
+    ]
+    assert len(stops) == len([d for d in cells if not any(e in d for e in ends)]) - 1  # the skip
+    assert all(s["stopped"] == "decided" for s in stops), stops
+    assert any(s["ran"] == 1 for s in stops), stops
+    for d in cells.values():
+        if (d / "repeats.json").exists():
+            ran = json.loads((d / "repeats.json").read_text())["ran"]
+            assert len([p for p in (d / "bench").iterdir() if p.name.isdigit()]) == ran
     run_doc = json.loads((run / "run.json").read_text())
     assert run_doc.get("bisect") is True
     assert (run / "MANIFEST.sha256").is_file()

@@ -15,19 +15,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.adapters import bench_adapter
 from orchestrator.analyze.metrics import metric_names, values_of
 from orchestrator.cell import Cell, cell_id, secret_masks
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import BundleError, ExecutionError, InputError, OrchError
 from orchestrator.execute.apply.outcomes import ApplyOptions
 from orchestrator.execute.apply.run import Run
-from orchestrator.execute.bisect.search import BisectPolicy, BisectResult, bisect
+from orchestrator.execute.bisect.search import BisectPolicy, BisectResult, Ends, bisect
 from orchestrator.execute.ship import ensure_runner
 from orchestrator.execute.transport.connect import Connection, connect
 from orchestrator.plan.select import select_cells
 from orchestrator.results.bundle import FINISHED_STATUSES, BundleWriter
 from orchestrator.results.documents import read_json
-from orchestrator.results.layout import BISECT_JSON, CELL_JSON, CELLS_DIR, METRICS_JSON
+from orchestrator.results.layout import (
+    BENCH_DIR,
+    BISECT_JSON,
+    CELL_JSON,
+    CELLS_DIR,
+    EXIT_JSON,
+    METRICS_JSON,
+)
 from orchestrator.results.read import open_run
 from orchestrator.secrets.redact import secret_items_in
 from orchestrator.secrets.values import extra_vars_in_argv, secrets_of_run
@@ -170,8 +178,53 @@ class Bisection:
         self.doc: dict[str, Any] = {}
         self.log: Callable[[str], None] = lambda _msg: None
         self._metric_seen = False  # some measured commit reported --metric
+        self._ratios: list[float] = []  # the runner's reading / the parse, at the ends
 
-    def _step_cell(self, sha: str, repeats: int, attempt: int) -> Cell:
+    def _stop_rule(self, ends: Ends | None) -> dict[str, Any] | None:
+        """An inner step's repeats rule: stop once the test against the ends decides. None for
+        an end (its id stays what it was) or when the bench cannot read --metric between
+        repeats: every run then takes all its repeats. The runner's stop only saves repeats;
+        the call is the controller's, on its own parse (search.py)."""
+        if ends is None:
+            return None
+        base = self.setup.base
+        watch = bench_adapter(base.bench.adapter).watch(base.bench, self.setup.metric)
+        if watch is None:
+            return None
+        scale = self._unit_scale()
+        return {
+            "min": 1,
+            "metrics": [self.setup.metric],
+            "watch": [watch.model_dump(mode="json")],
+            "chosen": "metric",
+            "between": {
+                "good": ends.good * scale,
+                "bad": ends.bad * scale,
+                "noise": ends.noise * scale,
+                "error": ends.error,
+            },
+        }
+
+    def _unit_scale(self) -> float:
+        """The runner's reading over the controller's parse of --metric, from the inner steps so
+        far: 1 unless the adapter converts units (a real client against `orch sim serve`)."""
+        ratios = sorted(self._ratios) or [1.0]
+        return ratios[len(ratios) // 2]
+
+    def _note_units(self, cid: str, parsed: Mapping[int, float]) -> None:
+        """Ratios of what the runner read (bench/<n>/exit.json) to the parse, per repeat."""
+        cell_dir = self.setup.results_dir / str(self.run_id) / CELLS_DIR / cid
+        for n, value in parsed.items():
+            try:
+                exit_doc = read_json(cell_dir / BENCH_DIR / str(n) / EXIT_JSON)
+            except BundleError:
+                continue
+            seen = (exit_doc or {}).get("watched") if isinstance(exit_doc, dict) else None
+            raw = seen.get(self.setup.metric) if isinstance(seen, dict) else None
+            if isinstance(raw, int | float) and raw > 0 and value > 0:
+                self._ratios.append(float(raw) / value)
+
+    def _step_cell(self, sha: str, repeats: int, attempt: int, ends: Ends | None = None) -> Cell:
         base = self.setup.base
         assert base.repo is not None
         # An axis that only named the commit (it rendered to the requested version) would now
@@ -183,7 +236,11 @@ class Bisection:
         # A step is its commit: no requested ref of the base stands in for it in the id.
         data["repo"] = {**data["repo"], "version": sha, "requested": None}
         data["repo"].update(resolved_at=None, resolved_by=None)
-        data["bench"] = {**data["bench"], "repeats": repeats}
+        data["bench"] = {
+            **data["bench"],
+            "repeats": repeats,
+            "settle": self._stop_rule(ends),
+        }
         spec = {k: v for k, v in data.items() if k != "id"}
         # Secret values are hashed as placeholders, as the planner does: no id depends on one.
         masks = secret_masks(
@@ -241,13 +298,15 @@ class Bisection:
             return None
         return {"cell": cell, "metrics": metrics}
 
-    def measure(self, sha: str, repeats: int) -> list[float] | None:
-        """Run (or read back) one measurement of the cell at `sha`."""
+    def measure(self, sha: str, repeats: int, ends: Ends | None = None) -> list[float] | None:
+        """Run (or read back) one measurement of the cell at `sha`; with `ends`, the run stops
+        as soon as the sequential test decides (at most `repeats`)."""
         attempt = sum(1 for c in self.cells if c.axes.get("bisect_commit") == sha[:12]) + 1
-        cell = self._step_cell(sha, repeats, attempt)
+        cell = self._step_cell(sha, repeats, attempt, ends)
         got = self._recorded(cell.id) if self.run_id else None
         if got is None:
-            self.log(f"measuring {sha[:12]} (run {attempt}, {repeats} repeats)")
+            upto = f"up to {repeats} repeats, until decided" if ends else f"{repeats} repeats"
+            self.log(f"measuring {sha[:12]} (run {attempt}, {upto})")
             got = self._run(cell)
         elif cell.id not in {c.id for c in self.cells}:
             self.cells.append(cell)
@@ -260,6 +319,14 @@ class Bisection:
         ]
         if values:
             self._metric_seen = True
+            if ends is not None:
+                parsed = {
+                    int(r["n"]): float(r[self.setup.metric])
+                    for r in (got.get("metrics") or {}).get("repeats", [])
+                    if isinstance(r.get(self.setup.metric), int | float)
+                    and isinstance(r.get("n"), int)
+                }
+                self._note_units(cell.id, parsed)
             return values
         if status != "passed" and (step in SKIP_STEPS or step is None):
             self.log(f"{sha[:12]}: cannot be measured ({step}): skipped")

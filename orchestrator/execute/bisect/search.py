@@ -1,11 +1,13 @@
 """Noise-aware bisection over a first-parent commit range.
 
 The good and bad ends are measured first, with repeats, which gives both the size of the change
-and the noise. A commit is then called good or bad only when its mean sits with one side by a
-clear margin in units of the measured noise (a z-score against the midpoint); otherwise more
-repeats are taken, up to a cap, and only then is it called by the nearer side (and marked
-uncertain). A commit whose measurement fails (build or setup) is skipped, as `git bisect skip`
-does, and the search goes around it.
+and the noise. A commit between them is measured one repeat at a time, on the host, until Wald's
+sequential probability ratio test of "its mean is good's" against "it is bad's" decides at the
+policy's error (`Ends`, runner/repeat_rule.py): a commit that is plainly one side costs a repeat
+or two, a close one more. A run that ends undecided is followed by another, up to a cap, and
+only then is the commit called by the nearer side (and marked uncertain). A commit whose
+measurement fails (build or setup) is skipped, as `git bisect skip` does, and the search goes
+around it.
 """
 
 from __future__ import annotations
@@ -16,10 +18,39 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from orchestrator.runner.repeat_rule import between_verdict
+
 Verdict = Literal["good", "bad", "skip"]
 
-# measure(commit, repeats) -> values, or None when the commit cannot be measured (skip).
-Measure = Callable[[str, int], Sequence[float] | None]
+
+@dataclass(frozen=True)
+class Ends:
+    """What a run at an inner commit stops on: the ends' means, the noise of one repeat, and
+    the error each call may have (`between_verdict`)."""
+
+    good: float
+    bad: float
+    noise: float
+    error: float
+
+
+# measure(commit, repeats, ends) -> values, or None when the commit cannot be measured (skip).
+# With `ends`, the run may stop before `repeats` once `between_verdict` decides.
+Measure = Callable[[str, int, "Ends | None"], Sequence[float] | None]
+
+
+def run_until_decided(draw: Callable[[], float], repeats: int, ends: Ends | None) -> list[float]:
+    """What a run does on the host (runner/repeat_rule.py's `decide`): up to `repeats` draws,
+    stopping after the first one at which the test against `ends` decides."""
+    values: list[float] = []
+    for _ in range(repeats):
+        values.append(draw())
+        if (
+            ends is not None
+            and between_verdict(values, ends.good, ends.bad, ends.noise, ends.error)[0]
+        ):
+            break
+    return values
 
 
 @dataclass
@@ -31,6 +62,7 @@ class Point:
     values: list[float] = field(default_factory=list)
     verdict: Verdict | None = None
     z: float | None = None
+    llr: float | None = None  # the sequential test's log likelihood ratio, > 0 leaning good
     uncertain: bool = False
     runs: int = 0  # cell runs spent here (each run gives several repeats)
 
@@ -66,9 +98,15 @@ class BisectPolicy:
     """How hard to look: repeats per run, the certainty asked for, the cap on extra runs."""
 
     end_repeats: int = 5  # repeats for each end (good, bad): they define the noise
-    repeats: int = 3  # repeats of the first run at an inner commit
-    z_threshold: float = 3.0  # how many standard errors from the midpoint count as decided
-    max_runs_per_point: int = 4  # first run + adaptive extra runs when ambiguous
+    repeats: int = 6  # the most repeats of one run at an inner commit (it stops when decided)
+    z_threshold: float = 3.0  # the ends must be this many standard errors from their midpoint
+    max_runs_per_point: int = 2  # runs at one inner commit before the nearer side is called
+    max_end_runs: int = 4  # runs of each end before ends too close to tell apart are refused
+    error: float = 0.001  # each inner commit's chance of a wrong call (Wald's bounds)
+    # A decided commit's mean must be within this many standard errors of its side's (the
+    # noise itself estimated from a few repeats): else it is neither end, and stays open.
+    like: float = 5.0
+    noise_z: float = 1.645  # the noise the test assumes: its 95% upper bound from the ends
 
 
 class BisectError(ValueError):
@@ -103,6 +141,23 @@ def classify(
     return None, z
 
 
+def noise_upper_bound(noise: float, dof: int, z: float) -> float:
+    """A one-sided upper confidence bound of a standard deviation estimated with `dof` degrees
+    of freedom, `z` standard normal units above (Wilson-Hilferty's chi-square quantile)."""
+    if dof <= 0 or z <= 0:
+        return noise
+    k = float(dof)
+    quantile = k * (1 - 2 / (9 * k) - z * math.sqrt(2 / (9 * k))) ** 3
+    return noise * math.sqrt(k / quantile) if quantile > 0 else noise * 10
+
+
+def _like(values: Sequence[float], end: Sequence[float], noise: float, threshold: float) -> bool:
+    """Whether the values' mean is within `threshold` standard errors of the difference from
+    that end's mean (both means uncertain, the noise estimated from the ends)."""
+    se = noise * math.sqrt(1 / len(values) + 1 / len(end))
+    return abs(statistics.fmean(values) - statistics.fmean(end)) < threshold * se
+
+
 def bisect(
     commits: Sequence[str], measure: Measure, policy: BisectPolicy | None = None
 ) -> BisectResult:
@@ -113,12 +168,12 @@ def bisect(
     points: dict[int, Point] = {}
     order: list[Point] = []
 
-    def run(index: int, repeats: int) -> Point:
+    def run(index: int, repeats: int, ends: Ends | None = None) -> Point:
         point = points.get(index)
         if point is None:
             point = points[index] = Point(commits[index], index)
             order.append(point)
-        got = measure(commits[index], repeats)
+        got = measure(commits[index], repeats, ends)
         point.runs += 1
         if got is None:
             point.verdict = "skip"
@@ -143,7 +198,7 @@ def bisect(
     # The ends must differ clearly, or any answer would be noise. A small change in a noisy
     # measurement may need more than one run of each end to show: take them, up to the cap,
     # before giving up (as for inner commits).
-    while not separated() and good.runs < policy.max_runs_per_point:
+    while not separated() and good.runs < policy.max_end_runs:
         for end in (0, len(commits) - 1):
             if run(end, policy.end_repeats).verdict == "skip":
                 which = "good" if end == 0 else "bad"
@@ -159,24 +214,48 @@ def bisect(
 
     lo, hi = 0, len(commits) - 1
     skipped: set[int] = set()
+
+    def ends_now() -> tuple[Ends, float]:
+        """What the test stops on, and the noise as estimated. The test takes the noise as
+        known; it is estimated (pooled over every commit measured twice or more, each about its
+        own mean, so it tightens as the search goes) and taken at its upper confidence bound. A
+        floor keeps perfectly quiet ends from making every repeat decisive."""
+        groups = [p.values for p in order if p.verdict != "skip" and len(p.values) >= 2]
+        dof = sum(len(g) - 1 for g in groups)
+        pooled = math.sqrt(
+            sum((x - statistics.fmean(g)) ** 2 for g in groups for x in g) / max(dof, 1)
+        )
+        upper = noise_upper_bound(pooled, dof, policy.noise_z)
+        floor = abs(g_mean - b_mean) * 1e-3
+        return Ends(g_mean, b_mean, max(upper, floor), policy.error), max(pooled, floor)
+
     while True:
         candidates = [i for i in range(lo + 1, hi) if i not in skipped]
         if not candidates:
             break
         mid_target = (lo + hi) / 2
         index = min(candidates, key=lambda i: (abs(i - mid_target), i))
-        point = run(index, policy.repeats)
+        ends, spread = ends_now()
+        point = run(index, policy.repeats, ends)
         while point.verdict != "skip":
-            verdict, z = classify(point.values, g_mean, b_mean, noise, policy.z_threshold)
-            point.z = z
+            verdict, point.llr = between_verdict(
+                point.values, ends.good, ends.bad, ends.noise, ends.error
+            )
+            point.z = classify(point.values, g_mean, b_mean, noise, policy.z_threshold)[1]
+            side = good.values if verdict == "good" else bad.values
+            if verdict is not None and not _like(point.values, side, spread, policy.like):
+                # The test only weighs good against bad; a mean far from both (a gradual or a
+                # second change) is neither, and must not pass as a confident call.
+                verdict = None
             if verdict is not None:
-                point.verdict = verdict
+                point.verdict = "good" if verdict == "good" else "bad"
                 break
             if point.runs >= policy.max_runs_per_point:
-                point.verdict = "good" if z > 0 else "bad"
+                point.verdict = "good" if point.llr > 0 else "bad"
                 point.uncertain = True
                 break
-            run(index, policy.repeats)
+            ends, spread = ends_now()
+            run(index, policy.repeats, ends)
         if point.verdict == "skip":
             skipped.add(index)
         elif point.verdict == "good":
