@@ -108,6 +108,16 @@ def between_verdict(
     return None, llr
 
 
+def noise_upper_bound(noise: float, dof: int, z: float) -> float:
+    """A one-sided upper confidence bound of a standard deviation estimated with `dof` degrees
+    of freedom, `z` standard normal units above (Wilson-Hilferty's chi-square quantile)."""
+    if dof <= 0 or z <= 0:
+        return noise
+    k = float(dof)
+    quantile = k * (1 - 2 / (9 * k) - z * math.sqrt(2 / (9 * k))) ** 3
+    return noise * math.sqrt(k / quantile) if quantile > 0 else noise * 10
+
+
 def decide(
     values: Mapping[str, Sequence[float]], rule: Mapping[str, Any], ran: int
 ) -> Tuple[Optional[str], Dict[str, Dict[str, Any]]]:

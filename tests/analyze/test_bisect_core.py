@@ -15,9 +15,9 @@ from orchestrator.execute.bisect.search import (
     Measure,
     bisect,
     classify,
-    noise_upper_bound,
     run_until_decided,
 )
+from orchestrator.runner.repeat_rule import noise_upper_bound
 from orchestrator.sim.model import ServingConfig, model_params, predict_output_throughput
 from orchestrator.sim.repo import apply_bug
 

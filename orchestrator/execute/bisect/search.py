@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from orchestrator.runner.repeat_rule import between_verdict
+from orchestrator.runner.repeat_rule import between_verdict, noise_upper_bound
 
 Verdict = Literal["good", "bad", "skip"]
 
@@ -139,16 +139,6 @@ def classify(
     if z <= -z_threshold:
         return "bad", z
     return None, z
-
-
-def noise_upper_bound(noise: float, dof: int, z: float) -> float:
-    """A one-sided upper confidence bound of a standard deviation estimated with `dof` degrees
-    of freedom, `z` standard normal units above (Wilson-Hilferty's chi-square quantile)."""
-    if dof <= 0 or z <= 0:
-        return noise
-    k = float(dof)
-    quantile = k * (1 - 2 / (9 * k) - z * math.sqrt(2 / (9 * k))) ** 3
-    return noise * math.sqrt(k / quantile) if quantile > 0 else noise * 10
 
 
 def _like(values: Sequence[float], end: Sequence[float], noise: float, threshold: float) -> bool:
