@@ -13,7 +13,8 @@ Python client doing 5 GETs), stops the server and brings its output back. It is 
   with the repo pin, a generic server (`ready.url`), a generic bench and
   `snapshot: {pip_freeze: false, topo: false}`, N matrix points on every host; run twice: with
   `server.restart: per_cell` (a server start per cell, as plain ssh does: the overhead figure)
-  and with the default `per_config` (the N cells share one server start).
+  and with the default `per_config` (the N cells share one server start); and once more per
+  cell with the default snapshots (pip freeze, topology), the row `orch, default snapshots`.
 
 Each repeat clones into a fresh directory on every host (both sides pay one clone per host).
 Hosts come from tests/sshhosts.py (network namespaces when root, loopback ports otherwise); the
@@ -105,6 +106,7 @@ class Figures:
     ssh: dict[int, list[float]] = field(default_factory=dict)
     orch: dict[int, list[float]] = field(default_factory=dict)  # server.restart: per_cell
     sessions: dict[int, list[float]] = field(default_factory=dict)  # per_config: one start
+    full: dict[int, list[float]] = field(default_factory=dict)  # per_cell, default snapshots
 
 
 def make_repo(tmp: Path) -> tuple[Path, str]:
@@ -226,7 +228,9 @@ def run_ssh(job: Job, hosts: SSHTestHosts, chosen: Sequence[SSHTestHost], repeat
     return wall
 
 
-def orch_playbook(job: Job, repeat: int, nhosts: int, restart: str) -> dict[str, Any]:
+def orch_playbook(
+    job: Job, repeat: int, nhosts: int, restart: str, snapshots: str = "light"
+) -> dict[str, Any]:
     """The same job as an orch playbook (`restart: per_cell` starts a server per cell, as the
     plain-ssh side does; `per_config` lets the cells share one start)."""
     ready: dict[str, Any] = {"url": "http://127.0.0.1:{{ srv_port }}/", "timeout": 10}
@@ -238,7 +242,7 @@ def orch_playbook(job: Job, repeat: int, nhosts: int, restart: str) -> dict[str,
         "matrix": {"i": list(range(job.cells))},
         "repo": {
             "url": str(job.repo),
-            "dest": f"vsssh/orch-r{repeat}-h{nhosts}-{restart}",
+            "dest": f"vsssh/orch-r{repeat}-h{nhosts}-{restart}-{snapshots}",
             "version": job.sha,
         },
         "server": {
@@ -252,16 +256,21 @@ def orch_playbook(job: Job, repeat: int, nhosts: int, restart: str) -> dict[str,
             "repeats": 1,
             "timeout": 30,
         },
-        "snapshot": {"pip_freeze": False, "topo": False},
+        "snapshot": {"pip_freeze": snapshots == "default", "topo": snapshots == "default"},
         "timeouts": {"cell": 60},
     }
 
 
 def run_orch(
-    job: Job, hosts: SSHTestHosts, chosen: Sequence[SSHTestHost], repeat: int, restart: str
+    job: Job,
+    hosts: SSHTestHosts,
+    chosen: Sequence[SSHTestHost],
+    repeat: int,
+    restart: str,
+    snapshots: str = "light",
 ) -> float:
     """`orch apply` as a subprocess on the chosen hosts; its wall time (start-up included)."""
-    where = job.tmp / f"orch-r{repeat}-h{len(chosen)}-{restart}"
+    where = job.tmp / f"orch-r{repeat}-h{len(chosen)}-{restart}-{snapshots}"
     where.mkdir()
     inventory = {
         "all": {
@@ -271,7 +280,7 @@ def run_orch(
         }
     }
     (where / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
-    playbook = orch_playbook(job, repeat, len(chosen), restart)
+    playbook = orch_playbook(job, repeat, len(chosen), restart, snapshots)
     (where / "job.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
     argv = [str(ORCH), "apply", "job.yml", "-i", "hosts.yml", "--results", "results"]
     started = time.monotonic()
@@ -341,6 +350,9 @@ def main() -> int:
                     figures.sessions.setdefault(n, []).append(
                         run_orch(job, hosts, chosen, repeat, "per_config")
                     )
+                    figures.full.setdefault(n, []).append(
+                        run_orch(job, hosts, chosen, repeat, "per_cell", "default")
+                    )
                 print(f"repeat {repeat + 1}/{args.repeats} done", flush=True)
         finally:
             hosts.stop()
@@ -354,7 +366,7 @@ def print_table(
     """Medians: wall s and overhead per cell for each side and host count, and orch / ssh."""
     workload = statistics.median(figures.workload)
     ready = "orch's default" if interval is None else f"{interval} s"
-    print(f"\n{cells} cells per host, medians of {repeats}; orch: snapshots off, "
+    print(f"\n{cells} cells per host, medians of {repeats}; orch: light snapshots unless said, "
           f"ready.interval {ready}")  # fmt: skip
     print(f"the workload alone, locally: {workload:.2f} s ({workload / cells:.3f} s per cell)")
     header = f"{'':<22}" + "".join(f"{f'{n} host(s): wall s':>20}{'overhead/cell s':>17}"
@@ -364,6 +376,7 @@ def print_table(
         ("plain ssh (2 per cell)", figures.ssh),
         ("orch, start per cell", figures.orch),
         ("orch, one start", figures.sessions),
+        ("orch, default snapshots", figures.full),
     )
     for label, side in sides:
         cols = []
@@ -371,7 +384,11 @@ def print_table(
             wall = statistics.median(side[n])
             cols.append(f"{wall:>20.2f}{(wall - workload) / cells:>17.3f}")
         print(f"{label:<22}" + "".join(cols))
-    for label, side in (("per cell / ssh", figures.orch), ("one start / ssh", figures.sessions)):
+    for label, side in (
+        ("per cell / ssh", figures.orch),
+        ("one start / ssh", figures.sessions),
+        ("default snaps / ssh", figures.full),
+    ):
         ratio = []
         for n in counts:
             ssh, orch = statistics.median(figures.ssh[n]), statistics.median(side[n])
@@ -379,6 +396,12 @@ def print_table(
             over = f"{over_orch / over_ssh:.2f}x" if over_ssh > 0 else "n/a"
             ratio.append(f"{orch / ssh:>19.2f}x{over:>17}")
         print(f"{label:<22}" + "".join(ratio))
+    extra = []
+    for n in counts:
+        light = statistics.median(figures.orch[n]) - workload
+        full = statistics.median(figures.full[n]) - workload
+        extra.append(f"{n} host(s) {full / light:.2f}x" if light > 0 else f"{n} host(s) n/a")
+    print("default / light snapshots, overhead: " + ", ".join(extra))
 
 
 if __name__ == "__main__":

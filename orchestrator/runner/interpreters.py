@@ -28,7 +28,19 @@ def _interpreter_state(python: str, paths: Sequence[str]) -> Tuple[Any, ...]:
     return tuple(state)
 
 
-def cached_answers(python: str, pip_freeze: bool) -> Dict[str, Any]:
+def repo_key(repo_dir: Optional[str]) -> Any:
+    """What pip freeze also rests on: the pinned checkout's HEAD file (git rewrites it on every
+    checkout), since an editable install of that repo is listed with its commit."""
+    if not repo_dir:
+        return None
+    try:
+        st = os.stat(os.path.join(repo_dir, ".git", "HEAD"))
+    except OSError:
+        return None
+    return (repo_dir, st.st_ino, st.st_mtime_ns)
+
+
+def cached_answers(python: str, pip_freeze: bool, repo_dir: Optional[str] = None) -> Dict[str, Any]:
     """The reusable items of an earlier snapshot of `python` that still hold, else {}."""
     with _INTERPRETERS_LOCK:
         entry = _INTERPRETERS.get(python)
@@ -37,10 +49,14 @@ def cached_answers(python: str, pip_freeze: bool) -> Dict[str, Any]:
     answers = dict(entry["answers"])
     if pip_freeze and not isinstance(answers.get("pip_freeze"), list):
         answers.pop("pip_freeze", None)  # taken while pip_freeze was off: take it now
+    if entry.get("repo") != repo_key(repo_dir):
+        answers.pop("pip_freeze", None)  # another checkout: its editable line may differ
     return answers
 
 
-def remember_answers(python: str, results: Dict[str, Any], pip_freeze: bool) -> None:
+def remember_answers(
+    python: str, results: Dict[str, Any], pip_freeze: bool, repo_dir: Optional[str] = None
+) -> None:
     """Keep `results`' reusable items for `python`, with the state they hold for."""
     info = results.get("python")
     paths = info.get("path") if isinstance(info, dict) else None
@@ -53,4 +69,5 @@ def remember_answers(python: str, results: Dict[str, Any], pip_freeze: bool) -> 
             "paths": paths,
             "state": _interpreter_state(python, paths),
             "answers": answers,
+            "repo": repo_key(repo_dir),
         }

@@ -33,11 +33,14 @@ from orchestrator.runner.probe.parse import (
     parse_os_release,
     short_tail,
 )
+from orchestrator.runner.probe.reuse import file_key, gpu_key, holds, keep, kept
 from orchestrator.runner.probe.slurm import slurm_item
 from orchestrator.runner.probe.tools import Absent, run_command, which
 from orchestrator.runner.redaction import REDACTED, is_secret_name
 
 SCHEMA_VERSION = 1
+# Kept across a runner's snapshots while the GPUs and nvidia-smi stay the same (reuse.py).
+_GPU_KEPT = ("nvidia_smi", "topo")
 ENV_PREFIXES = ("NCCL_", "CUDA_", "SGLANG_", "VLLM_", "TORCH_", "PYTORCH_")
 ENV_EXTRA = ("LD_LIBRARY_PATH", "LD_PRELOAD", "OMP_NUM_THREADS")  # they change which libs load
 
@@ -85,13 +88,16 @@ def _cpu() -> Dict[str, Any]:
     return info
 
 
-def _nvcc() -> Dict[str, Any]:
+def _nvcc_path() -> Optional[str]:
     path = shutil.which("nvcc")
     if path is None:
         for base in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
             if base and os.access(os.path.join(base, "bin", "nvcc"), os.X_OK):
-                path = os.path.join(base, "bin", "nvcc")
-                break
+                return os.path.join(base, "bin", "nvcc")
+    return path
+
+
+def _nvcc(path: Optional[str]) -> Dict[str, Any]:
     if path is None:
         raise Absent("nvcc not found on PATH, $CUDA_HOME or /usr/local/cuda")
     rc, out, err = run_command([path, "--version"], timeout=20)
@@ -253,6 +259,7 @@ def snapshot(
     repo = repo_dir or ""
     log = server_log or ""
     smi = shutil.which("nvidia-smi")
+    nvcc = _nvcc_path()
 
     def need_smi() -> str:
         if smi is None:
@@ -282,7 +289,7 @@ def snapshot(
         "gpus": lambda: query_gpus(need_smi()),
         "compute_apps": lambda: compute_apps(need_smi()),
         "topo": (lambda: query_topo(need_smi())) if topo else disabled("topo"),
-        "nvcc": _nvcc,
+        "nvcc": lambda: _nvcc(nvcc),
         "python": lambda: _python(py),
         "torch": lambda: _torch(py),
         "pip_freeze": (lambda: _pip_freeze(py)) if pip_freeze else disabled("pip_freeze"),
@@ -291,17 +298,37 @@ def snapshot(
         "env": lambda: collect_env(os.environ),
         "slurm": lambda: slurm_item(os.environ),
     }  # type: Dict[str, Callable[[], Any]]
-    reused = cached_answers(py, pip_freeze)
+    reused = cached_answers(py, pip_freeze, repo or None)
+    interpreter_reused = bool(reused)
+    nvcc_key = file_key(nvcc)
+    found = kept("nvcc", nvcc_key)
+    if found is not None:
+        reused["nvcc"] = found
+    # The GPU items kept from an earlier snapshot wait for this one's `gpus` answer: reused when
+    # the devices and nvidia-smi are the same, else run (reuse.py).
+    waiting = [n for n in _GPU_KEPT if holds(n) and (topo or n != "topo")]
     # Items are independent and mostly wait on subprocesses: run them side by side.
     with ThreadPoolExecutor(max_workers=8) as pool:
-        futures = {
-            name: pool.submit(_guard, fn) for name, fn in items.items() if name not in reused
-        }
+        skip = set(reused) | set(waiting)
+        futures = {name: pool.submit(_guard, fn) for name, fn in items.items() if name not in skip}
         results = {name: f.result() for name, f in futures.items()}
+        key = (file_key(smi), gpu_key(results.get("gpus")))
+        late = {}
+        for name in waiting:
+            found = kept(name, key)
+            if found is not None:
+                reused[name] = found
+            else:
+                late[name] = pool.submit(_guard, items[name])
+        results.update((name, f.result()) for name, f in late.items())
     results.update(reused)
     results = {name: results[name] for name in items}  # the declared order, reused or not
-    if not reused:
-        remember_answers(py, results, pip_freeze)
+    if not interpreter_reused or (pip_freeze and "pip_freeze" not in reused):
+        remember_answers(py, results, pip_freeze, repo or None)
+    keep("nvcc", nvcc_key, results["nvcc"])
+    for name in _GPU_KEPT:
+        if name != "topo" or topo:
+            keep(name, key, results[name])
 
     torch_info = results["torch"]
     header = results["nvidia_smi"]
