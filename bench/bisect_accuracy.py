@@ -62,15 +62,8 @@ except ImportError:  # pragma: no cover
 from orchestrator.sim import model as m  # noqa: E402
 from orchestrator.sim.repo import apply_bug, init_repo  # noqa: E402
 
-TUNED_NCCL = {"NCCL_MIN_NCHANNELS": "32", "NCCL_CROSS_NIC": "1", "NCCL_ALGO": "Ring"}
-EAGLE3_2 = m.ServingConfig(
-    tp=8,
-    speculative_algorithm="EAGLE3",
-    num_steps=2,
-    eagle_topk=1,
-    num_draft_tokens=3,
-    disable_custom_all_reduce=True,
-)
+TUNED_NCCL = m.DEMO_TUNED_NCCL
+EAGLE3_2 = m.DEMO_EAGLE3_2
 SCENARIOS = (("verify 19->29 ms", "verify"), ("verify 19->20 ms", "verify:20"))
 # What one repeat of the demo asks of the GPU: 4 requests of 512 output tokens, one at a time.
 TOKENS_PER_REPEAT = 4 * 512

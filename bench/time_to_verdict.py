@@ -40,15 +40,8 @@ from orchestrator.analyze.stats import compare  # noqa: E402
 from orchestrator.sim import model as m  # noqa: E402
 
 TOKENS_PER_REPEAT = 4 * 512
-TUNED_NCCL = {"NCCL_MIN_NCHANNELS": "32", "NCCL_CROSS_NIC": "1", "NCCL_ALGO": "Ring"}
-EAGLE3_2 = m.ServingConfig(
-    tp=8,
-    speculative_algorithm="EAGLE3",
-    num_steps=2,
-    eagle_topk=1,
-    num_draft_tokens=3,
-    disable_custom_all_reduce=True,
-)
+TUNED_NCCL = m.DEMO_TUNED_NCCL
+EAGLE3_2 = m.DEMO_EAGLE3_2
 # (label, B's change, outliers in A, the truth)
 CASES = (
     ("5% regression", -0.05, 0, "lower"),

@@ -102,6 +102,19 @@ class ServingConfig:
         return algo in {"EAGLE", "EAGLE3", "NEXTN"} and self.num_steps > 0
 
 
+# The demo's bisected cell (playbooks/demo.yml, nccl=tuned, spec=eagle3-2): what the bench
+# scripts and tests that model its throughput predict it for.
+DEMO_EAGLE3_2 = ServingConfig(
+    tp=8,
+    speculative_algorithm="EAGLE3",
+    num_steps=2,
+    eagle_topk=1,
+    num_draft_tokens=3,
+    disable_custom_all_reduce=True,
+)
+DEMO_TUNED_NCCL = {"NCCL_MIN_NCHANNELS": "32", "NCCL_CROSS_NIC": "1", "NCCL_ALGO": "Ring"}
+
+
 @dataclass(frozen=True)
 class StepCost:
     """One engine iteration for a batch of one request."""

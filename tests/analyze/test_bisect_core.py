@@ -18,7 +18,12 @@ from orchestrator.execute.bisect.search import (
     run_until_decided,
 )
 from orchestrator.runner.repeat_rule import noise_upper_bound
-from orchestrator.sim.model import ServingConfig, model_params, predict_output_throughput
+from orchestrator.sim.model import (
+    DEMO_EAGLE3_2,
+    DEMO_TUNED_NCCL,
+    model_params,
+    predict_output_throughput,
+)
 from orchestrator.sim.repo import apply_bug
 
 
@@ -110,15 +115,8 @@ def test_classify_direction_follows_the_ends() -> None:
 
 # -- measurements from the simulator's performance model ------------------------------------
 
-TUNED_NCCL = {"NCCL_MIN_NCHANNELS": "32", "NCCL_CROSS_NIC": "1", "NCCL_ALGO": "Ring"}
-EAGLE3_2 = ServingConfig(
-    tp=8,
-    speculative_algorithm="EAGLE3",
-    num_steps=2,
-    eagle_topk=1,
-    num_draft_tokens=3,
-    disable_custom_all_reduce=True,
-)
+TUNED_NCCL = DEMO_TUNED_NCCL
+EAGLE3_2 = DEMO_EAGLE3_2
 
 
 def model_range(
