@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+from urllib.parse import unquote, urlsplit
 
 # An interpreter's packages change only when its site directories do (pip writes there): within
 # one runner process (a host's queue of cells) the python, torch and pip-freeze answers are reused
 # while the interpreter and every directory on its sys.path keep their inode and mtime; the
-# snapshot lists what it reused (probe.reused). Importing torch costs seconds per snapshot.
+# snapshot lists what it reused (probe.reused). Importing torch costs seconds per snapshot. Pip
+# freeze also names each editable install's current commit: it is asked again when one of those
+# checkouts, or the pinned repo's, moves (a checkout, a commit, a pull: `freeze_key`).
 _INTERPRETERS = {}  # type: Dict[str, Dict[str, Any]]
 _INTERPRETERS_LOCK = threading.Lock()
 _REUSABLE = ("python", "torch", "pip_freeze")
@@ -28,16 +32,71 @@ def _interpreter_state(python: str, paths: Sequence[str]) -> Tuple[Any, ...]:
     return tuple(state)
 
 
-def repo_key(repo_dir: Optional[str]) -> Any:
-    """What pip freeze also rests on: the pinned checkout's HEAD file (git rewrites it on every
-    checkout), since an editable install of that repo is listed with its commit."""
-    if not repo_dir:
-        return None
+def _file_state(path: str) -> Tuple[str, Optional[int], Optional[int]]:
     try:
-        st = os.stat(os.path.join(repo_dir, ".git", "HEAD"))
+        st = os.stat(path)
     except OSError:
-        return None
-    return (repo_dir, st.st_ino, st.st_mtime_ns)
+        return (path, None, None)
+    return (path, st.st_ino, st.st_mtime_ns)
+
+
+def checkout_state(project: str) -> Tuple[Any, ...]:
+    """What a checkout, a commit or a pull in `project` rewrites: .git/HEAD, the branch ref it
+    names, packed-refs (a worktree's or submodule's `.git` file is followed)."""
+    git = os.path.join(project, ".git")
+    if os.path.isfile(git):
+        try:
+            with open(git, encoding="utf-8", errors="replace") as fh:
+                line = fh.readline().strip()
+        except OSError:
+            line = ""
+        if line.startswith("gitdir:"):
+            git = os.path.join(project, line[len("gitdir:") :].strip())
+    head = os.path.join(git, "HEAD")
+    parts: List[Any] = [_file_state(head)]
+    try:
+        with open(head, encoding="utf-8", errors="replace") as fh:
+            text = fh.read().strip()
+    except OSError:
+        text = ""
+    if text.startswith("ref: "):
+        parts.append(_file_state(os.path.join(git, text[len("ref: ") :])))
+    parts.append(_file_state(os.path.join(git, "packed-refs")))
+    return tuple(parts)
+
+
+def editable_projects(paths: Sequence[str]) -> List[str]:
+    """The project folders of the editable installs in these sys.path folders: PEP 610's
+    direct_url.json (`dir_info.editable`) and setuptools' older `.egg-link` files."""
+    found: List[str] = []
+    for folder in paths:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                if name.endswith(".dist-info"):
+                    with open(os.path.join(path, "direct_url.json"), encoding="utf-8") as fh:
+                        doc = json.load(fh)
+                    url = doc.get("url", "") if isinstance(doc, dict) else ""
+                    info = doc.get("dir_info") if isinstance(doc, dict) else None
+                    if isinstance(info, dict) and info.get("editable") and url.startswith("file:"):
+                        found.append(unquote(urlsplit(url).path))
+                elif name.endswith(".egg-link"):
+                    with open(path, encoding="utf-8", errors="replace") as fh:
+                        found.append(fh.readline().strip())
+            except (OSError, ValueError):
+                continue
+    return sorted(set(p for p in found if p))
+
+
+def freeze_key(paths: Sequence[str], repo_dir: Optional[str]) -> Tuple[Any, ...]:
+    """What pip freeze rests on beyond the site folders: the checkouts of the editable installs
+    and of the pinned repo, since pip lists an editable install with its current commit."""
+    projects = editable_projects(paths) + ([repo_dir] if repo_dir else [])
+    return tuple((p, checkout_state(p)) for p in sorted(set(projects)))
 
 
 def cached_answers(python: str, pip_freeze: bool, repo_dir: Optional[str] = None) -> Dict[str, Any]:
@@ -49,8 +108,8 @@ def cached_answers(python: str, pip_freeze: bool, repo_dir: Optional[str] = None
     answers = dict(entry["answers"])
     if pip_freeze and not isinstance(answers.get("pip_freeze"), list):
         answers.pop("pip_freeze", None)  # taken while pip_freeze was off: take it now
-    if entry.get("repo") != repo_key(repo_dir):
-        answers.pop("pip_freeze", None)  # another checkout: its editable line may differ
+    if entry.get("freeze") != freeze_key(entry["paths"], repo_dir):
+        answers.pop("pip_freeze", None)  # a checkout moved: its editable line may differ
     return answers
 
 
@@ -69,5 +128,5 @@ def remember_answers(
             "paths": paths,
             "state": _interpreter_state(python, paths),
             "answers": answers,
-            "repo": repo_key(repo_dir),
+            "freeze": freeze_key(paths, repo_dir),
         }

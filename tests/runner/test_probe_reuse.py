@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.runner import interpreters
 from orchestrator.runner.probe import gather as probe
 from orchestrator.runner.probe import reuse
 from orchestrator.sim.smi import install_fake_nvidia_smi
@@ -111,3 +112,31 @@ def test_pip_freeze_is_taken_again_after_the_checkout_moves(tmp_path: Path) -> N
     assert {"python", "torch"} <= set(third["probe"]["reused"])
     fourth = probe.snapshot(python=sys.executable, repo_dir=str(repo), topo=False)
     assert "pip_freeze" in fourth["probe"]["reused"]
+
+
+def test_pip_freeze_is_asked_again_when_an_editable_installs_branch_moves(tmp_path: Path) -> None:
+    """`git pull` in an editable install's checkout rewrites its branch ref, not HEAD and not
+    site-packages: pip freeze would list the new commit, so the kept answer no longer holds."""
+    project = tmp_path / "sglang"
+    project.mkdir()
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "1"], check=True)
+    site = tmp_path / "site-packages"
+    info = site / "sglang-0.5.0.dist-info"
+    info.mkdir(parents=True)
+    url = project.as_uri()
+    (info / "direct_url.json").write_text(f'{{"url": "{url}", "dir_info": {{"editable": true}}}}')
+    assert interpreters.editable_projects([str(site)]) == [str(project)]
+    python = sys.executable + "-fake-for-cache"  # a key of the cache only: nothing runs
+    results = {
+        "python": {"path": [str(site)]},
+        "torch": {"version": "2.9"},
+        "pip_freeze": [f"-e git+{url}@aaaa#egg=sglang"],
+    }
+    interpreters.remember_answers(python, results, True)
+    assert "pip_freeze" in interpreters.cached_answers(python, True)
+    time.sleep(0.01)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "2"], check=True)  # a pull
+    answers = interpreters.cached_answers(python, True)
+    assert "pip_freeze" not in answers and answers["torch"] == {"version": "2.9"}
