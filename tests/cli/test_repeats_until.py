@@ -44,6 +44,8 @@ def test_a_quiet_cell_stops_when_settled_and_a_loud_one_runs_to_max(tmp_path: Pa
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cells = _cells(tmp_path / "res")
     quiet, loud = cells["quiet"], cells["loud"]
+    assert f"{quiet.name}: bench settled after 5 repeats" in proc.stderr, proc.stderr
+    assert f"{loud.name}: bench reached its max after 8 repeats" in proc.stderr
     # 90% needs 5 values for [min, max]; the quiet five are within 0.4% of their median
     assert sorted(p.name for p in (quiet / "bench").iterdir()) == ["1", "2", "3", "4", "5"]
     assert len(list((loud / "bench").iterdir())) == 8

@@ -13,6 +13,7 @@ _NUMBER = (int, float)
 _FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "step": {"step": (str,), "status": (str,), "reason": (str,), "detail": (dict, str)},
     "repeat": {"seconds": _NUMBER, "rc": (int,), "n": (int, str), "kind": (str,)},
+    "repeats": {"ran": (int,), "stopped": (str,)},
     "done": {"status": (str,), "archive": (str,), "reason": (str,), "step": (str,)},
     "warning": {"what": (str,)},
     "archive": {"bytes": (int,), "error": (str,), "sha256": (str,)},

@@ -24,6 +24,9 @@ from orchestrator.execute.apply.eta import (
 from orchestrator.results.records import reset_answer
 from orchestrator.results.terminal import printable
 
+# How a repeats rule's stop reads in the log.
+STOPS = {"settled": "settled", "decided": "decided", "max": "reached its max"}
+
 
 @dataclass
 class HostLine:
@@ -191,6 +194,9 @@ class Progress:
                     f"[{host}] {cell_id}: {line.step} rc={event.get('rc')} "
                     f"{float(event.get('seconds') or 0):.1f}s"
                 )
+            elif kind == "repeats":  # a repeats rule stopped the bench (runner/repeat_rule.py)
+                why = STOPS.get(str(event.get("stopped")), printable(str(event.get("stopped"))))
+                self._say(f"[{host}] {cell_id}: bench {why} after {event.get('ran')} repeats")
 
     def cell_done(self, host: str, cell_id: str, status: str, reason: str | None) -> None:
         """A cell finished (passed, failed, interrupted, skipped)."""
