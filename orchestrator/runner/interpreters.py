@@ -40,25 +40,26 @@ def _file_state(path: str) -> Tuple[str, Optional[int], Optional[int]]:
     return (path, st.st_ino, st.st_mtime_ns)
 
 
+def _first_line(path: str) -> str:
+    """A small file's first line, stripped; "" when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.readline().strip()
+    except OSError:
+        return ""
+
+
 def checkout_state(project: str) -> Tuple[Any, ...]:
     """What a checkout, a commit or a pull in `project` rewrites: .git/HEAD, the branch ref it
     names, packed-refs (a worktree's or submodule's `.git` file is followed)."""
     git = os.path.join(project, ".git")
     if os.path.isfile(git):
-        try:
-            with open(git, encoding="utf-8", errors="replace") as fh:
-                line = fh.readline().strip()
-        except OSError:
-            line = ""
+        line = _first_line(git)
         if line.startswith("gitdir:"):
             git = os.path.join(project, line[len("gitdir:") :].strip())
     head = os.path.join(git, "HEAD")
     parts: List[Any] = [_file_state(head)]
-    try:
-        with open(head, encoding="utf-8", errors="replace") as fh:
-            text = fh.read().strip()
-    except OSError:
-        text = ""
+    text = _first_line(head)
     if text.startswith("ref: "):
         parts.append(_file_state(os.path.join(git, text[len("ref: ") :])))
     parts.append(_file_state(os.path.join(git, "packed-refs")))
@@ -85,8 +86,7 @@ def editable_projects(paths: Sequence[str]) -> List[str]:
                     if isinstance(info, dict) and info.get("editable") and url.startswith("file:"):
                         found.append(unquote(urlsplit(url).path))
                 elif name.endswith(".egg-link"):
-                    with open(path, encoding="utf-8", errors="replace") as fh:
-                        found.append(fh.readline().strip())
+                    found.append(_first_line(path))
             except (OSError, ValueError):
                 continue
     return sorted(set(p for p in found if p))
