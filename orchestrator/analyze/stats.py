@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from orchestrator.runner import compare_rule
+
 # Both samples at least this large: use Mann-Whitney; otherwise require non-overlapping ranges.
 MIN_SAMPLES_FOR_TEST = 5
 # scipy's rule: exact distribution unless both samples are larger than this (or there are ties).
@@ -244,15 +246,10 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
-# 1.4826 * MAD estimates the standard deviation of normal data (1 / the normal's 0.75 quantile).
-MAD_SCALE = 1.4826
-# Leys et al. (2013), "Detecting outliers: do not use standard deviation around the mean, use
-# absolute deviation around the median": further than 3 scaled MADs from the median ("very
-# conservative"; 2.5 is their "moderately conservative").
-OUTLIER_MADS = 3.0
-# ... and at least this far from the median, relatively: with identical repeats (MAD 0) a repeat
-# 1% off would be infinitely many MADs away, yet it cannot move a verdict at a 5% threshold.
-OUTLIER_MIN_RELATIVE = 0.05
+# The outlier rule and its constants live with the runner's comparison (stdlib, on the host).
+MAD_SCALE = compare_rule.MAD_SCALE
+OUTLIER_MADS = compare_rule.OUTLIER_MADS
+OUTLIER_MIN_RELATIVE = compare_rule.OUTLIER_MIN_RELATIVE
 # A robust relative spread (scaled MAD / |median|) of 10% or more: the repeats disagree by more
 # than a change orch is asked to find, whatever the test says.
 UNSTABLE_SPREAD = 0.10
@@ -267,18 +264,9 @@ def outliers(
     """Indexes of the outlying values: more than `mads` scaled MADs from the median AND at least
     `min_relative` of |median| away from it. Fewer than 5 values (as `compare`'s test needs)
     have none: the MAD of 3 is the smaller of two deviations, so any lopsided trio would flag."""
-    data = _require(values, "outliers")
-    if len(data) < MIN_SAMPLES_FOR_TEST:
-        return []
-    center = median(data)
-    scale = MAD_SCALE * mad(data)
-    out = []
-    for index, value in enumerate(data):
-        distance = abs(value - center)
-        far = distance > mads * scale if scale > 0.0 else distance > 0.0
-        if far and distance >= min_relative * abs(center):
-            out.append(index)
-    return out
+    return compare_rule.outlier_indexes(
+        _require(values, "outliers"), mads=mads, min_relative=min_relative
+    )
 
 
 def robust_spread(values: Sequence[float]) -> float | None:

@@ -17,7 +17,7 @@ from orchestrator.execute.bisect.search import (
     classify,
     run_until_decided,
 )
-from orchestrator.runner.repeat_rule import noise_upper_bound
+from orchestrator.runner.compare_rule import noise_upper_bound
 from orchestrator.sim.model import (
     DEMO_EAGLE3_2,
     DEMO_TUNED_NCCL,

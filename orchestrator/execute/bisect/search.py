@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from orchestrator.runner.repeat_rule import between_verdict, noise_upper_bound
+from orchestrator.runner.compare_rule import noise_upper_bound
+from orchestrator.runner.repeat_rule import between_verdict
 
 Verdict = Literal["good", "bad", "skip"]
 
