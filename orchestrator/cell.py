@@ -147,19 +147,39 @@ class Between(_Frozen):
     error: float
 
 
+class Against(_Frozen):
+    """`orch audit --rerun`'s stop: the rerun against the recorded repeats (`reference`, per
+    metric, in the runner's units), higher / lower by `tolerance` or the same, each wrong call
+    at most about `error` (runner/compare_rule.py)."""
+
+    reference: dict[str, tuple[float, ...]]
+    tolerance: float
+    error: float
+    noise_z: float
+
+
 class RepeatRule(_Frozen):
     """`repeats: {min, max, until}`: after `min` measured repeats, stop once every deciding
     metric's median is known to within `until` (relative) at `confidence`; `max` is
-    `BenchSpec.repeats`. Bisect's steps set `between` instead, or neither to only record the
-    values as the runner read them."""
+    `BenchSpec.repeats`. Bisect's steps set `between` instead, audit's reruns `against`, or none
+    to only record the values as the runner read them."""
 
     min: int
     until: float | None = None
     confidence: float = 0.9
     between: Between | None = None
+    against: Against | None = None
     metrics: tuple[str, ...]
     watch: tuple[Watch, ...]
     chosen: Literal["metric", "expect", "headline"] = "headline"  # what chose the metrics
+
+    @model_serializer(mode="wrap")
+    def _without_audit_rule(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Left out when unset: the ids of cells that settle stay what they were before audit's.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("against") is None:
+            data.pop("against", None)
+        return data
 
 
 class BenchSpec(_Frozen):

@@ -22,6 +22,8 @@ import os
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from orchestrator.runner.compare_rule import three_decision
+
 DEFAULT_CONFIDENCE = 0.9
 
 
@@ -108,26 +110,16 @@ def between_verdict(
     return None, llr
 
 
-def noise_upper_bound(noise: float, dof: int, z: float) -> float:
-    """A one-sided upper confidence bound of a standard deviation estimated with `dof` degrees
-    of freedom, `z` standard normal units above (Wilson-Hilferty's chi-square quantile)."""
-    if dof <= 0 or z <= 0:
-        return noise
-    k = float(dof)
-    quantile = k * (1 - 2 / (9 * k) - z * math.sqrt(2 / (9 * k))) ** 3
-    return noise * math.sqrt(k / quantile) if quantile > 0 else noise * 10
-
-
 def decide(
     values: Mapping[str, Sequence[float]], rule: Mapping[str, Any], ran: int
 ) -> Tuple[Optional[str], Dict[str, Dict[str, Any]]]:
     """Whether to stop after `ran` measured repeats: ("settled" | "decided" | "max" | None, per
-    metric). `until`: the median rule; `between`: bisect's test against its two ends; neither:
-    the values are only recorded."""
+    metric). `until`: the median rule; `between`: bisect's test against its two ends;
+    `against`: audit's three-decision test against the recorded repeats (compare_rule.py);
+    none: the values are only recorded."""
     low, high = int(rule["min"]), int(rule["max"])
-    between = rule.get("between")
+    between, against = rule.get("between"), rule.get("against")
     judged: Dict[str, Dict[str, Any]] = {}
-    done = False
     if between:
         for m in rule["metrics"]:
             verdict, llr = between_verdict(
@@ -138,8 +130,7 @@ def decide(
                 float(between["error"]),
             )
             judged[m] = {"n": len(values.get(m, [])), "verdict": verdict, "llr": round(llr, 4)}
-        done = bool(judged) and all(j["verdict"] is not None for j in judged.values())
-        if ran >= low and done:
+        if ran >= low and judged and all(j["verdict"] is not None for j in judged.values()):
             return "decided", judged
     elif rule.get("until") is not None:
         until = float(rule["until"])
@@ -147,6 +138,25 @@ def decide(
         judged = {m: judge(list(values.get(m, [])), until, confidence) for m in rule["metrics"]}
         if ran >= low and judged and all(j["settled"] for j in judged.values()):
             return "settled", judged
+    elif against:
+        for m in rule["metrics"]:
+            got = list(values.get(m, []))
+            call, change, higher, lower = three_decision(
+                [float(x) for x in against["reference"].get(m, [])],
+                got,
+                float(against["tolerance"]),
+                float(against["error"]),
+                float(against["noise_z"]),
+            )
+            judged[m] = {
+                "n": len(got),
+                "verdict": call,
+                "change": round(change, 6),
+                "llr_higher": round(higher, 4),
+                "llr_lower": round(lower, 4),
+            }
+        if ran >= low and judged and all(j["verdict"] is not None for j in judged.values()):
+            return "decided", judged
     else:
         judged = {m: {"n": len(values.get(m, []))} for m in rule["metrics"]}
     if ran >= high:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -277,4 +278,6 @@ def test_audit_integrity_drift_and_rerun(recorded: Recorded) -> None:
     assert slow.returncode == 1, slow.stdout + slow.stderr
     assert "reproduction: FAILED" in slow.stdout
     assert "outside tolerance" in slow.stdout
+    # half the clock is far past the tolerance: the rerun stopped once the test was sure
+    assert re.search(r"rerun decided after 2 of 3 repeats: \S+ lower than recorded", slow.stdout)
     assert "(not judged)" in slow.stdout  # tails are shown, the verdict rests on expect:

@@ -18,6 +18,7 @@ from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.config.host import Inventory
 from orchestrator.config.inventory.load import load_inventory
 from orchestrator.errors import InputError
+from orchestrator.execute.audit.stopping import stop_line, with_audit_stop
 from orchestrator.execute.audit.verdicts import (
     deciding_lines,
     host_drift,
@@ -107,7 +108,14 @@ def _drift(run: RunBundle, inv: Inventory, out: Echo, err: Echo) -> bool:
 
 
 def _reproduction(run: RunBundle, inv: Inventory, request: AuditRequest, out: Echo) -> bool:
-    cells = retarget(pick_cells(run, request.selector), inv, None)
+    cells = [
+        with_audit_stop(
+            cell, CellEvidence.load(run.cells[cell.id].path), tolerance=request.tolerance
+        )
+        if cell.id in run.cells
+        else cell
+        for cell in retarget(pick_cells(run, request.selector), inv, None)
+    ]
     outcome = run_recorded(
         run,
         cells,
@@ -131,6 +139,15 @@ def _reproduction(run: RunBundle, inv: Inventory, request: AuditRequest, out: Ec
     out(tabulate(render_reproductions(verdicts), headers=headers))
     for line in deciding_lines(verdicts):
         out(line)
+    stops = [
+        said
+        for cell in cells
+        if (said := stop_line(cell.id, outcome.path / CELLS_DIR / cell.id, request.tolerance))
+    ]
+    if stops:
+        out("repeats:")
+        for said in stops:
+            out(said)
     out(f"rerun bundle: {outcome.path}")
     good = bool(verdicts) and all(v.reproduces for v in verdicts)
     out(f"reproduction: {'ok' if good else 'FAILED'}")
