@@ -15,6 +15,11 @@ demo's 4 requests x 512 output tokens at that throughput (its bench seconds).
   sequential:  `analyze/sequential.py` with its defaults: A, B, A, B... stopping when its test
                calls higher, lower or same, "unsure" at its cap.
 
+A second table does the same for `orch audit --rerun`, where A is the record (its repeats are
+already spent, `--fixed` of them) and only the rerun B costs: every repeat of the cell, or the
+runner's stop against the record (execute/audit/stopping.py, up to the same count), both judged
+by the controller's verdict on what ran (`stats.compare`, as `audit` judges).
+
 Printed per row: right (the call matches the truth), wrong (a change called for none, or a change
 called "same" or the wrong way), unsure, the mean repeats and bench seconds of a comparison.
 Nothing is asserted.
@@ -37,6 +42,8 @@ from tabulate import tabulate  # noqa: E402
 
 from orchestrator.analyze.sequential import ComparePolicy, compare_in_rounds  # noqa: E402
 from orchestrator.analyze.stats import compare  # noqa: E402
+from orchestrator.execute.audit.stopping import AuditStopPolicy  # noqa: E402
+from orchestrator.runner.repeat_rule import decide  # noqa: E402
 from orchestrator.sim import model as m  # noqa: E402
 
 TOKENS_PER_REPEAT = 4 * 512
@@ -104,6 +111,58 @@ def drawers(
     return draw_a, draw_b
 
 
+def audit_rerun(
+    a: Sequence[float], draw_b: Callable[[], float], tolerance: float, most: int
+) -> list[float]:
+    """The rerun's repeats as the runner's stop against the record `a` leaves them."""
+    stop = AuditStopPolicy()
+    against = {"reference": {"m": list(a)}, "tolerance": tolerance, "error": stop.error}
+    rule = {
+        "min": stop.min_repeats,
+        "max": most,
+        "metrics": ["m"],
+        "against": {**against, "noise_z": stop.noise_z},
+    }
+    b: list[float] = []
+    while True:
+        b.append(draw_b())
+        if decide({"m": b}, rule, len(b))[0] is not None:
+            return b
+
+
+def audit_table(args: argparse.Namespace, base: float, tolerance: float) -> None:
+    """Fixed reruns against stopped ones, A the record: only the rerun's repeats cost."""
+    rows, totals = [], {"fixed": Tally(), "stopped": Tally()}
+    for noise in args.noise:
+        for label, change, outliers, truth in CASES:
+            tallies = {"fixed": Tally(), "stopped": Tally()}
+            for trial in range(args.trials):
+                rng = random.Random(f"audit-{args.seed}-{noise}-{label}-{trial}")
+                draw_a, draw_b = drawers(rng, base, change, noise, outliers, args.fixed)
+                a = [draw_a() for _ in range(args.fixed)]
+                full = [draw_b() for _ in range(args.fixed)]
+                stopped = audit_rerun(a, draw_b, tolerance, args.fixed)
+                for kind, b in (("fixed", full), ("stopped", stopped)):
+                    for tally in (tallies[kind], totals[kind]):
+                        tally.add(fixed_call(a, b, tolerance), truth, b)
+            rows.append([f"{100 * noise:g}%", label, *tallies["fixed"].cells()])
+            rows[-1] += tallies["stopped"].cells()
+    rows.append(["all", "", *totals["fixed"].cells(), *totals["stopped"].cells()])
+    headers = ["noise", "truth"] + [
+        f"{side} {what}"
+        for side in ("every", "stopped")
+        for what in ("right", "wrong", "unsure", "repeats", "bench s")
+    ]
+    print(f"\norch audit --rerun: the record has {args.fixed} repeats; the rerun's cost only")
+    print(tabulate(rows, headers=headers))
+    full_s = statistics.fmean(totals["fixed"].seconds)
+    stop_s = statistics.fmean(totals["stopped"].seconds)
+    print(
+        f"\nrerun bench seconds per cell: every repeat {full_s:.0f}, stopped {stop_s:.0f} "
+        f"({100 * (stop_s / full_s - 1):+.0f}%)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--trials", type=int, default=500)
@@ -152,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"({100 * (seq_s / fixed_s - 1):+.0f}%); {args.trials} trials a row "
         f"({time.monotonic() - started:.1f} s)"
     )
+    audit_table(args, base, policy.tolerance)
     return 0
 
 
