@@ -1,0 +1,1 @@
+"""`orch investigate`'s reasoning: factors, experiments and verdicts, on recorded data."""

@@ -1,0 +1,178 @@
+"""The factors of an investigation: what GOOD and BAD declared differently, and BAD with one of
+them set back to GOOD's value.
+
+A factor is a declared difference a cell can be re-rendered without: the commit, one env
+variable, one server flag, one bench setting. What the playbook does not declare (packages a
+setup installs, the driver, clocks) cannot be swapped; those come from the snapshots' diff and
+are listed as evidence only (`diff_evidence`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from orchestrator.adapters import sglang, vllm
+from orchestrator.adapters.flags import ListStyle, flags_to_argv
+from orchestrator.cell import cell_id
+from orchestrator.errors import InputError
+from orchestrator.runner.redaction import REDACTED
+
+Kind = Literal["commit", "env", "server_flag", "bench_setting"]
+# The list styles an adapter renders flags with: argv is rebuilt only when it re-renders as
+# recorded, so a hand-written launcher or a generic command is never edited by guess.
+_LIST_STYLES: dict[str, Mapping[str, ListStyle]] = {
+    "sglang": sglang.LIST_STYLES,
+    "vllm": vllm.LIST_STYLES,
+}
+# Per-cell bench settings that are how long to measure, not what: never a factor.
+_NOT_FACTORS = frozenset({"repeats", "warmup", "timeout", "settle"})
+INVESTIGATE_AXIS = "investigate"
+
+
+@dataclass(frozen=True)
+class Factor:
+    """One declared difference: `good` and `bad` are the values (None: not set on that side)."""
+
+    kind: Kind
+    name: str
+    good: Any
+    bad: Any
+    testable: bool = True
+    why_not: str | None = None
+
+    @property
+    def label(self) -> str:
+        """`commit`, `env NCCL_ALGO`, `server --disable-cuda-graph`, `bench --max-concurrency`."""
+        if self.kind == "commit":
+            return "commit"
+        prefix = {"env": "env ", "server_flag": "server --", "bench_setting": "bench --"}
+        return prefix[self.kind] + self.name
+
+    def shown(self, value: Any) -> str:
+        """A value as the report says it; a commit by its short SHA."""
+        if value is None:
+            return "(not set)"
+        if self.kind == "commit":
+            return str(value)[:12]
+        return str(value)
+
+
+def _differences(good: Mapping[str, Any], bad: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    names = list(good) + [k for k in bad if k not in good]
+    return [(k, good.get(k), bad.get(k)) for k in names if good.get(k) != bad.get(k)]
+
+
+def _section(cell: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = cell.get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
+def declared_factors(good: Mapping[str, Any], bad: Mapping[str, Any]) -> list[Factor]:
+    """Every declared difference between two recorded cells, the commit first.
+
+    A secret env value is never in a bundle, so a difference in one cannot be seen; a side
+    without a server, a repo or flags rendered by a known adapter makes that part untestable.
+    """
+    out: list[Factor] = []
+    repo_g, repo_b = _section(good, "repo"), _section(bad, "repo")
+    if repo_g.get("version") != repo_b.get("version"):
+        same_repo = repo_g.get("url") == repo_b.get("url") and repo_g and repo_b
+        out.append(
+            Factor(
+                "commit",
+                "commit",
+                repo_g.get("version"),
+                repo_b.get("version"),
+                testable=bool(same_repo),
+                why_not=None if same_repo else "the two cells pin different repositories",
+            )
+        )
+    env_g, env_b = _section(good, "env"), _section(bad, "env")
+    for name, g, b in _differences(env_g, env_b):
+        secret = REDACTED in (str(g), str(b))
+        out.append(Factor("env", name, g, b, not secret, "a secret value" if secret else None))
+    sections: tuple[tuple[Kind, str], ...] = (("server_flag", "server"), ("bench_setting", "bench"))
+    for kind, section in sections:
+        spec_g, spec_b = _section(good, section), _section(bad, section)
+        args_g, args_b = _section(spec_g, "args"), _section(spec_b, "args")
+        rebuildable = _rebuilt_argv(spec_b, dict(args_b)) is not None
+        for name, g, b in _differences(args_g, args_b):
+            if name in _NOT_FACTORS:
+                continue
+            out.append(
+                Factor(
+                    kind,
+                    name,
+                    g,
+                    b,
+                    rebuildable,
+                    None if rebuildable else f"BAD's {section} argv is not rendered from its args",
+                )
+            )
+    return out
+
+
+def _rebuilt_argv(spec: Mapping[str, Any], args: Mapping[str, Any]) -> list[str] | None:
+    """The argv with the flags rendered from `args`, or None when the recorded argv does not
+    hold its recorded args' flags exactly once, in one run (a generic command, say)."""
+    argv = [str(a) for a in spec.get("argv") or []]
+    recorded = _section(spec, "args")
+    styles = _LIST_STYLES.get(str(spec.get("adapter", "")).split(".")[0])
+    if styles is None or not recorded:
+        return None
+    try:
+        old = flags_to_argv(recorded, list_styles=styles)
+        new = flags_to_argv(args, list_styles=styles)
+    except InputError:  # a value the renderer refuses: not rebuildable
+        return None
+    # the flags sit as one run of tokens: after the launcher, before what an adapter appends
+    starts = [i for i in range(len(argv) - len(old) + 1) if argv[i : i + len(old)] == old]
+    if len(starts) != 1:
+        return None
+    return argv[: starts[0]] + new + argv[starts[0] + len(old) :]
+
+
+def swapped(bad: Mapping[str, Any], factors: Sequence[Factor]) -> dict[str, Any]:
+    """BAD's recorded cell with each of `factors` set back to GOOD's value, under a new id
+    (axis `investigate` names the swap, so `orch show` tells the experiments apart)."""
+    data: dict[str, Any] = {k: v for k, v in bad.items() if k != "id"}
+    for factor in factors:
+        if not factor.testable:
+            raise ValueError(f"{factor.label} cannot be swapped: {factor.why_not}")
+        if factor.kind == "commit":
+            repo = dict(_section(data, "repo"))
+            repo.update(version=factor.good, requested=None, resolved_at=None, resolved_by=None)
+            data["repo"] = repo
+        elif factor.kind == "env":
+            env = dict(_section(data, "env"))
+            if factor.good is None:
+                env.pop(factor.name, None)
+            else:
+                env[factor.name] = factor.good
+            data["env"] = env
+        else:
+            section = "server" if factor.kind == "server_flag" else "bench"
+            spec = dict(_section(data, section))
+            args = dict(_section(spec, "args"))
+            if factor.good is None:
+                args.pop(factor.name, None)
+            else:
+                args[factor.name] = factor.good
+            argv = _rebuilt_argv(spec, args)
+            if argv is None:
+                raise ValueError(f"{factor.label}: the argv cannot be rebuilt")
+            spec.update(args=args, argv=argv)
+            data[section] = spec
+    label = "+".join(f"{f.label}={f.shown(f.good)}" for f in factors) or "as-is"
+    return relabeled(data, label)
+
+
+def relabeled(cell: Mapping[str, Any], label: str) -> dict[str, Any]:
+    """A recorded cell as an experiment of its own (GOOD or BAD measured now): the same spec
+    with axis `investigate` set, so its id differs from the recorded one."""
+    axes = {**_section(cell, "axes"), INVESTIGATE_AXIS: label}
+    data = {k: v for k, v in cell.items() if k != "id"}
+    data["axes"] = axes
+    return {**data, "id": cell_id(axes, str(cell.get("host", "")), data)}
