@@ -121,6 +121,7 @@ EXECUTE_LAYERS = (
     ("apply",),
     ("facts", "replay", "bisect"),
     ("audit",),
+    ("investigate",),  # re-measures as audit does, then bisects
 )
 EXECUTE_RANK = {name: rank for rank, names in enumerate(EXECUTE_LAYERS) for name in names}
 EXECUTE = PACKAGE / "execute"

@@ -1,0 +1,104 @@
+"""`orch investigate`: from "the number moved" to a cause, by controlled experiments."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from orchestrator.cli.common import (
+    _echo_from_bundle,
+    _interrupted,
+    inventory_option,
+    limit_option,
+    main,
+    reports_errors,
+    results_option,
+)
+from orchestrator.cli.reading import _tolerance
+from orchestrator.errors import EXIT_OK, OrchError
+
+
+@main.command()
+@click.argument("good")
+@click.argument("bad")
+@inventory_option
+@limit_option
+@results_option
+@click.option("--metric", default=None, help="Default: the cells' deciding metric.")
+@click.option(
+    "--tolerance",
+    default="3%",
+    show_default=True,
+    help="The smallest change that counts, for the regression and for each experiment.",
+)
+@click.option(
+    "--budget",
+    type=click.IntRange(min=2),
+    default=None,
+    help="Most cells it may run, a bisect's included (default: printed by --plan).",
+)
+@click.option("--plan", "plan_only", is_flag=True, help="Print the experiments, run nothing.")
+@click.option("--no-bisect", is_flag=True, help="Stop at the experiments; do not bisect.")
+@click.option("--resume", "resume_run", default=None, help="Continue the investigation in RUN.")
+@reports_errors
+def investigate(
+    good: str,
+    bad: str,
+    inventory: Sequence[Path],
+    limit: str | None,
+    results_dir: Path,
+    metric: str | None,
+    tolerance: str,
+    budget: int | None,
+    plan_only: bool,
+    no_bisect: bool,
+    resume_run: str | None,
+) -> None:
+    """Why did the number move from GOOD to BAD (two cells, RUN/CELL)?
+
+    Measures both again now on BAD's host (is it real, is it still there?), then BAD with each
+    declared difference (commit, env variable, server flag, bench setting) set back to GOOD's
+    value, one at a time, and bisects the commit when it carries the change. Every experiment
+    is a cell of one run folder; the report (investigation.md) says what explains the change
+    and what was ruled out, with effects and intervals.
+    """
+    from orchestrator.execute.apply.resume import resume_command
+    from orchestrator.execute.bisect.search import BisectError
+    from orchestrator.execute.investigate.run import InvestigateRequest, Investigation
+
+    request = InvestigateRequest(
+        good=good,
+        bad=bad,
+        results_dir=results_dir,
+        inventory=inventory,
+        limit=limit,
+        metric=metric,
+        tolerance=_tolerance(tolerance),
+        budget=budget,
+        resume=resume_run,
+        bisect=not no_bisect,
+        argv=["orch", *sys.argv[1:]],
+    )
+    job = Investigation(request, out=lambda line: click.echo(line, err=True))
+    for line in job.plan_lines():
+        _echo_from_bundle(line)
+    if plan_only:
+        return
+    try:
+        doc = job.execute()
+    except BisectError as exc:
+        raise OrchError(f"investigate: the bisect cannot decide: {exc}") from None
+    except KeyboardInterrupt:
+        again = None
+        if job.run_id:
+            again = resume_command(["orch", *sys.argv[1:]], str(results_dir / job.run_id))
+        _interrupted(again)
+    from orchestrator.analyze.investigate.report import render_markdown
+
+    _echo_from_bundle("\n" + render_markdown(doc))
+    if job.run_id:
+        click.echo(f"bundle: {results_dir / job.run_id}")
+    sys.exit(EXIT_OK)

@@ -1,0 +1,1 @@
+"""`orch investigate`: controlled experiments from GOOD and BAD to a cause."""

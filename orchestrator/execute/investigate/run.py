@@ -1,0 +1,487 @@
+"""`orch investigate GOOD BAD`, run: re-measure both now, then BAD with one declared factor at a
+time set back to GOOD's value, then bisect the commit when it carries the change.
+
+Every experiment is a cell in one run folder (its own bundle per experiment, resumable as
+`orch apply --resume` is: a finished cell is read back, never measured again). The reasoning is
+analyze/investigate's; this module runs cells and the bisect, and writes investigation.json and
+investigation.md into the run folder.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.analyze.diff.model import deciding_metrics
+from orchestrator.analyze.evidence import CellEvidence
+from orchestrator.analyze.investigate.document import (
+    bisect_summary,
+    host_facts,
+    outcome_doc,
+    positive,
+    what_changed,
+)
+from orchestrator.analyze.investigate.factors import Factor, declared_factors, relabeled, swapped
+from orchestrator.analyze.investigate.report import render_markdown, verdict_sentence
+from orchestrator.analyze.investigate.verdicts import Finding, Reproduction, judge, reproduction
+from orchestrator.cell import Cell
+from orchestrator.config.inventory.load import load_inventory
+from orchestrator.config.patterns import select_hosts_checked
+from orchestrator.errors import InputError
+from orchestrator.execute.apply.outcomes import ApplyOptions
+from orchestrator.execute.apply.run import Run
+from orchestrator.execute.audit.stopping import with_audit_stop
+from orchestrator.execute.bisect.run import Bisection, BisectSetup
+from orchestrator.execute.refs import pin_revision
+from orchestrator.execute.replay import inventory_from_bundle, restore_secrets
+from orchestrator.results.bundle import BundleWriter
+from orchestrator.results.layout import (
+    CELL_JSON,
+    CELLS_DIR,
+    INVESTIGATION_JSON,
+    INVESTIGATION_MD,
+)
+from orchestrator.results.read import RunBundle, open_cell, open_run, run_of
+from orchestrator.results.records import CellRecord
+from orchestrator.secrets.values import extra_vars_in_argv, secrets_of_run
+
+Echo = Callable[[str], None]
+# Cells a bisect may take beyond the experiments: its two ends and about log2(commits) runs,
+# some twice; printed with the plan, so a user sees the default before anything runs.
+BISECT_ALLOWANCE = 12
+GOOD_NOW, BAD_NOW = "GOOD now", "BAD now"
+# GOOD and BAD measured now: fixed, enough for the rank test (5 a side) and one to spare.
+REFERENCE_REPEATS = 6
+# An experiment's most repeats; it stops earlier once the test against BAD-now decides.
+EXPERIMENT_REPEATS = 8
+# A factor that brings back less than this share of the gap leaves room for the others together.
+FULL_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class InvestigateRequest:
+    """What `orch investigate` was asked."""
+
+    good: str
+    bad: str
+    results_dir: Path
+    inventory: Sequence[Path] = ()
+    limit: str | None = None
+    metric: str | None = None
+    tolerance: float = 0.03
+    budget: int | None = None
+    resume: str | None = None
+    bisect: bool = True
+    argv: Sequence[str] = ()
+
+
+@dataclass
+class Experiment:
+    """One cell the investigation runs: its label and the factors it sets back to GOOD's."""
+
+    label: str
+    cell: Cell
+    factors: tuple[Factor, ...] = ()
+
+
+@dataclass
+class Side:
+    """GOOD or BAD as recorded: the record, its evidence and its samples of the metric."""
+
+    record: CellRecord
+    evidence: CellEvidence
+    run: RunBundle
+    values: list[float] = field(default_factory=list)
+
+
+def _side(ref: str, results_dir: Path, what: str) -> Side:
+    record = open_cell(ref, results_dir)
+    run = run_of(record)
+    if run is None or not record.cell:
+        raise InputError(f"{what} {ref}: not a cell inside a run bundle", hint="pass RUN/CELL")
+    return Side(record, CellEvidence.load(record.path), run)
+
+
+class Investigation:
+    """One `orch investigate`, backed by one run folder."""
+
+    def __init__(self, request: InvestigateRequest, out: Echo) -> None:
+        self.request = request
+        self.out = out
+        self.good = _side(request.good, request.results_dir, "GOOD")
+        self.bad = _side(request.bad, request.results_dir, "BAD")
+        self.metric = request.metric or _metric(self.good.evidence, self.bad.evidence)
+        for side, name in ((self.good, "GOOD"), (self.bad, "BAD")):
+            side.values = positive(side.evidence.values(self.metric))
+            if len(side.values) < 2:
+                raise InputError(
+                    f"{name} has {len(side.values)} value(s) of {self.metric}; an investigation "
+                    "needs the noise of 2 repeats or more",
+                    hint="pick cells measured with repeats >= 2, or --metric another metric",
+                )
+        self.inventory = (
+            load_inventory(request.inventory)
+            if request.inventory
+            else inventory_from_bundle(self.bad.run)
+        )
+        self.host = self._host()
+        self.factors = declared_factors(self.good.record.cell, self.bad.record.cell)
+        self.run_id: str | None = None
+        if request.resume:
+            self.run_id = open_run(request.resume, request.results_dir).path.name
+        self.cells: list[Cell] = []
+        self.spent = 0
+
+    def _host(self) -> str:
+        if self.request.limit:
+            picked = select_hosts_checked(self.inventory, self.request.limit, key_path="--limit")
+            if len(picked) != 1:
+                raise InputError(
+                    f"--limit picks {len(picked)} hosts; an investigation measures on one",
+                    hint="name one host: every experiment must share it",
+                )
+            return picked[0]
+        host = str(self.bad.record.cell.get("host", ""))
+        if host not in self.inventory.hosts:
+            raise InputError(
+                f"BAD ran on {host!r}, which this inventory does not have",
+                hint="give -i with that host, or --limit to pick another host",
+            )
+        return host
+
+    # -- the plan ------------------------------------------------------------------------------
+
+    def _cell(self, data: Mapping[str, Any]) -> Cell:
+        cell = restore_secrets(dict(data))
+        return cell if cell.host == self.host else cell.model_copy(update={"host": self.host})
+
+    def reference_experiments(self) -> list[Experiment]:
+        """GOOD and BAD as recorded, measured again now on the investigation's host, with
+        enough fixed repeats for the rank test (every experiment is judged against them)."""
+        good = _with_repeats(self.good.record.cell, REFERENCE_REPEATS)
+        bad = _with_repeats(self.bad.record.cell, REFERENCE_REPEATS)
+        return [
+            Experiment(GOOD_NOW, self._cell(relabeled(good, "good-now"))),
+            Experiment(BAD_NOW, self._cell(relabeled(bad, "bad-now"))),
+        ]
+
+    def factor_experiments(self, bad_now: CellEvidence | None = None) -> list[Experiment]:
+        """BAD with one testable factor set back to GOOD's value each, the commit first; with
+        BAD-now measured, each stops once the sequential test against it decides."""
+        out = []
+        base = _with_repeats(self.bad.record.cell, EXPERIMENT_REPEATS)
+        for f in self.factors:
+            if f.testable:
+                label = f"{f.label}: {f.shown(f.bad)} -> {f.shown(f.good)}"
+                out.append(Experiment(label, self._stopping(swapped(base, [f]), bad_now), (f,)))
+        return out
+
+    def _stopping(self, data: Mapping[str, Any], bad_now: CellEvidence | None) -> Cell:
+        cell = self._cell(data)
+        if bad_now is None:
+            return cell
+        return with_audit_stop(cell, bad_now, tolerance=self.request.tolerance)
+
+    def budget(self) -> int:
+        """--budget, else every experiment, one of all factors together, and a bisect."""
+        if self.request.budget is not None:
+            return self.request.budget
+        testable = [f for f in self.factors if f.testable]
+        bisect = BISECT_ALLOWANCE if any(f.kind == "commit" for f in testable) else 0
+        return 2 + len(testable) + (1 if len(testable) > 1 else 0) + bisect
+
+    def cell_seconds(self) -> float:
+        """A cell's expected seconds: the median of GOOD's and BAD's recorded durations."""
+        seen = [
+            float(s)
+            for side in (self.good, self.bad)
+            if isinstance(s := side.evidence.cell_json.get("seconds"), int | float)
+        ]
+        return statistics.median(seen) if seen else math.nan
+
+    def plan_lines(self) -> list[str]:
+        """What it would run, in order, with the budget and the expected time."""
+        each = self.cell_seconds()
+        lines = [
+            f"investigate {self.metric} on {self.host}: GOOD {self.good.record.id} "
+            f"({self.good.run.run_id}), BAD {self.bad.record.id} ({self.bad.run.run_id})",
+            "factors (declared differences):",
+        ]
+        for f in self.factors:
+            how = "testable" if f.testable else f"not testable: {f.why_not}"
+            lines.append(f"  {f.label}: {f.shown(f.good)} (GOOD) vs {f.shown(f.bad)} (BAD), {how}")
+        if not self.factors:
+            lines.append("  none: GOOD and BAD declare the same cell")
+        lines.append("experiments:")
+        planned = self.reference_experiments() + self.factor_experiments()
+        for i, e in enumerate(planned, 1):
+            lines.append(f"  {i}. {e.label}")
+        lines.append(
+            "  then, when no single factor explains the change, all of them together; when the "
+            "commit carries it, a bisect between the two commits"
+        )
+        budget = self.budget()
+        eta = f", about {budget * each / 60:.0f} min at {each:.0f} s a cell" if each == each else ""
+        lines.append(f"budget: {budget} cells at most{eta} (--budget N)")
+        return lines
+
+    def _playbook(self) -> str:
+        return str((self.bad.run.run or {}).get("playbook") or "cells")
+
+    # -- running -------------------------------------------------------------------------------
+
+    def _run(self, experiments: Sequence[Experiment]) -> dict[str, CellEvidence | None]:
+        for e in experiments:
+            if e.cell.id not in {c.id for c in self.cells}:
+                self.cells.append(e.cell)
+        playbook_dir = self.bad.run.path / "playbook"
+        files = [p for p in self.bad.run.playbook_files if p.is_file()]
+        run = Run(
+            playbook_name=f"investigate-{self._playbook()}",
+            playbook_files=files,
+            playbook_dir=playbook_dir,
+            inventory=self.inventory,
+            cells=self.cells,
+            secrets=secrets_of_run(
+                self.cells, self.inventory, *extra_vars_in_argv(self.request.argv), files=files
+            ),
+            options=ApplyOptions(
+                results_dir=self.request.results_dir,
+                run_id=self.run_id,
+                resume=self.run_id is not None,
+                argv=self.request.argv,
+                extra_run_fields={
+                    "investigate": {
+                        "good": f"{self.good.run.run_id}/{self.good.record.id}",
+                        "bad": f"{self.bad.run.run_id}/{self.bad.record.id}",
+                    }
+                },
+            ),
+        )
+        self.run_id = run.run_id
+        run.execute()
+        self.spent = len(self.cells)
+        return {e.label: self._measured(e.cell.id) for e in experiments}
+
+    def _measured(self, cell_id: str) -> CellEvidence | None:
+        path = self.request.results_dir / str(self.run_id) / CELLS_DIR / cell_id
+        if not (path / CELL_JSON).is_file():
+            return None
+        evidence = CellEvidence.load(path)
+        return evidence if positive(evidence.values(self.metric)) else None
+
+    def _values(self, evidence: CellEvidence | None) -> list[float] | None:
+        return positive(evidence.values(self.metric)) if evidence else None
+
+    def execute(self) -> dict[str, Any]:
+        """Investigate; returns the report's document (also written into the run folder)."""
+        tolerance = self.request.tolerance
+        doc: dict[str, Any] = self._doc_head()
+        recorded = reproduction(self.good.values, self.bad.values, None, None, tolerance=tolerance)
+        if recorded.outcome == "not_significant":
+            return self._finish(doc, recorded, [], None)
+        budget = self.budget()
+        if budget < 2:
+            raise InputError(f"--budget {budget}: re-measuring GOOD and BAD takes 2 cells")
+        self.out(f"step 1: GOOD and BAD measured again on {self.host}")
+        now = self._run(self.reference_experiments())
+        good_now, bad_now = self._values(now[GOOD_NOW]), self._values(now[BAD_NOW])
+        if good_now is None or bad_now is None:
+            doc["notes"].append("GOOD or BAD could not be measured again; see the run's cells")
+            return self._finish(doc, recorded, [], None)
+        state = reproduction(
+            self.good.values, self.bad.values, good_now, bad_now, tolerance=tolerance
+        )
+        self.out(f"  {state.line(self.metric)}")
+        doc["cells"] = {
+            GOOD_NOW: self._cell_ref(now[GOOD_NOW]),
+            BAD_NOW: self._cell_ref(now[BAD_NOW]),
+        }
+        if state.outcome != "reproduces":
+            then, later = (
+                (self.good.evidence, now[GOOD_NOW])
+                if state.outcome == "host_changed"
+                else (self.bad.evidence, now[BAD_NOW])
+            )
+            doc["changed"] = what_changed(then, later) if later else []
+            return self._finish(doc, state, [], None)
+        experiments = self.factor_experiments(now[BAD_NOW])
+        room = budget - 2
+        doc["not_tested"] = [e.label for e in experiments[room:]]
+        experiments = experiments[: max(room, 0)]
+        findings: list[Finding] = []
+        if experiments:
+            self.out(f"step 2: {len(experiments)} controlled experiment(s), one factor each")
+            measured = self._run(experiments)
+            for label, evidence in measured.items():
+                doc["cells"][label] = self._cell_ref(evidence)
+            findings = judge(
+                bad_now,
+                good_now,
+                {k: self._values(v) for k, v in measured.items()},
+                tolerance=tolerance,
+            )
+            for f in findings:
+                self.out(f"  {f.line()}")
+            findings = self._together(findings, experiments, bad_now, good_now, doc)
+        result = None
+        commit = next((e for e in experiments if e.factors[0].kind == "commit"), None)
+        carried = (
+            any(f.label == commit.label and f.verdict in ("explains", "partly") for f in findings)
+            if commit
+            else False
+        )
+        if carried and commit is not None and self.request.bisect:
+            result = self._bisect(commit.factors[0], budget - self.spent, doc)
+        return self._finish(doc, state, findings, result)
+
+    def _together(
+        self,
+        findings: list[Finding],
+        experiments: Sequence[Experiment],
+        bad_now: Sequence[float],
+        good_now: Sequence[float],
+        doc: dict[str, Any],
+    ) -> list[Finding]:
+        """Factors at once, where single ones leave the question open: all of them when none
+        explains the change (does what is declared explain it at all?), and all but the
+        explaining one when it leaves a share of the gap (do the rest add up to it?)."""
+        explains = [f for f in findings if f.verdict == "explains"]
+        if not explains and len(experiments) >= 2:
+            joint, label = list(experiments), "all factors together"
+        elif len(explains) == 1 and (explains[0].share or 1) < FULL_SHARE:
+            joint = [e for e in experiments if e.label != explains[0].label]
+            label = f"all but {explains[0].label.split(':')[0]} together"
+        else:
+            return findings
+        if len(joint) < 2:
+            return findings
+        if self.spent >= self.budget():
+            doc["not_tested"].append(label)
+            return findings
+        factors = tuple(f for e in joint for f in e.factors)
+        base = _with_repeats(self.bad.record.cell, EXPERIMENT_REPEATS)
+        cell = self._stopping(swapped(base, factors), self._measured(self._bad_now_id()))
+        together = Experiment(label, cell, factors)
+        self.out(f"step 2b: {label}")
+        measured = self._run([together])
+        doc["cells"][label] = self._cell_ref(measured[label])
+        samples = {e.label: self._values(self._measured(e.cell.id)) for e in experiments}
+        samples[label] = self._values(measured[label])
+        judged = judge(bad_now, good_now, samples, tolerance=self.request.tolerance)
+        self.out(f"  {judged[-1].line()}")
+        return judged  # Holm now corrects over every experiment, this one included
+
+    def _bisect(self, factor: Factor, room: int, doc: dict[str, Any]) -> dict[str, Any] | None:
+        if room < 4:
+            doc["notes"].append(
+                f"the commit carries the change, but {room} cell(s) of the budget are left: "
+                "bisect with `orch bisect` (or --budget more)"
+            )
+            return None
+        self.out(
+            f"step 3: the commit carries it; bisect {factor.shown(factor.good)}.."
+            f"{factor.shown(factor.bad)}"
+        )
+        base = self._cell(self.bad.record.cell)
+        requested = (self.bad.record.cell.get("repo") or {}).get("requested")
+        commit_axes = frozenset(k for k, v in base.axes.items() if v == requested)
+        refs: dict[str, dict[str, Any]] = {}
+        for key, ref in (("good", str(factor.good)), ("bad", str(factor.bad))):
+            pinned = pin_revision(base, self.inventory, ref, key_path=key)
+            if pinned is not None and pinned.sha is not None:
+                refs[ref] = pinned.to_json()
+        files = [p for p in self.bad.run.playbook_files if p.is_file()]
+        bisect_run = doc.get("bisect_run")
+        job = Bisection(
+            BisectSetup(
+                base=base,
+                host=self.inventory.hosts[self.host],
+                inventory=self.inventory,
+                good=str(factor.good),
+                bad=str(factor.bad),
+                metric=self.metric,
+                results_dir=self.request.results_dir,
+                playbook_name=f"investigate-bisect-{self._playbook()}",
+                playbook_files=files,
+                playbook_dir=self.bad.run.path / "playbook",
+                argv=list(self.request.argv),
+                commit_axes=commit_axes,
+                refs=refs,
+            ),
+            run_id=bisect_run,
+        )
+        job.log = lambda msg: self.out(f"  bisect: {msg}")
+        job.execute()
+        doc["bisect_run"] = job.run_id
+        self.spent += len(job.cells)
+        return job.doc
+
+    def _bad_now_id(self) -> str:
+        return self.reference_experiments()[1].cell.id
+
+    # -- the report ----------------------------------------------------------------------------
+
+    def _doc_head(self) -> dict[str, Any]:
+        return {
+            "schema_version": 1,
+            "good": f"{self.good.run.run_id}/{self.good.record.id}",
+            "bad": f"{self.bad.run.run_id}/{self.bad.record.id}",
+            "metric": self.metric,
+            "host": self.host,
+            "tolerance": self.request.tolerance,
+            "factors": [asdict(f) | {"label": f.label} for f in self.factors],
+            "host_facts": host_facts(self.good.evidence, self.bad.evidence),
+            "cells": {},
+            "changed": [],
+            "not_tested": [],
+            "notes": [],
+        }
+
+    def _cell_ref(self, evidence: CellEvidence | None) -> dict[str, Any] | None:
+        if evidence is None:
+            return None
+        return {
+            "id": evidence.id,
+            "path": f"{CELLS_DIR}/{evidence.id}",
+            "n": len(positive(evidence.values(self.metric))),
+        }
+
+    def _finish(
+        self,
+        doc: dict[str, Any],
+        state: Reproduction,
+        findings: Sequence[Finding],
+        bisect: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        doc.update(outcome_doc(state, findings, self.metric))
+        if bisect is not None:
+            doc["bisect"] = bisect_summary(bisect, doc.get("bisect_run"))
+        doc["run"] = self.run_id
+        doc["spent_cells"] = self.spent
+        doc["verdict"] = verdict_sentence(doc)
+        if self.run_id is not None:
+            writer = BundleWriter(self.request.results_dir, self.run_id, new=False)
+            writer.write_json(INVESTIGATION_JSON, doc)
+            writer.write_file(INVESTIGATION_MD, render_markdown(doc))
+            writer.finalize()
+        return doc
+
+
+def _with_repeats(cell: Mapping[str, Any], repeats: int) -> dict[str, Any]:
+    """A recorded cell's data measuring at least `repeats` times, its own rule dropped."""
+    bench = dict(cell.get("bench") or {})
+    bench["repeats"] = max(int(bench.get("repeats") or 1), repeats)
+    bench["settle"] = None
+    return {**cell, "bench": bench}
+
+
+def _metric(good: CellEvidence, bad: CellEvidence) -> str:
+    deciding, _ = deciding_metrics(good, bad)
+    if not deciding:
+        raise InputError("GOOD and BAD report no metric in common", hint="pass --metric")
+    return deciding[0]
