@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,7 +19,10 @@ from orchestrator.cli.common import (
     results_option,
 )
 from orchestrator.cli.reading import _tolerance
-from orchestrator.errors import EXIT_OK, OrchError
+from orchestrator.errors import EXIT_OK, InputError, OrchError
+
+if TYPE_CHECKING:
+    from orchestrator.execute.investigate.run import Investigation
 
 
 @main.command()
@@ -43,6 +47,11 @@ from orchestrator.errors import EXIT_OK, OrchError
 @click.option("--plan", "plan_only", is_flag=True, help="Print the experiments, run nothing.")
 @click.option("--no-bisect", is_flag=True, help="Stop at the experiments; do not bisect.")
 @click.option("--resume", "resume_run", default=None, help="Continue the investigation in RUN.")
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Run cells from bundles made on another machine without asking (they are shown).",
+)
 @reports_errors
 def investigate(
     good: str,
@@ -56,6 +65,7 @@ def investigate(
     plan_only: bool,
     no_bisect: bool,
     resume_run: str | None,
+    yes: bool,
 ) -> None:
     """Why did the number move from GOOD to BAD (two cells, RUN/CELL)?
 
@@ -87,6 +97,7 @@ def investigate(
         _echo_from_bundle(line)
     if plan_only:
         return
+    _confirm_foreign(job, yes)
     try:
         doc = job.execute()
     except BisectError as exc:
@@ -102,3 +113,24 @@ def investigate(
     if job.run_id:
         click.echo(f"bundle: {results_dir / job.run_id}")
     sys.exit(EXIT_OK)
+
+
+def _confirm_foreign(job: Investigation, yes: bool) -> None:
+    """A bundle runs the commands it recorded: one made on another machine runs only after a
+    yes, as `orch replay` asks (typed at a terminal, or --yes)."""
+    from orchestrator.execute.replay import made_here, what_runs
+
+    if all(made_here(side.run) for side in (job.good, job.bad)):
+        return
+    shown = "\n".join(what_runs([e.cell for e in job.reference_experiments()], job.inventory))
+    if yes:
+        _echo_from_bundle(f"investigating bundles made on another machine:\n{shown}")
+    elif sys.stdin.isatty() and sys.stdout.isatty():
+        _echo_from_bundle(f"GOOD or BAD was made on another machine; investigating runs:\n{shown}")
+        if not click.confirm("Run these commands (and the experiments' variants)?", default=False):
+            raise InputError("investigate declined", hint="nothing ran")
+    else:
+        raise InputError(
+            "GOOD or BAD was made on another machine (or does not say where); read what it "
+            f"would run, then pass --yes to run it:\n{shown}"
+        )
