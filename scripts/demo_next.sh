@@ -15,6 +15,7 @@ quote() { # one word, as the shell reads it back
 }
 
 keep=""
+where="" # the options investigate takes too: where results and hosts are
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   a=${args[i]}
@@ -22,17 +23,21 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     -e | --extra-vars | --results | -i | --inventory | -l | --limit)
       if ((i + 1 < ${#args[@]})); then
         keep+=" $(quote "$a") $(quote "${args[i + 1]}")"
+        [[ $a == -e || $a == --extra-vars ]] || where+=" $(quote "$a") $(quote "${args[i + 1]}")"
         i=$((i + 1))
       fi
       ;;
     --extra-vars=* | --results=* | --inventory=* | --limit=* | -e?* | -i?* | -l?*)
       keep+=" $(quote "$a")"
+      [[ $a == --extra-vars=* || $a == -e?* ]] || where+=" $(quote "$a")"
       ;;
   esac
 done
 
 good_cell=$(ls -d "$run"/cells/good-tuned-eagle3-2-* 2>/dev/null | head -n 1 || true)
 bad_cell=$(ls -d "$run"/cells/bad-tuned-eagle3-2-* 2>/dev/null | head -n 1 || true)
+# the story's afternoon: a new commit and NCCL as shipped, both at once
+moved_cell=$(ls -d "$run"/cells/bad-default-eagle3-2-* 2>/dev/null | head -n 1 || true)
 r=$(quote "$run")
 title="Next, try:"
 if [ -n "${ORCH_SIM_STATE:-}" ]; then
@@ -47,5 +52,6 @@ $title
   $orch report $r --by commit --format md
   $orch diff $(quote "${good_cell:-$run/cells/<a good cell>}") $(quote "${bad_cell:-$run/cells/<the same cell, bad>}")
   $orch audit $r
+  $orch investigate $(quote "${good_cell:-$run/cells/<a good cell>}") $(quote "${moved_cell:-$run/cells/<a bad cell>}")$where
   $orch bisect playbooks/demo.yml -e $(quote "sim_repo=$repo")$keep --cell 'nccl=tuned,spec=eagle3-2' --good good --bad bad
 NEXT

@@ -28,6 +28,7 @@ def test_the_suggested_commands_keep_the_users_options_as_typed(tmp_path: Path) 
     run = tmp_path / "my results" / "20261201-demo"
     (run / "cells" / "good-tuned-eagle3-2-abcd").mkdir(parents=True)
     (run / "cells" / "bad-tuned-eagle3-2-ef01").mkdir(parents=True)
+    (run / "cells" / "bad-default-eagle3-2-9a9a").mkdir(parents=True)
     user = [
         "-e",
         "port=8123",
@@ -66,6 +67,15 @@ def test_the_suggested_commands_keep_the_users_options_as_typed(tmp_path: Path) 
     assert cmds["diff"] == [
         str(run / "cells" / "good-tuned-eagle3-2-abcd"),
         str(run / "cells" / "bad-tuned-eagle3-2-ef01"),
+    ]
+    # investigate gets where results and hosts are, never the playbook's -e
+    assert cmds["investigate"] == [
+        str(run / "cells" / "good-tuned-eagle3-2-abcd"),
+        str(run / "cells" / "bad-default-eagle3-2-9a9a"),
+        "--results",
+        str(tmp_path / "my results"),
+        "-i",
+        "hosts.yml",
     ]
 
 
