@@ -120,3 +120,17 @@ def test_how_long_to_measure_is_not_a_factor(demo: dict[str, dict[str, Any]]) ->
     # an argv edited by hand (not its args' rendering) is not rebuilt
     edited = {**longer, "bench": {**longer["bench"], "argv": ["client", "--num-prompts", "8"]}}
     assert not declared_factors(good, edited)[0].testable
+
+
+def test_the_setup_command_is_a_factor(demo: dict[str, dict[str, Any]]) -> None:
+    """A package bump the playbook makes (its repo setup) is swapped like any declared value."""
+    good = demo["good-tuned-eagle3-2"]
+    bumped = {
+        **good,
+        "repo": {**good["repo"], "setup": "pip install 'kernels==2.1' && sh setup.sh"},
+    }
+    (setup,) = declared_factors(good, bumped)
+    assert setup.label == "repo setup" and setup.testable
+    back = swapped(bumped, [setup])
+    assert back["repo"]["setup"] == good["repo"]["setup"] == "sh setup.sh"
+    assert back["axes"][INVESTIGATE_AXIS] == "repo setup=sh setup.sh"

@@ -1,9 +1,10 @@
 """The factors of an investigation: what GOOD and BAD declared differently, and BAD with one of
 them set back to GOOD's value.
 
-A factor is a declared difference a cell can be re-rendered without: the commit, one env
-variable, one server flag, one bench setting. What the playbook does not declare (packages a
-setup installs, the driver, clocks) cannot be swapped; those come from the snapshots' diff and
+A factor is a declared difference a cell can be re-rendered without: the commit, the repo's
+setup command (what it installs: packages the playbook controls), one env variable, one server
+flag, one bench setting. What the playbook does not declare (the driver, clocks, packages it
+does not install) cannot be swapped; those come from the snapshots' diff and
 are listed as evidence only (`diff_evidence`).
 """
 
@@ -19,7 +20,7 @@ from orchestrator.cell import cell_id
 from orchestrator.errors import InputError
 from orchestrator.runner.redaction import REDACTED
 
-Kind = Literal["commit", "env", "server_flag", "bench_setting"]
+Kind = Literal["commit", "setup", "env", "server_flag", "bench_setting"]
 # The list styles an adapter renders flags with: argv is rebuilt only when it re-renders as
 # recorded, so a hand-written launcher or a generic command is never edited by guess.
 _LIST_STYLES: dict[str, Mapping[str, ListStyle]] = {
@@ -45,8 +46,8 @@ class Factor:
     @property
     def label(self) -> str:
         """`commit`, `env NCCL_ALGO`, `server --disable-cuda-graph`, `bench --max-concurrency`."""
-        if self.kind == "commit":
-            return "commit"
+        if self.kind in ("commit", "setup"):
+            return "commit" if self.kind == "commit" else "repo setup"
         prefix = {"env": "env ", "server_flag": "server --", "bench_setting": "bench --"}
         return prefix[self.kind] + self.name
 
@@ -89,6 +90,9 @@ def declared_factors(good: Mapping[str, Any], bad: Mapping[str, Any]) -> list[Fa
                 why_not=None if same_repo else "the two cells pin different repositories",
             )
         )
+    if repo_g and repo_b and repo_g.get("setup") != repo_b.get("setup"):
+        # what the setup installs (packages, a build) is declared here, so it can be swapped
+        out.append(Factor("setup", "setup", repo_g.get("setup"), repo_b.get("setup")))
     env_g, env_b = _section(good, "env"), _section(bad, "env")
     for name, g, b in _differences(env_g, env_b):
         secret = REDACTED in (str(g), str(b))
@@ -145,6 +149,8 @@ def swapped(bad: Mapping[str, Any], factors: Sequence[Factor]) -> dict[str, Any]
             repo = dict(_section(data, "repo"))
             repo.update(version=factor.good, requested=None, resolved_at=None, resolved_by=None)
             data["repo"] = repo
+        elif factor.kind == "setup":
+            data["repo"] = {**_section(data, "repo"), "setup": factor.good}
         elif factor.kind == "env":
             env = dict(_section(data, "env"))
             if factor.good is None:
