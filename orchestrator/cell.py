@@ -230,6 +230,18 @@ class TelemetrySpec(_Frozen):
     fields: tuple[str, ...] | None = None  # nvidia-smi --query-gpu names; None: the runner's
 
 
+class ProfileSpec(_Frozen):
+    """A short profile of the server after the measured repeats (observation only: one extra,
+    unmeasured bench run, so not in the id): the engine's own start/stop endpoints, its traces
+    into the cell's profile/ folder, summarized as time per phase per decode step."""
+
+    start_url: str  # POSTed with {"output_dir", "num_steps", "activities"} (SGLang's body)
+    stop_url: str | None = None  # POSTed after the profiled run, unless the steps ran out
+    num_steps: int = 20  # decode steps the engine records
+    activities: tuple[str, ...] = ("CPU", "GPU")
+    wait: float = 30.0  # seconds to wait for the trace files after the run
+
+
 class PreflightSpec(_Frozen):
     """What the runner's preflight tolerates (a policy, not the measurement: not in the id)."""
 
@@ -279,6 +291,7 @@ class Cell(_Frozen):
     snapshot: SnapshotSpec = Field(default_factory=SnapshotSpec)
     telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
     preflight: PreflightSpec = Field(default_factory=PreflightSpec)
+    profile: ProfileSpec | None = None  # `profile:` on and the server adapter can profile
     # A server over several hosts: the other nodes, by rank; `host` is the head (rank 0).
     nodes: tuple[NodePart, ...] = ()
     node: NodeRole | None = None  # only on a node's part, as sent to that node's runner
@@ -292,6 +305,8 @@ class Cell(_Frozen):
                 data.pop("nodes", None)
             if data.get("node") is None:
                 data.pop("node", None)
+            if data.get("profile") is None:
+                data.pop("profile", None)
         return data
 
     @property

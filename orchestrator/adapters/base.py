@@ -86,6 +86,11 @@ class ServerAdapter(ABC):
         """The metrics `analyze` may report (metrics.json's `server` block)."""
         return ()
 
+    def profile_urls(self, spec: ServerSpec) -> tuple[str, str | None] | None:
+        """Where to POST to start and stop the engine's profiler (`profile:`), if it has one
+        orch can point at a folder per cell."""
+        return None
+
 
 class BenchAdapter(ABC):
     """How a benchmark client's `bench:` section becomes argv, and its output becomes metrics."""

@@ -141,6 +141,12 @@ class SglangServer(ServerAdapter):
         url = server_url(spec)
         return None if url is None else url + "/flush_cache"
 
+    def profile_urls(self, spec: ServerSpec) -> tuple[str, str | None] | None:
+        """SGLang's torch-profiler endpoints (docs/FACTS.md): the body names the output folder
+        and the decode steps to record."""
+        url = server_url(spec)
+        return None if url is None else (url + "/start_profile", url + "/stop_profile")
+
     def analyze(self, cell_dir: Path, cell: Cell) -> dict[str, Any]:
         """Decode-batch and NCCL facts from server.log, the server's view from /server_info."""
         metrics: dict[str, float] = {}

@@ -49,6 +49,7 @@ class CellEvidence:
     captures: dict[str, Any]  # "<name>.<moment>" -> parsed JSON
     run_id: str | None = None
     problems: list[str] = field(default_factory=list)
+    profile: dict[str, Any] = field(default_factory=dict)  # profile.json (`profile:`)
 
     @classmethod
     def load(cls, cell_dir: Path, *, run_id: str | None = None) -> CellEvidence:
@@ -88,6 +89,7 @@ class CellEvidence:
             captures=captures,
             run_id=run_id,
             problems=problems,
+            profile=document(layout.PROFILE_JSON),
         )
 
     @property

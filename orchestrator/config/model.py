@@ -224,6 +224,22 @@ class TelemetrySection(_Section):
         return {"enabled": value} if isinstance(value, bool) else value
 
 
+class ProfileSection(_Section):
+    """A short profile of the server after the measured repeats, through the engine's own
+    profiler endpoints (`profile: true`, or the options); not in the cell id."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_or_boolean)
+    enabled: TBool = True
+    num_steps: TPositiveCount = 20
+    activities: TStrList | None = None
+    wait: TPositive = 30.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _on_or_off(cls, value: Any) -> Any:
+        return {"enabled": value} if isinstance(value, bool) else value
+
+
 class PreflightSection(_Section):
     """What the runner checks before a server starts (not in the cell id): GPUs already busy
     with other processes or memory refuse the cell, or only warn."""
@@ -266,6 +282,7 @@ class PlaybookModel(_Section):
     snapshot: SnapshotSection | None = None
     telemetry: TelemetrySection | None = None
     preflight: PreflightSection | None = None
+    profile: ProfileSection | None = None
     timeouts: TimeoutsSection | None = None
 
 
@@ -276,6 +293,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "snapshot": SnapshotSection,
     "telemetry": TelemetrySection,
     "preflight": PreflightSection,
+    "profile": ProfileSection,
     "timeouts": TimeoutsSection,
 }
 

@@ -48,7 +48,10 @@ def cell_spec(cell: Cell) -> dict[str, Any]:
     """
     return cell.model_dump(
         mode="json",
-        exclude={"id", "playbook", "schema_version", "host", "snapshot", "telemetry", "preflight"},
+        exclude={
+            *("id", "playbook", "schema_version", "host"),
+            *("snapshot", "telemetry", "preflight", "profile"),  # observation and policy
+        },
     )
 
 

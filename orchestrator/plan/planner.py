@@ -298,6 +298,7 @@ class HostPlanner(SectionRenderer):
         snapshot = self.snapshot()
         telemetry = self.telemetry()
         preflight = self.preflight()
+        profiling = self.playbook.model.profile is not None
         out: list[tuple[Cell, MatrixPoint]] = []
         for point in points:
             values = point.values
@@ -358,6 +359,7 @@ class HostPlanner(SectionRenderer):
                     "snapshot": snapshot,
                     "telemetry": telemetry,
                     "preflight": preflight,
+                    "profile": self.profile(server) if profiling else None,
                     "nodes": (),
                     "node": None,
                 }

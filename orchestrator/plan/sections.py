@@ -21,6 +21,7 @@ from orchestrator.cell import (
     BenchSpec,
     Expectation,
     PreflightSpec,
+    ProfileSpec,
     RepoPin,
     ServerSpec,
     SnapshotSpec,
@@ -217,6 +218,36 @@ class SectionRenderer:
         if isinstance(chosen.get("fields"), list):
             plain["fields"] = tuple(chosen["fields"])
         return TelemetrySpec(**plain)
+
+    def profile(self, server: ServerSpec | None) -> ProfileSpec | None:
+        """The `profile:` options for this server, None when off; refused where the server's
+        adapter has no profiler endpoints (plain values; a template keeps the default)."""
+        given = self.playbook.model.profile
+        if given is None or given.enabled is not True:
+            return None
+        where = self.locate(("profile",))
+        if server is None:
+            raise InputError(
+                "profile needs a server to profile", location=where, key_path="profile"
+            )
+        urls = server_adapter(server.adapter).profile_urls(server)
+        if urls is None:
+            raise InputError(
+                f"the {server.adapter} adapter has no profiler endpoints orch can use",
+                hint="remove profile:, or use the sglang adapter",
+                location=where,
+                key_path="profile",
+            )
+        chosen = given.model_dump(exclude_unset=True)
+        plain: dict[str, Any] = {"start_url": urls[0], "stop_url": urls[1]}
+        if isinstance(chosen.get("num_steps"), int) and not isinstance(chosen["num_steps"], bool):
+            plain["num_steps"] = chosen["num_steps"]
+        if isinstance(chosen.get("activities"), list):
+            plain["activities"] = tuple(chosen["activities"])
+        wait = chosen.get("wait")
+        if isinstance(wait, int | float) and not isinstance(wait, bool):
+            plain["wait"] = float(wait)
+        return ProfileSpec(**plain)
 
     def preflight(self) -> PreflightSpec:
         """The `preflight:` options (plain values; a template keeps the default)."""

@@ -28,6 +28,8 @@ from orchestrator.runner.layout import LINKS_FILE as LINKS_FILE
 from orchestrator.runner.layout import METRICS_JSON as METRICS_JSON
 from orchestrator.runner.layout import NODES_DIR as NODES_DIR
 from orchestrator.runner.layout import NODES_JSON as NODES_JSON
+from orchestrator.runner.layout import PROFILE_DIR as PROFILE_DIR
+from orchestrator.runner.layout import PROFILE_JSON as PROFILE_JSON
 from orchestrator.runner.layout import REPEATS_JSON as REPEATS_JSON
 from orchestrator.runner.layout import REPO_JSON as REPO_JSON
 from orchestrator.runner.layout import SERVER_JSON as SERVER_JSON

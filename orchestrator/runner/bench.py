@@ -1,14 +1,25 @@
 """Step 9, bench: the warmup and measured runs, each in bench/<n>/ with its exit.json; the
-server's captures are taken after each run."""
+server's captures are taken after each run. Step 10, profile: one more, unmeasured run while
+the engine's profiler records (runner/profile.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from orchestrator.runner.layout import BENCH_DIR, EXIT_JSON, REPEATS_JSON, STDERR, STDOUT
+from orchestrator.runner.layout import (
+    BENCH_DIR,
+    EXIT_JSON,
+    PROFILE_DIR,
+    PROFILE_JSON,
+    REPEATS_JSON,
+    STDERR,
+    STDOUT,
+)
+from orchestrator.runner.profile import post_json, summarize, wait_for_traces
 from orchestrator.runner.protocol import (
     Interrupted,
     StepFailed,
@@ -19,6 +30,8 @@ from orchestrator.runner.protocol import (
 )
 from orchestrator.runner.repeat_rule import decide, summary, values_so_far, watched_value
 from orchestrator.runner.server import ServerSteps
+
+START_ANSWER_WAIT = 10.0  # seconds a profiler start may take to answer before the run goes on
 
 
 class BenchStep(ServerSteps):
@@ -117,6 +130,68 @@ class BenchStep(ServerSteps):
                 "stopped": stopped["stopped"],
             }
         return {"seconds": seconds_all}
+
+    # step 10: profile
+    def do_profile(self) -> Dict[str, Any]:
+        """Start the engine's profiler, drive it with one unmeasured bench run, stop it and
+        summarize its trace. A profile that cannot be taken is said, never a failed cell: the
+        measured repeats are already in."""
+        spec = self.cell.get("profile") or {}
+        folder = self.path(PROFILE_DIR)
+        os.makedirs(folder, exist_ok=True)
+        asked = int(spec.get("num_steps", 20))
+        body = {
+            "output_dir": os.path.abspath(folder),
+            "num_steps": asked,
+            "activities": list(spec.get("activities") or ["CPU", "GPU"]),
+        }
+        # An older SGLang answers a start with num_steps only once its trace is saved: after
+        # the steps the bench drives. So the answer is awaited a moment, then the run goes on.
+        answer: List[Dict[str, Any]] = []
+        asking = threading.Thread(
+            target=lambda: answer.append(post_json(str(spec["start_url"]), body, 600.0)),
+            daemon=True,
+        )
+        asking.start()
+        asking.join(START_ANSWER_WAIT)
+        started = answer[0] if answer else {"status": 200, "pending": True}
+        if started.get("status") != 200:
+            why = started.get("error") or "HTTP %s: %s" % (
+                started.get("status"),
+                started.get("body"),
+            )
+            return {"ok": False, "error": "start_profile: %s" % str(why).strip()}
+        rdir = self.path(BENCH_DIR, "profile")
+        os.makedirs(rdir, exist_ok=True)
+        env = self.base_env({"ORCH_REPEAT_KIND": "profile", "ORCH_REPEAT": "profile"})
+        argv = [str(a) for a in self.bench["argv"]]
+        rc, timed_out, _s, _e, gone = self.run_bench_once(
+            argv, rdir, env, float(self.bench.get("timeout", 3600.0))
+        )
+        stopped = None
+        if not wait_for_traces(folder, 2.0) and spec.get("stop_url"):
+            stopped = post_json(str(spec["stop_url"]), {}, 60.0)  # fewer steps than asked
+        names = wait_for_traces(folder, float(spec.get("wait", 30.0)))
+        detail: Dict[str, Any] = {"ok": bool(names), "files": names, "bench_rc": rc}
+        if started.get("pending"):
+            asking.join(1.0)
+            detail["start"] = answer[0] if answer else "no answer yet (an older SGLang)"
+        if timed_out or gone is not None:
+            detail["bench"] = "timed out" if timed_out else "the server died"
+        if stopped is not None:
+            detail["stop"] = stopped.get("status", stopped.get("error"))
+        if not names:
+            detail["error"] = "no trace file in %s/ after the run" % PROFILE_DIR
+            return detail
+        try:
+            summary = summarize(os.path.join(folder, names[0]), asked)
+        except (OSError, ValueError) as exc:
+            detail.update(ok=False, error="cannot read %s: %s" % (names[0], exc))
+            return detail
+        summary["files"] = names
+        write_json(self.path(PROFILE_JSON), summary)
+        detail["steps"] = summary["steps"]
+        return detail
 
     def run_bench_once(
         self, argv: List[str], rdir: str, env: Dict[str, str], timeout: float

@@ -209,6 +209,11 @@ class CellRunner(
             # no measured request before every node's part is up and checked (issue 23 item 14)
             Step("nodes", self.do_nodes_joined, role.joins),
             Step("bench", role.bench, True),
+            Step(
+                "profile",
+                self.do_profile,
+                bool(server and self.cell.get("profile")) and role.captures,
+            ),
         ]
 
     def cleanup_step(

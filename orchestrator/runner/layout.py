@@ -25,3 +25,5 @@ TELEMETRY_JSON = "telemetry.json"  # the sampler's own account (rows, off, error
 LINKS_FILE = "links.json"  # the symbolic links an archive holds, recorded not packed
 REPEATS_JSON = "repeats.json"  # `repeats: {min, max, until}`: how many ran and why they stopped
 BETWEEN_LOG = "between.log"  # a session's `server.between` hook
+PROFILE_DIR = "profile"  # `profile:`: the engine's trace files for this cell
+PROFILE_JSON = "profile.json"  # their summary: milliseconds per phase per decode step

@@ -28,6 +28,7 @@ STEPS = (
     "verify_env",
     "nodes",
     "bench",
+    "profile",
     "stop",
     "snapshot_post",
 )

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from orchestrator.sim import model as m
 from orchestrator.sim.engine import Request, token_text
+from orchestrator.sim.profiler import Profiler
 
 
 class ServedServer(Protocol):
@@ -36,6 +37,8 @@ class ServedServer(Protocol):
     def started(self) -> float: ...
     @property
     def time_scale(self) -> float: ...
+    @property
+    def profiler(self) -> Profiler: ...
 
     def server_info(self) -> dict[str, Any]: ...
     def generate(
@@ -165,6 +168,12 @@ def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
                     "performed.)\n"
                 )
                 srv.log("Cache flushed successfully!", "TP0")
+            elif path == "/start_profile":
+                status, text = srv.profiler.start(body)
+                self._text(text, status)
+            elif path == "/stop_profile":
+                status, text = srv.profiler.stop()
+                self._text(text, status)
             elif path == "/generate":
                 self._generate(body)
             elif path == "/v1/completions":

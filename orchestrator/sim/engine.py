@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from orchestrator.sim import model as m
+from orchestrator.sim.profiler import Profiler
 
 _TEXT = (
     "the model serves tokens at a steady rate while the draft proposes and the target "
@@ -51,6 +52,8 @@ class EngineHost(Protocol):
     def seed(self) -> int | None: ...
 
     def throttle_slowdown(self, now: float) -> float: ...
+    @property
+    def profiler(self) -> Profiler: ...
     def token_usage(self, reqs: list[Request]) -> float: ...
 
 
@@ -179,7 +182,13 @@ class Engine(threading.Thread):
         batch = list(self.running)
         factor = sum(r.factor for r in batch) / len(batch) * srv.throttle_slowdown(time.time())
         cost = srv.step.step_ms * m.batch_factor(srv.params, len(batch)) * factor
-        self._sleep(cost * self.noise.step_factor())
+        taken = cost * self.noise.step_factor()
+        if srv.profiler.recording():
+            # the model's phases, scaled to the step as it ran (batch, noise, throttling)
+            phases = m.step_phases(srv.params, srv.cfg, srv.effective_env, srv.clock)
+            scale = taken / max(1e-9, sum(phases.values()))
+            srv.profiler.step({k: v * scale for k, v in phases.items()})
+        self._sleep(taken)
         emitted = 0
         for req in batch:
             n = self._accepted(srv.step.acceptance) if srv.cfg.speculating else 1

@@ -242,6 +242,24 @@ def step_cost(
     )
 
 
+def step_phases(
+    params: Mapping[str, Any], cfg: ServingConfig, env: Mapping[str, str], clock: float = 1.0
+) -> dict[str, float]:
+    """`step_cost`'s step split into its phases, in order (milliseconds; they sum to step_ms)."""
+    ar = allreduce_ms(params, cfg, env)
+    scale = _compute_scale(params, cfg, clock)
+    if not cfg.speculating:
+        return {"target forward": float(params["decode_ms"]) * scale, "all-reduce": ar}
+    eagle = params["eagle"]
+    extra_tokens = max(0, cfg.num_draft_tokens - (cfg.num_steps + 1))
+    verify = float(eagle["verify_ms"]) + float(eagle["verify_ms_per_extra_token"]) * extra_tokens
+    return {
+        "draft steps": cfg.num_steps * float(eagle["draft_step_ms"]) * scale,
+        "target verify forward": verify * scale,
+        "all-reduce": ar,
+    }
+
+
 def prefill_ms(
     params: Mapping[str, Any],
     cfg: ServingConfig,

@@ -35,6 +35,7 @@ from orchestrator.sim.nodes import (
     serve_node,
     stop_on_signals,
 )
+from orchestrator.sim.profiler import Profiler
 
 SIM_VERSION = "0.4.10.post2+sim"
 READY_LINE = "The server is fired up and ready to roll!"
@@ -153,6 +154,7 @@ class SimServer:
         self.step = m.step_cost(self.params, self.cfg, {}, self.clock)
         self.ready = threading.Event()
         self.stopping = threading.Event()
+        self.profiler = Profiler()
         self.engine = Engine(self)
         self.started = time.time()
 

@@ -1,11 +1,13 @@
 """`orch investigate` end to end on a real sshd test host and the simulator.
 
 One recorded run holds GOOD and BAD, which differ in the commit (the simulated repo's EAGLE-3
-regression), NCCL_ALGO (Ring against PAT: a real, smaller effect in the simulator's model) and a
-server flag with no effect (--max-running-requests, at one request at a time). The investigation
-is interrupted with Ctrl-C once its first controlled experiment is in, then resumed: nothing
+regression), NCCL_ALGO (Ring against PAT: a real, smaller effect in the simulator's model), a
+server flag with no effect (--max-running-requests, at one request at a time) and the repo's
+setup command (a package bump the playbook makes, with no effect). The investigation is
+interrupted with Ctrl-C once its first controlled experiment is in, then resumed: nothing
 measured is measured again, and it names the regression commit by bisecting, rules the flag
-out, and keeps the NCCL variable apart from the commit.
+and the setup out, keeps the NCCL variable apart from the commit, and shows the verify phase
+grown in the profiles of GOOD and BAD measured again.
 
 Then one cell measured twice, once with the host's GPU clock halved: investigated with the clock
 back it is transient, investigated with the clock still low the host changed; both name the
@@ -40,8 +42,9 @@ DEST = ".orch/e2e-investigate/sglang-sim"
 MAX_SM_CLOCK = 1980
 THROTTLED_SM_CLOCK = 990
 CASES = {
-    "good": {"commit": "good", "algo": "Ring", "mrr": 256},
-    "bad": {"commit": "bad", "algo": "PAT", "mrr": 128},
+    "good": {"commit": "good", "algo": "Ring", "mrr": 256, "kernels": "kernels==2.0"},
+    # the setup's argument stands for a package bump the playbook makes (setup.sh ignores it)
+    "bad": {"commit": "bad", "algo": "PAT", "mrr": 128, "kernels": "kernels==2.1"},
 }
 
 
@@ -51,6 +54,7 @@ def playbook_data(repo: Path, port: int) -> dict[str, Any]:
                            matrix={"case": ["good", "bad"]})  # fmt: skip
     data["vars"]["cases"] = CASES
     data["repo"]["version"] = "{{ cases[matrix.case].commit }}"
+    data["repo"]["setup"] = "sh setup.sh {{ cases[matrix.case].kernels }}"
     data["env"]["NCCL_ALGO"] = "{{ cases[matrix.case].algo }}"
     data["server"]["args"]["max-running-requests"] = "{{ cases[matrix.case].mrr }}"
     return data
@@ -135,6 +139,8 @@ def test_the_commit_is_found_the_flag_ruled_out_and_resume_redoes_nothing(
     assert plan.returncode == 0, plan.stderr
     assert "env NCCL_ALGO: Ring (GOOD) vs PAT (BAD), testable" in plan.stdout
     assert "server --max-running-requests: 256 (GOOD) vs 128 (BAD), testable" in plan.stdout
+    setup = "repo setup: sh setup.sh kernels==2.0 (GOOD) vs sh setup.sh kernels==2.1 (BAD)"
+    assert setup + ", testable" in plan.stdout
     assert not list(recorded.results.glob("*-investigate-*")), "--plan ran something"
 
     proc = subprocess.Popen(
@@ -165,6 +171,8 @@ def test_the_commit_is_found_the_flag_ruled_out_and_resume_redoes_nothing(
     verdicts = {e["label"].split(":")[0]: e["verdict"] for e in doc["experiments"]}
     assert verdicts["commit"] == "explains"
     assert verdicts["server --max-running-requests"] == "ruled_out"
+    assert verdicts["repo setup"] == "ruled_out"
+    assert doc["phase_grown"].startswith("target verify forward: ")
     assert verdicts["env NCCL_ALGO"] != "explains"  # smaller than the commit's, kept apart
     assert doc["bisect"]["first_bad"] == recorded.repo.regress
     said = doc["verdict"]

@@ -43,6 +43,7 @@ from orchestrator.analyze.diff.model import (
     same,
 )
 from orchestrator.analyze.diff.node_parts import node_label, paired_nodes
+from orchestrator.analyze.diff.profile import profile_section
 from orchestrator.analyze.evidence import CellEvidence, load_cells
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
@@ -272,6 +273,7 @@ def diff_cells(
         *nodes["system"],
         hardware_section(a, b),
         *nodes["hardware"],
+        profile_section(a, b),
         _metrics_section(a, b, deciding, ratio_threshold, alpha),
     ]
     return CellDiff(

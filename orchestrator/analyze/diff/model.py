@@ -24,6 +24,7 @@ SECTION_TITLES: dict[str, str] = {
     "bench": "bench settings (what was measured)",
     "system": "system (driver, CUDA, NCCL, torch, kernel, python, Slurm job)",
     "hardware": "hardware state (before the server started; 'after run' where marked)",
+    "profile": "profile (milliseconds per decode step, from the engine's trace)",
     "metrics": "metrics",
 }
 SECTION_ORDER: tuple[str, ...] = tuple(SECTION_TITLES)

@@ -65,6 +65,8 @@ def verdict_sentence(doc: Mapping[str, Any]) -> str:
         )
     if ruled:
         parts.append("ruled out: " + ", ".join(str(e["label"]).split(":")[0] for e in ruled))
+    if doc.get("phase_grown"):
+        parts.append(f"grown: {doc['phase_grown']}")
     facts = doc.get("host_facts") or []
     if facts:
         parts.append(f"{len(facts)} host difference(s) listed, not testable by swapping")
@@ -86,6 +88,8 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         "",
         str((doc.get("reproduction") or {}).get("line", "")),
     ]
+    if doc.get("phase_grown"):
+        lines += ["", f"The phase that grew (GOOD now -> BAD now, profiled): {doc['phase_grown']}"]
     changed = doc.get("changed") or []
     if changed:
         lines += ["", "What differs from the record:", ""] + [f"- {c}" for c in changed]

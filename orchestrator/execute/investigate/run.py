@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.analyze.diff.model import deciding_metrics
+from orchestrator.analyze.diff.profile import grown
 from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.analyze.investigate.document import (
     bisect_summary,
@@ -36,6 +37,13 @@ from orchestrator.execute.apply.outcomes import ApplyOptions
 from orchestrator.execute.apply.run import Run
 from orchestrator.execute.audit.stopping import with_audit_stop
 from orchestrator.execute.bisect.run import Bisection, BisectSetup
+from orchestrator.execute.investigate.experiments import (
+    EXPERIMENT_REPEATS,
+    REFERENCE_REPEATS,
+    Experiment,
+    with_profile,
+    with_repeats,
+)
 from orchestrator.execute.refs import pin_revision
 from orchestrator.execute.replay import inventory_from_bundle, restore_secrets
 from orchestrator.results.bundle import BundleWriter
@@ -54,10 +62,6 @@ Echo = Callable[[str], None]
 # some twice; printed with the plan, so a user sees the default before anything runs.
 BISECT_ALLOWANCE = 12
 GOOD_NOW, BAD_NOW = "GOOD now", "BAD now"
-# GOOD and BAD measured now: fixed, enough for the rank test (5 a side) and one to spare.
-REFERENCE_REPEATS = 6
-# An experiment's most repeats; it stops earlier once the test against BAD-now decides.
-EXPERIMENT_REPEATS = 8
 # A factor that brings back less than this share of the gap leaves room for the others together.
 FULL_SHARE = 0.9
 
@@ -77,15 +81,6 @@ class InvestigateRequest:
     resume: str | None = None
     bisect: bool = True
     argv: Sequence[str] = ()
-
-
-@dataclass
-class Experiment:
-    """One cell the investigation runs: its label and the factors it sets back to GOOD's."""
-
-    label: str
-    cell: Cell
-    factors: tuple[Factor, ...] = ()
 
 
 @dataclass
@@ -162,8 +157,8 @@ class Investigation:
     def reference_experiments(self) -> list[Experiment]:
         """GOOD and BAD as recorded, measured again now on the investigation's host, with
         enough fixed repeats for the rank test (every experiment is judged against them)."""
-        good = _with_repeats(self.good.record.cell, REFERENCE_REPEATS)
-        bad = _with_repeats(self.bad.record.cell, REFERENCE_REPEATS)
+        good = with_profile(with_repeats(self.good.record.cell, REFERENCE_REPEATS))
+        bad = with_profile(with_repeats(self.bad.record.cell, REFERENCE_REPEATS))
         return [
             Experiment(GOOD_NOW, self._cell(relabeled(good, "good-now"))),
             Experiment(BAD_NOW, self._cell(relabeled(bad, "bad-now"))),
@@ -173,7 +168,7 @@ class Investigation:
         """BAD with one testable factor set back to GOOD's value each, the commit first; with
         BAD-now measured, each stops once the sequential test against it decides."""
         out = []
-        base = _with_repeats(self.bad.record.cell, EXPERIMENT_REPEATS)
+        base = with_repeats(self.bad.record.cell, EXPERIMENT_REPEATS)
         for f in self.factors:
             if f.testable:
                 label = f"{f.label}: {f.shown(f.bad)} -> {f.shown(f.good)}"
@@ -297,10 +292,11 @@ class Investigation:
             self.good.values, self.bad.values, good_now, bad_now, tolerance=tolerance
         )
         self.out(f"  {state.line(self.metric)}")
-        doc["cells"] = {
-            GOOD_NOW: self._cell_ref(now[GOOD_NOW]),
-            BAD_NOW: self._cell_ref(now[BAD_NOW]),
-        }
+        doc["cells"] = {label: self._cell_ref(now[label]) for label in (GOOD_NOW, BAD_NOW)}
+        profiles = [e.profile if e else {} for e in (now[GOOD_NOW], now[BAD_NOW])]
+        doc["phase_grown"] = grown(*profiles)
+        if doc["phase_grown"]:
+            self.out(f"  the phase that grew, GOOD now -> BAD now: {doc['phase_grown']}")
         if state.outcome != "reproduces":
             then, later = (
                 (self.good.evidence, now[GOOD_NOW])
@@ -364,7 +360,7 @@ class Investigation:
             doc["not_tested"].append(label)
             return findings
         factors = tuple(f for e in joint for f in e.factors)
-        base = _with_repeats(self.bad.record.cell, EXPERIMENT_REPEATS)
+        base = with_repeats(self.bad.record.cell, EXPERIMENT_REPEATS)
         cell = self._stopping(swapped(base, factors), self._measured(self._bad_now_id()))
         together = Experiment(label, cell, factors)
         self.out(f"step 2b: {label}")
@@ -470,14 +466,6 @@ class Investigation:
             writer.write_file(INVESTIGATION_MD, render_markdown(doc))
             writer.finalize()
         return doc
-
-
-def _with_repeats(cell: Mapping[str, Any], repeats: int) -> dict[str, Any]:
-    """A recorded cell's data measuring at least `repeats` times, its own rule dropped."""
-    bench = dict(cell.get("bench") or {})
-    bench["repeats"] = max(int(bench.get("repeats") or 1), repeats)
-    bench["settle"] = None
-    return {**cell, "bench": bench}
 
 
 def _metric(good: CellEvidence, bad: CellEvidence) -> str:
