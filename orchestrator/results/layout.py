@@ -2,7 +2,8 @@
 result bundle"). The writer, the reader and every analysis take their names from here.
 
     <run-id>/
-      run.json  plan.json  inventory.json  bisect.json  investigation.{json,md}  MANIFEST.sha256
+      run.json  plan.json  inventory.json  bisect.json  MANIFEST.sha256
+      investigation.{json,md,html}   orch investigate's document and report
       playbook/...            the playbook files as given (secrets redacted)
       hosts/<host>/facts.json
       retried/<cell-id>.<n>/  a failed cell's earlier attempt, set aside by --retry-failed
@@ -53,6 +54,7 @@ BISECT_JSON = "bisect.json"
 # `orch investigate`: its document and its report, beside the experiments' cells
 INVESTIGATION_JSON = "investigation.json"
 INVESTIGATION_MD = "investigation.md"
+INVESTIGATION_HTML = "investigation.html"  # the same report, one self-contained page
 MANIFEST = "MANIFEST.sha256"
 PLAYBOOK_DIR = "playbook"
 HOSTS_DIR = "hosts"

@@ -144,3 +144,34 @@ def test_the_report_says_the_cause_first_then_what_was_ruled_out() -> None:
     assert "+0.4% ± 1.1%" in md and "gpu0 sm clock: 1980 -> 990" in md
     gone = {**doc, "reproduction": {"outcome": "transient", "line": "BAD is as fast as GOOD"}}
     assert verdict_sentence(gone) == "BAD is as fast as GOOD"
+
+
+def test_the_html_report_is_self_contained_and_escapes_what_a_bundle_says() -> None:
+    from orchestrator.analyze.investigate.html import render_html
+
+    doc = {
+        "metric": "output_throughput",
+        "host": "gpu01",
+        "tolerance": 0.03,
+        "reproduction": {"outcome": "transient", "line": "BAD is as fast as GOOD today"},
+        "factors": [
+            {"label": "env X", "good": "<script>alert(1)</script>", "bad": None, "testable": True}
+        ],
+        "experiments": [
+            {
+                "label": "env X: (not set) -> <script>",
+                "verdict": "ruled_out",
+                "measured": "+0.1% ± 1.0%",
+                "effect": {"change": 0.001},
+            }
+        ],
+        "cells": {"env X: (not set) -> <script>": {"id": "bad-x", "path": "cells/bad-x"}},
+        "changed": ["hardware: GPU 0 clocks.sm: 990 -> 1980"],
+    }
+    page = render_html(doc)
+    assert page.startswith("<!DOCTYPE html>") and "Content-Security-Policy" in page
+    assert "<strong>BAD is as fast as GOOD today</strong>" in page
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert '<a href="cells/bad-x">bad-x</a>' in page  # the experiment's own bundle
+    assert "src=" not in page and "http" not in page.split("</style>")[1]
+    assert "<li>hardware: GPU 0 clocks.sm: 990 -&gt; 1980</li>" in page

@@ -51,6 +51,7 @@ STEP_ORDER = [
     "verify_env",
     "nodes",
     "bench",
+    "profile",
     "stop",
     "snapshot_post",
 ]

@@ -273,7 +273,7 @@ def diff_cells(
         *nodes["system"],
         hardware_section(a, b),
         *nodes["hardware"],
-        profile_section(a, b),
+        *([profile_section(a, b)] if a.profile or b.profile else []),  # only with `profile:`
         _metrics_section(a, b, deciding, ratio_threshold, alpha),
     ]
     return CellDiff(

@@ -27,7 +27,10 @@ SECTION_TITLES: dict[str, str] = {
     "profile": "profile (milliseconds per decode step, from the engine's trace)",
     "metrics": "metrics",
 }
-SECTION_ORDER: tuple[str, ...] = tuple(SECTION_TITLES)
+# Sections only a diff of cells that have them shows (both without a profile: no section).
+OPTIONAL_SECTIONS = ("profile",)
+# The sections every cell diff has, in order.
+SECTION_ORDER: tuple[str, ...] = tuple(k for k in SECTION_TITLES if k not in OPTIONAL_SECTIONS)
 
 MISSING = "<missing>"
 UNSET = "<unset>"

@@ -13,6 +13,7 @@ from tabulate import tabulate
 
 from orchestrator.analyze.diff.model import (
     SECTION_ORDER,
+    SECTION_TITLES,
     CellDiff,
     CellRef,
     Entry,
@@ -233,7 +234,7 @@ def _run_summary(diff: RunDiff) -> list[str]:
         f"{len(diff.pairs)} cell pairs ({by_id} by id, {len(diff.pairs) - by_id} by axes+host); "
         f"only in A: {len(diff.only_a)}; only in B: {len(diff.only_b)}"
     )
-    counts = {name: 0 for name in SECTION_ORDER}
+    counts = {name: 0 for name in SECTION_TITLES}
     steady = [p for p in diff.pairs if not p.unstable]
     for pair in steady:
         for section in pair.differing:
@@ -250,7 +251,12 @@ def _run_summary(diff: RunDiff) -> list[str]:
             f"them; rerun): {', '.join(p.b.id for p in shaky)}"
         )
     differs_somewhere = {s.name for pair in diff.pairs for s in pair.differing}
-    unchanged = [n.replace("_", " ") for n in SECTION_ORDER if n not in differs_somewhere]
+    present = {s.name for pair in diff.pairs for s in pair.sections}
+    unchanged = [
+        n.replace("_", " ")
+        for n in SECTION_TITLES
+        if (n in SECTION_ORDER or n in present) and n not in differs_somewhere
+    ]
     if diff.pairs and unchanged:
         lines.append(f"no differences in any pair: {', '.join(unchanged)}")
     for side, refs in (("A", diff.only_a), ("B", diff.only_b)):

@@ -25,7 +25,7 @@ CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 NO_MATPLOTLIB = "matplotlib is not installed: tables only (pip install 'orch[plot]' for plots)"
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # not allowed in HTML text
 
-_STYLE = """
+STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 80em; color: #222; }
 h1 { font-size: 1.5em; margin-bottom: 0.2em; }
 h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
@@ -111,7 +111,7 @@ def render_html(
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        f"<title>{text(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<title>{text(title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{text(title)}</h1>",
     ]
     if report.started:

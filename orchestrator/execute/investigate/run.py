@@ -27,6 +27,7 @@ from orchestrator.analyze.investigate.document import (
     what_changed,
 )
 from orchestrator.analyze.investigate.factors import Factor, declared_factors, relabeled, swapped
+from orchestrator.analyze.investigate.html import render_html
 from orchestrator.analyze.investigate.report import render_markdown, verdict_sentence
 from orchestrator.analyze.investigate.verdicts import Finding, Reproduction, judge, reproduction
 from orchestrator.cell import Cell
@@ -50,6 +51,7 @@ from orchestrator.results.bundle import BundleWriter
 from orchestrator.results.layout import (
     CELL_JSON,
     CELLS_DIR,
+    INVESTIGATION_HTML,
     INVESTIGATION_JSON,
     INVESTIGATION_MD,
 )
@@ -464,6 +466,7 @@ class Investigation:
             writer = BundleWriter(self.request.results_dir, self.run_id, new=False)
             writer.write_json(INVESTIGATION_JSON, doc)
             writer.write_file(INVESTIGATION_MD, render_markdown(doc))
+            writer.write_file(INVESTIGATION_HTML, render_html(doc))
             writer.finalize()
         return doc
 
