@@ -13,6 +13,7 @@ from dataclasses import dataclass
 EXIT_OK = 0
 EXIT_FAILED = 1  # a cell failed or an expectation was missed
 EXIT_BAD_INPUT = 2  # nothing ran
+EXIT_REGRESSION = 4  # `orch apply --track`: the run starts a regression in its history
 
 SECRET_SHOWN = "***REDACTED***"  # the runner's REDACTED: this layer sits below it
 # Shorter values are hidden in messages only where a message shows a whole value (`describe`):

@@ -52,6 +52,7 @@ $title
   $orch report $r --by commit --format md
   $orch diff $(quote "${good_cell:-$run/cells/<a good cell>}") $(quote "${bad_cell:-$run/cells/<the same cell, bad>}")
   $orch audit $r
+  $orch history demo-eagle3-regression --results $(quote "$(dirname "$run")")
   $orch investigate $(quote "${good_cell:-$run/cells/<a good cell>}") $(quote "${moved_cell:-$run/cells/<a bad cell>}")$where
   $orch bisect playbooks/demo.yml -e $(quote "sim_repo=$repo")$keep --cell 'nccl=tuned,spec=eagle3-2' --good good --bad bad
 NEXT

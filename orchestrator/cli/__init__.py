@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from orchestrator.cli import investigating, reading, running  # noqa: F401  (importing registers the commands)
+from orchestrator.cli import history, investigating, reading, running  # noqa: F401  (importing registers the commands)
 from orchestrator.cli.common import _interrupted, main
 from orchestrator.errors import EXIT_BAD_INPUT, EXIT_FAILED
 

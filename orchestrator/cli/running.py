@@ -26,7 +26,14 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.plan_output import echo_plan
 from orchestrator.config.patterns import check_limit
-from orchestrator.errors import EXIT_FAILED, EXIT_OK, BundleError, InputError, OrchError
+from orchestrator.errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    BundleError,
+    InputError,
+    OrchError,
+)
 from orchestrator.execute.bisect.search import BisectPolicy
 
 if TYPE_CHECKING:
@@ -139,6 +146,15 @@ def schema() -> None:
     help="Seconds without a word from a host's runner (it sends a heartbeat) before the host "
     "counts as lost: its cell in flight and the rest fail, the other hosts go on.",
 )
+@click.option(
+    "--track",
+    "track_metric",
+    is_flag=False,
+    flag_value="output_throughput",
+    default=None,
+    help="After the run, compare METRIC (default output_throughput) with each cell's history: "
+    "a new regression prints its suspect range and the command that settles it, exit 4.",
+)
 @reports_errors
 def apply(
     playbook: Path,
@@ -151,8 +167,9 @@ def apply(
     retry_failed: bool,
     max_parallel: int,
     silent_host_timeout: float,
+    track_metric: str | None,
 ) -> None:
-    """Run every cell of PLAYBOOK and write a result bundle."""
+    """Run every cell of PLAYBOOK and write a result bundle (indexed in the results history)."""
     from orchestrator.app.apply import ApplyRequest, prepare_apply
     from orchestrator.execute.apply.resume import resume_command
     from orchestrator.secrets.redact import redact_text
@@ -179,9 +196,40 @@ def apply(
     _print_summary(outcome.cells)
     click.echo("")
     _echo_server_starts(outcome.path)
+    regressions = _index_and_track(run.options.results_dir, outcome.path, track_metric)
     click.echo(f"bundle: {outcome.path}")  # last: scripts/demo.sh reads the run from it
     check_recorded(run.writer, [c.id for c in run.cells], resume_command(argv, run.writer.path))
-    sys.exit(EXIT_OK if outcome.ok else EXIT_FAILED)
+    if not outcome.ok:
+        sys.exit(EXIT_FAILED)
+    sys.exit(EXIT_REGRESSION if regressions else EXIT_OK)
+
+
+def _index_and_track(results_dir: Path, run_dir: Path, metric: str | None) -> int:
+    """Index the run in the results history (where one exists); with `--track`, print the
+    regressions it starts and return how many. The run is recorded whatever happens here: a
+    history that cannot be written is a warning."""
+    import sqlite3
+
+    from orchestrator.app.history import index_runs, track
+    from orchestrator.results.history.db import db_path
+
+    try:
+        if metric is None:
+            # a history is made on first use (`orch index`, `orch history`, `--track`); once
+            # it exists every run goes into it as it finishes
+            if db_path(results_dir).exists():
+                index_runs(results_dir, [str(run_dir)], verify=False)
+            return 0
+        found, runs = track(results_dir, run_dir, metric)
+    except (OrchError, sqlite3.Error, OSError) as exc:
+        click.echo(f"history: not updated: {exc}", err=True)
+        return 0
+    if not found:
+        click.echo(f"track: no new regression in {metric}")
+    for step in found:
+        click.echo(f"track: {step.line(metric)}")
+        click.echo(f"  settle it with: {step.command(results_dir, runs)}")
+    return len(found)
 
 
 def _echo_server_starts(run_dir: Path) -> None:

@@ -284,6 +284,8 @@ class RepoSteps(CellContext, RepoChecks):
         unlink_quietly(self.unfinished_marker(dest))
         self.repo_sha = sha
         describe = self.git(["describe", "--always", "--tags", "--dirty"], dest, False).strip()
+        # the committer date orders a results history by commit when run times do not
+        committed = self.git(["show", "-s", "--format=%cI", sha], dest, False).strip()
         after = self.git(["status", "--porcelain", "--untracked-files=all"], dest, False)
         reflog = self.git(["reflog", "-n", "50", "--date=iso"], dest, False).splitlines()
         write_json(
@@ -297,6 +299,7 @@ class RepoSteps(CellContext, RepoChecks):
                 "resolved_from": source,
                 "sha": sha,
                 "describe": describe,
+                "commit_date": committed or None,
                 "status_porcelain": porcelain,
                 "dirty": dirty,
                 "dirty_action": action,

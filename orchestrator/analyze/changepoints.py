@@ -1,0 +1,126 @@
+"""Change points in a performance series: E-Divisive means with a permutation test.
+
+Matteson and James (2014), "A Nonparametric Approach for Multiple Change Point Analysis of
+Multivariate Data" (JASA 109:505), the family Apache Otava (ex Hunter) and MongoDB's signal
+processing use for nightly benchmark series. For a split of x[0..n) at t, the energy statistic
+
+    Q(t) = t (n - t) / n * (2 E|X - Y| - E|X - X'| - E|Y - Y'|)
+
+(X before t, Y from t on, alpha = 1) is largest where the distributions differ most. The
+strongest split of a segment is kept when a permutation test says it is not chance: the same
+statistic's maximum over `permutations` shuffles of the segment is at least as large in at most
+`alpha` of them. Found splits cut the series and each part is searched again (binary
+segmentation, as Otava does), each test at `alpha`. A split must also move the segment's median
+by `min_change` (relative): a significant 0.5 % step is real but not a regression anyone
+chases. Pure Python: O(n^2) per statistic (incremental sums over a distance matrix), fine for
+the hundreds of runs one series holds.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+ALPHA = 0.01  # per test: a pure-noise series of 30 runs raises nothing 99 % of the time
+PERMUTATIONS = 199  # the smallest p a test can give is 1 / 200
+MIN_CHANGE = 0.03  # relative change of the median across a split
+MIN_SIZE = 2  # runs on each side of a split
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A step at `index` (the first run of the new level), with its size and p-value."""
+
+    index: int
+    before: float  # median of the segment before
+    after: float  # median of the segment from `index` on
+    p_value: float
+
+    @property
+    def change(self) -> float:
+        """after / before - 1."""
+        return self.after / self.before - 1.0 if self.before else float("inf")
+
+
+def _best_split(values: Sequence[float], min_size: int) -> tuple[int, float]:
+    """(t, Q(t)) of the split with the largest energy statistic; (-1, 0) when none fits."""
+    n = len(values)
+    if n < 2 * min_size:
+        return -1, 0.0
+    dist = [[abs(a - b) for b in values] for a in values]
+    # t = 1 first: left holds x0, right the rest
+    left_within = 0.0
+    between = sum(dist[0][1:])
+    right_within = sum(dist[i][j] for i in range(1, n) for j in range(i + 1, n))
+    best_t, best_q = -1, 0.0
+    for t in range(1, n):
+        if t > 1:
+            row = dist[t - 1]
+            to_left = sum(row[: t - 1])
+            to_right = sum(row[t:])
+            left_within += to_left
+            between += to_right - to_left
+            right_within -= to_right
+        if t < min_size or n - t < min_size:
+            continue
+        m = n - t
+        e_between = between / (t * m)
+        e_left = left_within / (t * (t - 1) / 2) if t > 1 else 0.0
+        e_right = right_within / (m * (m - 1) / 2) if m > 1 else 0.0
+        q = t * m / n * (2 * e_between - e_left - e_right)
+        if q > best_q:
+            best_t, best_q = t, q
+    return best_t, best_q
+
+
+def _p_value(values: Sequence[float], observed: float, min_size: int, rng: random.Random,
+             permutations: int) -> float:  # fmt: skip
+    shuffled = list(values)
+    at_least = 0
+    for _ in range(permutations):
+        rng.shuffle(shuffled)
+        if _best_split(shuffled, min_size)[1] >= observed:
+            at_least += 1
+    return (at_least + 1) / (permutations + 1)
+
+
+def change_points(
+    values: Sequence[float],
+    *,
+    alpha: float = ALPHA,
+    permutations: int = PERMUTATIONS,
+    min_change: float = MIN_CHANGE,
+    min_size: int = MIN_SIZE,
+    seed: int = 0,
+) -> list[ChangePoint]:
+    """The significant steps of `values` (in series order), first to last."""
+    rng = random.Random(seed)  # the same series always gives the same answer
+    found: dict[int, float] = {}  # index -> the p-value of the test that kept it
+    pending = [(0, len(values))]
+    while pending:
+        start, end = pending.pop()
+        segment = values[start:end]
+        t, q = _best_split(segment, min_size)
+        if t < 0 or q <= 0:
+            continue
+        before, after = statistics.median(segment[:t]), statistics.median(segment[t:])
+        if before and abs(after / before - 1.0) < min_change:
+            continue
+        p = _p_value(segment, q, min_size, rng, permutations)
+        if p > alpha:
+            continue
+        found[start + t] = p
+        pending += [(start, start + t), (start + t, end)]
+    cuts = sorted(found)
+    bounds = [0, *cuts, len(values)]
+    return [
+        ChangePoint(
+            index,
+            statistics.median(values[bounds[k] : index]),
+            statistics.median(values[index : bounds[k + 2]]),
+            found[index],
+        )
+        for k, index in enumerate(cuts)
+    ]

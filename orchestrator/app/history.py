@@ -1,0 +1,106 @@
+"""The results history as services: index runs, read a metric's series with its change points,
+and track a run that just finished against its history."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.analyze.history import Step, newest_step, steps_of
+from orchestrator.errors import BundleError, InputError
+from orchestrator.results.documents import read_json
+from orchestrator.results.history.db import Series, db_path, open_db, series_of
+from orchestrator.results.history.index import Indexed, index_run
+from orchestrator.results.layout import METRICS_JSON
+from orchestrator.results.read import open_run
+from orchestrator.results.runs import list_runs
+
+
+def index_runs(
+    results_dir: Path, refs: Sequence[str] = (), *, verify: bool = True
+) -> list[Indexed]:
+    """Index the runs `refs` names (every run under `results_dir` when none)."""
+    if refs:
+        targets: list[str | Path] = list(refs)
+    else:
+        targets = [s.path for s in list_runs(results_dir)]
+    out = []
+    with open_db(db_path(results_dir)) as conn:
+        for ref in targets:
+            try:
+                with open_run(ref, results_dir) as run:
+                    out.append(index_run(conn, run, verify=verify))
+            except BundleError as exc:
+                out.append(Indexed(str(ref), refused=exc.message))
+    return out
+
+
+@dataclass(frozen=True)
+class History:
+    """Series of one metric, each with its change points."""
+
+    metric: str
+    series: list[Series]
+    steps: dict[str, list[Step]]
+    runs: dict[str, str]  # run id -> its bundle's path, as indexed
+
+
+def parse_since(text: str | None) -> float | None:
+    """`30d`, `12h`, `90m` -> the epoch seconds that long ago (None: all)."""
+    if not text:
+        return None
+    units = {"d": 86400, "h": 3600, "m": 60}
+    try:
+        return time.time() - float(text[:-1]) * units[text[-1]]
+    except (KeyError, ValueError):
+        raise InputError(f"--since {text!r}: write 30d, 12h or 90m", key_path="--since") from None
+
+
+def history(
+    results_dir: Path,
+    metric: str,
+    *,
+    playbook: str | None = None,
+    since: str | None = None,
+    by: str = "time",
+    min_change: float = 0.03,
+) -> History:
+    """Every series of `metric` (of `playbook`), in order, with its change points."""
+    with open_db(db_path(results_dir)) as conn:
+        found = series_of(conn, metric, playbook=playbook, since=parse_since(since), by=by)
+        runs = dict(conn.execute("SELECT run_id, path FROM runs").fetchall())
+    steps = {s.series: steps_of(s, metric, min_change=min_change) for s in found}
+    return History(metric, found, steps, runs)
+
+
+def track(
+    results_dir: Path, run_dir: Path, metric: str, *, min_change: float = 0.03
+) -> tuple[list[Step], dict[str, str]]:
+    """Index the run just finished, then the regressions it starts: change points whose first
+    bad run is this one, and the newest run tested alone against its settled history."""
+    with open_run(run_dir) as run:
+        with open_db(db_path(results_dir)) as conn:
+            index_run(conn, run, verify=False)
+            keys = [r[0] for r in conn.execute(
+                "SELECT DISTINCT series FROM cells WHERE run_id = ?", (run.run_id,))]  # fmt: skip
+            found = series_of(conn, metric, series_ids=keys)
+            runs = dict(conn.execute("SELECT run_id, path FROM runs").fetchall())
+        out: list[Step] = []
+        for series in found:
+            if not series.points or series.points[-1].run_id != run.run_id:
+                continue  # an older run re-indexed: not what this run starts
+            steps = [s for s in steps_of(series, metric, min_change=min_change)
+                     if s.first_bad.run_id == run.run_id]  # fmt: skip
+            if not steps:
+                cell = run.cells.get(series.points[-1].cell_id)
+                doc = read_json(cell.path / METRICS_JSON) if cell else None
+                repeats = [
+                    float(r[metric]) for r in (doc or {}).get("repeats") or []
+                    if isinstance(r, dict) and isinstance(r.get(metric), int | float)
+                ]  # fmt: skip
+                newest = newest_step(series, metric, repeats, min_change=min_change)
+                steps = [newest] if newest else []
+            out += [s for s in steps if s.regression]
+    return out, runs
