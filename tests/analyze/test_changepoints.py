@@ -18,6 +18,31 @@ def series(n: int, steps: dict[int, float], noise: float, seed: int) -> list[flo
     return out
 
 
+def _slow_best_split(values: list[float], min_size: int) -> tuple[int, float]:
+    """The definition, pair by pair: what the fast sums must equal."""
+    n, best = len(values), (-1, 0.0)
+    for t in range(min_size, n - min_size + 1):
+        a, b = values[:t], values[t:]
+        between = sum(abs(x - y) for x in a for y in b) / (len(a) * len(b))
+        within_a = sum(abs(a[i] - a[j]) for i in range(len(a)) for j in range(i + 1, len(a)))
+        within_b = sum(abs(b[i] - b[j]) for i in range(len(b)) for j in range(i + 1, len(b)))
+        ea = within_a / (len(a) * (len(a) - 1) / 2) if len(a) > 1 else 0.0
+        eb = within_b / (len(b) * (len(b) - 1) / 2) if len(b) > 1 else 0.0
+        q = t * (n - t) / n * (2 * between - ea - eb)
+        if q > best[1]:
+            best = (t, q)
+    return best
+
+
+def test_the_fast_statistic_is_the_definition() -> None:
+    rng = random.Random(5)
+    for n in (4, 7, 20, 33):
+        values = [rng.choice([1.0, 2.0, 2.0, 3.5]) + rng.random() for _ in range(n)]
+        for min_size in (1, 2, 3):
+            fast, slow = _best_split(values, min_size), _slow_best_split(values, min_size)
+            assert fast[0] == slow[0] and abs(fast[1] - slow[1]) < 1e-9 * max(1.0, slow[1])
+
+
 def test_the_energy_statistic_peaks_at_the_step() -> None:
     values = [100.0] * 10 + [70.0] * 10
     assert _best_split(values, 2)[0] == 10
