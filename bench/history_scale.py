@@ -45,19 +45,46 @@ def fill(db: Path, runs: int, cells: int, metrics: int) -> float:
         )
         for r in range(runs):
             run_id = f"run-{r:06d}"
-            conn.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         (run_id, f"/results/{run_id}", "nightly", "", "", "passed", ""))  # fmt: skip
+            conn.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, f"/results/{run_id}", "nightly", "", "", "passed", ""),
+            )
             conn.executemany(
                 "INSERT INTO cells VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, f"c{c}", f"s{c}", f"{r:040x}", None, None, "passed", 1e9 + 3600 * r,
-                  f"cells/c{c}") for c in range(cells)],
-            )  # fmt: skip
+                [
+                    (
+                        run_id,
+                        f"c{c}",
+                        f"s{c}",
+                        f"{r:040x}",
+                        None,
+                        None,
+                        "passed",
+                        1e9 + 3600 * r,
+                        f"cells/c{c}",
+                    )
+                    for c in range(cells)
+                ],
+            )
             level = 94.0 if r < runs * 0.7 else 62.0
             conn.executemany(
                 "INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, f"c{c}", m, "tok/s", level * (1 + 0.02 * rng.gauss(0, 1)), 5, 1.0,
-                  0.0, 0.0) for c in range(cells) for m in names],
-            )  # fmt: skip
+                [
+                    (
+                        run_id,
+                        f"c{c}",
+                        m,
+                        "tok/s",
+                        level * (1 + 0.02 * rng.gauss(0, 1)),
+                        5,
+                        1.0,
+                        0.0,
+                        0.0,
+                    )
+                    for c in range(cells)
+                    for m in names
+                ],
+            )
     return time.monotonic() - started
 
 
@@ -75,15 +102,51 @@ def one_series(db: Path, last: int | None) -> tuple[float, int, int]:
 def apply_index_cost(work: Path) -> float:
     """Milliseconds `index_run` takes on a real 2-cell run, without the manifest check."""
     repo = work / "repo"
-    subprocess.run([sys.executable, "-m", "orchestrator", "sim", "init-repo", str(repo),
-                    "--commits", "4", "--regress-at", "3"], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "sim",
+            "init-repo",
+            str(repo),
+            "--commits",
+            "4",
+            "--regress-at",
+            "3",
+        ],
+        check=True,
+        capture_output=True,
+    )
     results = work / "results"
     subprocess.run(
-        [sys.executable, "-m", "orchestrator", "apply", str(ROOT / "playbooks" / "demo.yml"),
-         "-e", f"sim_repo={repo}", "-e", "time_scale=0.01", "-e", "repeats=2", "-e",
-         "num_prompts=1", "-e", "output_len=64", "-e", "port=30177", "--cells", "spec=off,nccl=tuned",
-         "--results", str(results)], check=True, capture_output=True, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "apply",
+            str(ROOT / "playbooks" / "demo.yml"),
+            "-e",
+            f"sim_repo={repo}",
+            "-e",
+            "time_scale=0.01",
+            "-e",
+            "repeats=2",
+            "-e",
+            "num_prompts=1",
+            "-e",
+            "output_len=64",
+            "-e",
+            "port=30177",
+            "--cells",
+            "spec=off,nccl=tuned",
+            "--results",
+            str(results),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
     (run_dir,) = [p for p in results.iterdir() if (p / "run.json").is_file()]
     with open_run(run_dir) as run, open_db(work / "apply.sqlite") as conn:
         started = time.monotonic()
@@ -102,14 +165,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         db = work / "history.sqlite"
         filled = fill(db, args.runs, args.cells, args.metrics)
         size = db.stat().st_size / 2**20
-        print(f"history: {args.runs} runs x {args.cells} cells x {args.metrics} metrics, "
-              f"{size:.0f} MiB, written in {filled:.1f} s")  # fmt: skip
+        print(
+            f"history: {args.runs} runs x {args.cells} cells x {args.metrics} metrics, "
+            f"{size:.0f} MiB, written in {filled:.1f} s"
+        )
         for last in (None, 365):
             for label in ("cold", "warm"):
                 seconds, points, found = one_series(db, last)
                 window = f"last {last} runs" if last else "all runs"
-                print(f"one series ({window}, {label}): query + change points {seconds:.2f} s, "
-                      f"{points} points, {found} change point(s)")  # fmt: skip
+                print(
+                    f"one series ({window}, {label}): query + change points {seconds:.2f} s, "
+                    f"{points} points, {found} change point(s)"
+                )
         print(f"indexing one 2-cell run as orch apply does: {apply_index_cost(work):.1f} ms")
     print(json.dumps({"runs": args.runs, "cells": args.cells, "metrics": args.metrics}))
     return 0

@@ -14,7 +14,7 @@ import click
 from tabulate import tabulate
 
 from orchestrator.cli.common import _echo_from_bundle, main, reports_errors, results_option
-from orchestrator.errors import EXIT_FAILED, EXIT_OK
+from orchestrator.errors import EXIT_FAILED, EXIT_OK, InputError
 
 
 @main.command(name="index")
@@ -27,6 +27,7 @@ def index_command(refs: Sequence[str], results_dir: Path) -> None:
     damaged bundle is refused with the reason. Exit 1 when one was refused."""
     from orchestrator.app.history import index_runs
 
+    _check_results(results_dir)
     done = index_runs(results_dir, refs)
     for item in done:
         if item.refused:
@@ -70,6 +71,7 @@ def history_command(
     first."""
     from orchestrator.app.history import history, index_runs
 
+    _check_results(results_dir)
     index_runs(results_dir, verify=False)
     found = history(results_dir, metric, playbook=playbook, since=since, by=by,
                     min_change=min_change)  # fmt: skip
@@ -108,6 +110,16 @@ def history_command(
         for step in found.steps[s.series]:
             _echo_from_bundle(step.line(metric))
             _echo_from_bundle(f"  settle it with: {step.command(results_dir, found.runs)}")
+
+
+def _check_results(results_dir: Path) -> None:
+    """The history lives beside the results: no results folder, nothing to make one for."""
+    if not results_dir.is_dir():
+        raise InputError(
+            f"{results_dir}: no such results folder",
+            key_path="--results",
+            hint="--results DIR (or ORCH_RESULTS) names the folder the runs are in",
+        )
 
 
 def _json(found: Any, results_dir: Path) -> dict[str, Any]:

@@ -91,3 +91,9 @@ def test_a_history_from_a_newer_orch_is_refused(tmp_path: Path) -> None:
     pg = run_orch(tmp_path, "history", "--results", str(results),
                   env={"ORCH_DB": "postgresql://db/orch"})  # fmt: skip
     assert pg.returncode == 2 and "SQLite only" in pg.stderr
+
+
+def test_no_results_folder_is_said_and_none_is_made(tmp_path: Path) -> None:
+    done = run_orch(tmp_path, "history", "--results", str(tmp_path / "nowhere"))
+    assert done.returncode == 2 and "no such results folder" in done.stderr
+    assert not (tmp_path / "nowhere").exists()
