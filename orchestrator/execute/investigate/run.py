@@ -12,11 +12,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.analyze.diff.model import deciding_metrics
 from orchestrator.analyze.diff.profile import grown
 from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.analyze.investigate.document import (
@@ -33,7 +32,7 @@ from orchestrator.analyze.investigate.verdicts import Finding, Reproduction, jud
 from orchestrator.cell import Cell
 from orchestrator.config.inventory.load import load_inventory
 from orchestrator.config.patterns import select_hosts_checked
-from orchestrator.errors import InputError
+from orchestrator.errors import BundleError, InputError
 from orchestrator.execute.apply.outcomes import ApplyOptions
 from orchestrator.execute.apply.run import Run
 from orchestrator.execute.audit.stopping import with_audit_stop
@@ -45,9 +44,11 @@ from orchestrator.execute.investigate.experiments import (
     with_profile,
     with_repeats,
 )
+from orchestrator.execute.investigate.sides import deciding_metric, open_side
 from orchestrator.execute.refs import pin_revision
 from orchestrator.execute.replay import inventory_from_bundle, restore_secrets
 from orchestrator.results.bundle import BundleWriter
+from orchestrator.results.documents import read_json
 from orchestrator.results.layout import (
     CELL_JSON,
     CELLS_DIR,
@@ -55,8 +56,7 @@ from orchestrator.results.layout import (
     INVESTIGATION_JSON,
     INVESTIGATION_MD,
 )
-from orchestrator.results.read import RunBundle, open_cell, open_run, run_of
-from orchestrator.results.records import CellRecord
+from orchestrator.results.read import open_run
 from orchestrator.secrets.values import extra_vars_in_argv, secrets_of_run
 
 Echo = Callable[[str], None]
@@ -85,33 +85,15 @@ class InvestigateRequest:
     argv: Sequence[str] = ()
 
 
-@dataclass
-class Side:
-    """GOOD or BAD as recorded: the record, its evidence and its samples of the metric."""
-
-    record: CellRecord
-    evidence: CellEvidence
-    run: RunBundle
-    values: list[float] = field(default_factory=list)
-
-
-def _side(ref: str, results_dir: Path, what: str) -> Side:
-    record = open_cell(ref, results_dir)
-    run = run_of(record)
-    if run is None or not record.cell:
-        raise InputError(f"{what} {ref}: not a cell inside a run bundle", hint="pass RUN/CELL")
-    return Side(record, CellEvidence.load(record.path), run)
-
-
 class Investigation:
     """One `orch investigate`, backed by one run folder."""
 
     def __init__(self, request: InvestigateRequest, out: Echo) -> None:
         self.request = request
         self.out = out
-        self.good = _side(request.good, request.results_dir, "GOOD")
-        self.bad = _side(request.bad, request.results_dir, "BAD")
-        self.metric = request.metric or _metric(self.good.evidence, self.bad.evidence)
+        self.good = open_side(request.good, request.results_dir, "GOOD")
+        self.bad = open_side(request.bad, request.results_dir, "BAD")
+        self.metric = request.metric or deciding_metric(self.good.evidence, self.bad.evidence)
         for side, name in ((self.good, "GOOD"), (self.bad, "BAD")):
             side.values = positive(side.evidence.values(self.metric))
             if len(side.values) < 2:
@@ -278,6 +260,13 @@ class Investigation:
         """Investigate; returns the report's document (also written into the run folder)."""
         tolerance = self.request.tolerance
         doc: dict[str, Any] = self._doc_head()
+        if self.run_id is not None:  # resumed: the bisect it had begun, if any
+            try:
+                earlier = read_json(self.request.results_dir / self.run_id / INVESTIGATION_JSON)
+            except BundleError:
+                earlier = None
+            if isinstance(earlier, dict) and isinstance(earlier.get("bisect_run"), str):
+                doc["bisect_run"] = earlier["bisect_run"]
         recorded = reproduction(self.good.values, self.bad.values, None, None, tolerance=tolerance)
         if recorded.outcome == "not_significant":
             return self._finish(doc, recorded, [], None)
@@ -413,7 +402,15 @@ class Investigation:
             ),
             run_id=bisect_run,
         )
-        job.log = lambda msg: self.out(f"  bisect: {msg}")
+
+        def log(msg: str) -> None:
+            self.out(f"  bisect: {msg}")
+            if job.run_id and doc.get("bisect_run") != job.run_id:
+                # said as soon as it exists: a resume continues this bisect, not a new one
+                doc["bisect_run"] = job.run_id
+                self._write(INVESTIGATION_JSON, {**doc, "status": "bisecting"})
+
+        job.log = log
         job.execute()
         doc["bisect_run"] = job.run_id
         self.spent += len(job.cells)
@@ -462,17 +459,18 @@ class Investigation:
         doc["run"] = self.run_id
         doc["spent_cells"] = self.spent
         doc["verdict"] = verdict_sentence(doc)
-        if self.run_id is not None:
-            writer = BundleWriter(self.request.results_dir, self.run_id, new=False)
-            writer.write_json(INVESTIGATION_JSON, doc)
-            writer.write_file(INVESTIGATION_MD, render_markdown(doc))
-            writer.write_file(INVESTIGATION_HTML, render_html(doc))
-            writer.finalize()
+        self._write(INVESTIGATION_JSON, doc)
+        self._write(INVESTIGATION_MD, render_markdown(doc))
+        self._write(INVESTIGATION_HTML, render_html(doc))
         return doc
 
-
-def _metric(good: CellEvidence, bad: CellEvidence) -> str:
-    deciding, _ = deciding_metrics(good, bad)
-    if not deciding:
-        raise InputError("GOOD and BAD report no metric in common", hint="pass --metric")
-    return deciding[0]
+    def _write(self, name: str, data: Any) -> None:
+        """One file into the investigation's folder (its manifest made again)."""
+        if self.run_id is None:
+            return
+        writer = BundleWriter(self.request.results_dir, self.run_id, new=False)
+        if isinstance(data, str):
+            writer.write_file(name, data)
+        else:
+            writer.write_json(name, data)
+        writer.finalize()
