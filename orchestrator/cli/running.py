@@ -184,6 +184,9 @@ def apply(
         silent_host_timeout=silent_host_timeout,
         argv=argv,
     )
+    track = plan.playbook.model.track
+    if track_metric is None and track is not None and track.enabled is True:
+        track_metric = str(track.metric)  # the playbook's `track:`; --track wins
     run, resolutions = prepare_apply(plan, request)
     for res in resolutions:
         if res.sha is not None or res.note.startswith("not pinned"):

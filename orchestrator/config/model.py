@@ -240,6 +240,20 @@ class ProfileSection(_Section):
         return {"enabled": value} if isinstance(value, bool) else value
 
 
+class TrackSection(_Section):
+    """`orch apply` compares each run with its history (`track: true`, or the metric); as
+    `--track`, which wins over it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_or_boolean)
+    enabled: TBool = True
+    metric: TStr = "output_throughput"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _on_or_off(cls, value: Any) -> Any:
+        return {"enabled": value} if isinstance(value, bool) else value
+
+
 class PreflightSection(_Section):
     """What the runner checks before a server starts (not in the cell id): GPUs already busy
     with other processes or memory refuse the cell, or only warn."""
@@ -283,6 +297,7 @@ class PlaybookModel(_Section):
     telemetry: TelemetrySection | None = None
     preflight: PreflightSection | None = None
     profile: ProfileSection | None = None
+    track: TrackSection | None = None
     timeouts: TimeoutsSection | None = None
 
 
@@ -294,6 +309,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "telemetry": TelemetrySection,
     "preflight": PreflightSection,
     "profile": ProfileSection,
+    "track": TrackSection,
     "timeouts": TimeoutsSection,
 }
 

@@ -97,3 +97,12 @@ def test_no_results_folder_is_said_and_none_is_made(tmp_path: Path) -> None:
     done = run_orch(tmp_path, "history", "--results", str(tmp_path / "nowhere"))
     assert done.returncode == 2 and "no such results folder" in done.stderr
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_the_track_key_is_checked_where_it_is_written(tmp_path: Path) -> None:
+    base = "name: p\nserver: {command: [s, --port, '1']}\nbench: {command: [b]}\n"
+    (tmp_path / "ok.yml").write_text(base + "track: {metric: mean_ttft_ms}\n")
+    (tmp_path / "bad.yml").write_text(base + "track: {metrik: mean_ttft_ms}\n")
+    assert run_orch(tmp_path, "validate", "ok.yml").returncode == 0
+    bad = run_orch(tmp_path, "validate", "bad.yml")
+    assert bad.returncode == 2 and "bad.yml:4" in bad.stderr and "track.metrik" in bad.stderr
