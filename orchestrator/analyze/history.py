@@ -70,6 +70,16 @@ class Step:
         )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class History:
+    """Series of one metric, each with its change points."""
+
+    metric: str
+    series: list[Series]
+    steps: dict[str, list[Step]]  # series id -> its change points
+    runs: dict[str, str]  # run id -> its bundle's path, as indexed
+
+
 def _is_regression(metric: str, change: float) -> bool:
     better = better_of(metric)
     return (better == "higher" and change < 0) or (better == "lower" and change > 0)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.analyze.history import Step, newest_step, steps_of
+from orchestrator.analyze.history import History, Step, newest_step, steps_of
 from orchestrator.errors import BundleError, InputError
 from orchestrator.results.documents import read_json
-from orchestrator.results.history.db import Series, db_path, open_db, series_of
+from orchestrator.results.history.db import db_path, open_db, series_of
 from orchestrator.results.history.index import Indexed, index_run
 from orchestrator.results.layout import METRICS_JSON
 from orchestrator.results.read import open_run
@@ -35,16 +34,6 @@ def index_runs(
             except BundleError as exc:
                 out.append(Indexed(str(ref), refused=exc.message))
     return out
-
-
-@dataclass(frozen=True)
-class History:
-    """Series of one metric, each with its change points."""
-
-    metric: str
-    series: list[Series]
-    steps: dict[str, list[Step]]
-    runs: dict[str, str]  # run id -> its bundle's path, as indexed
 
 
 def parse_since(text: str | None) -> float | None:

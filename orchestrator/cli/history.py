@@ -51,10 +51,18 @@ def index_command(refs: Sequence[str], results_dir: Path) -> None:
     help="Order runs by start time, or by their commit's date.",
 )
 @click.option(
-    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+    "--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]), default="table",
     show_default=True,
 )  # fmt: skip
 @click.option("--min-change", default=0.03, show_default=True, help="Smallest step that counts.")
+@click.option(
+    "-o",
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="With --format html: the folder the dashboard (index.html) is written to.",
+)
 @results_option
 @reports_errors
 def history_command(
@@ -64,6 +72,7 @@ def history_command(
     by: str,
     fmt: str,
     min_change: float,
+    out_dir: Path | None,
     results_dir: Path,
 ) -> None:
     """METRIC over runs, one series per configuration (PLAYBOOK's name, or all), change points
@@ -77,6 +86,16 @@ def history_command(
                     min_change=min_change)  # fmt: skip
     if fmt == "json":
         click.echo(json.dumps(_json(found, results_dir), indent=2))
+        return
+    if fmt == "html":
+        from orchestrator.analyze.history_html import render_dashboard
+        from orchestrator.cli.common import write_whole
+
+        if out_dir is None:
+            raise InputError("--format html writes a folder: give -o DIR", key_path="--out")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_whole(out_dir / "index.html", render_dashboard(found, results_dir))
+        click.echo(str(out_dir / "index.html"))
         return
     if not found.series:
         click.echo(f"no run in the history reports {metric}"

@@ -106,3 +106,22 @@ def test_the_track_key_is_checked_where_it_is_written(tmp_path: Path) -> None:
     assert run_orch(tmp_path, "validate", "ok.yml").returncode == 0
     bad = run_orch(tmp_path, "validate", "bad.yml")
     assert bad.returncode == 2 and "bad.yml:4" in bad.stderr and "track.metrik" in bad.stderr
+
+
+def test_the_dashboard_is_one_self_contained_page(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    for i in range(12):
+        _night(results, i, 94.0 if i < 7 else 62.0)
+        _night(results, i, 89.0, spec="off<script>")  # a label from a bundle: escaped
+    done = run_orch(tmp_path, "history", "--format", "html", "-o", "dash", "--results",
+                    str(results))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "dash" / "index.html").read_text()
+    assert page.count("<svg") == 2 and page.count('class="change-point"') == 1
+    assert "<script" not in page and "off&lt;script&gt;" in page
+    assert "src=" not in page and "Content-Security-Policy" in page
+    assert 'class="regression"' in page and "orch investigate " in page
+    assert page.count("<circle") == 24  # every run a point, each a link to its cell
+    assert "-070000-nightly-eagl/cells/eagle3-2-1a2b3c4d" in page
+    no_out = run_orch(tmp_path, "history", "--format", "html", "--results", str(results))
+    assert no_out.returncode == 2 and "-o DIR" in no_out.stderr
