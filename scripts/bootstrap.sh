@@ -9,6 +9,6 @@ fi
 stamp=.venv/.orch-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[dev,plot]"
+  .venv/bin/python -m pip install -q -e ".[dev,plot,postgres]"
   touch "$stamp"
 fi

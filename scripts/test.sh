@@ -18,6 +18,8 @@ if [ "$(id -u)" = 0 ]; then
   command -v srun >/dev/null 2>&1 || need+=(slurm-client)
   # tests/analyze/test_report_html.py renders the HTML report in a real headless browser
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  # tests/results/test_history_postgres.py starts a real PostgreSQL (tests/pgserver.py)
+  compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 fi
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

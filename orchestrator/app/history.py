@@ -10,7 +10,7 @@ from pathlib import Path
 from orchestrator.analyze.history import History, Step, newest_step, steps_of
 from orchestrator.errors import BundleError, InputError
 from orchestrator.results.documents import read_json
-from orchestrator.results.history.db import db_path, open_db, series_of
+from orchestrator.results.history.db import db_target, open_db, series_of
 from orchestrator.results.history.index import Indexed, index_run
 from orchestrator.results.layout import METRICS_JSON
 from orchestrator.results.read import open_run
@@ -26,7 +26,7 @@ def index_runs(
     else:
         targets = [s.path for s in list_runs(results_dir)]
     out = []
-    with open_db(db_path(results_dir)) as conn:
+    with open_db(db_target(results_dir)) as conn:
         for ref in targets:
             try:
                 with open_run(ref, results_dir) as run:
@@ -57,7 +57,7 @@ def history(
     min_change: float = 0.03,
 ) -> History:
     """Every series of `metric` (of `playbook`), in order, with its change points."""
-    with open_db(db_path(results_dir)) as conn:
+    with open_db(db_target(results_dir)) as conn:
         found = series_of(conn, metric, playbook=playbook, since=parse_since(since), by=by)
         runs = dict(conn.execute("SELECT run_id, path FROM runs").fetchall())
     steps = {s.series: steps_of(s, metric, min_change=min_change) for s in found}
@@ -70,7 +70,7 @@ def track(
     """Index the run just finished, then the regressions it starts: change points whose first
     bad run is this one, and the newest run tested alone against its settled history."""
     with open_run(run_dir) as run:
-        with open_db(db_path(results_dir)) as conn:
+        with open_db(db_target(results_dir)) as conn:
             index_run(conn, run, verify=False)
             keys = [r[0] for r in conn.execute(
                 "SELECT DISTINCT series FROM cells WHERE run_id = ?", (run.run_id,))]  # fmt: skip

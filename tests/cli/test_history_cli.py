@@ -89,8 +89,10 @@ def test_a_history_from_a_newer_orch_is_refused(tmp_path: Path) -> None:
     assert "history schema 99 was written by a newer orch" in done.stderr
     assert "Traceback" not in done.stderr
     pg = run_orch(tmp_path, "history", "--results", str(results),
-                  env={"ORCH_DB": "postgresql://db/orch"})  # fmt: skip
-    assert pg.returncode == 2 and "SQLite only" in pg.stderr
+                  env={"ORCH_DB": "postgresql://orch:s3cret@db.invalid/orch"})  # fmt: skip
+    assert pg.returncode == 2, pg.stdout
+    assert "postgresql://orch@db.invalid/orch: cannot open the history database" in pg.stderr
+    assert "s3cret" not in pg.stderr + pg.stdout
 
 
 def test_no_results_folder_is_said_and_none_is_made(tmp_path: Path) -> None:

@@ -1,9 +1,12 @@
 """The history database: where it lives, its schema and migrations, and the queries on it.
 
-SQLite (stdlib), one file beside the results (`<results>/history.sqlite`, or `ORCH_DB`), made
-on first use. The schema version is kept in `meta` and checked on open: a database written by a
-newer orch is refused rather than read wrong, an older one is migrated in one transaction.
-Bundles stay the truth: everything here can be rebuilt with `orch index`.
+SQLite (stdlib) by default: one file beside the results (`<results>/history.sqlite`), made on
+first use. `ORCH_DB` names another file, or a PostgreSQL server a team shares
+(`postgresql://...`, through psycopg 3: `pip install 'orch[postgres]'`), with the same schema
+and migrations: the SQL here is written once, in the subset both speak (`?` placeholders are
+PostgreSQL's `%s` there). The schema version is kept in `meta` and checked on open: a database
+written by a newer orch is refused rather than read wrong, an older one is migrated in one
+transaction. Bundles stay the truth: everything here can be rebuilt with `orch index`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from orchestrator.errors import BundleError, InputError
 
@@ -30,72 +34,148 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "label TEXT NOT NULL, identity TEXT NOT NULL)",
             "CREATE TABLE cells (run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE, "
             "cell_id TEXT NOT NULL, series TEXT NOT NULL REFERENCES series(series), "
-            "commit_sha TEXT, commit_date TEXT, requested TEXT, status TEXT, started REAL, "
-            "path TEXT NOT NULL, PRIMARY KEY (run_id, cell_id))",
+            "commit_sha TEXT, commit_date TEXT, requested TEXT, status TEXT, "
+            "started DOUBLE PRECISION, path TEXT NOT NULL, PRIMARY KEY (run_id, cell_id))",
             "CREATE INDEX cells_by_series ON cells(series, started)",
             "CREATE TABLE metrics (run_id TEXT NOT NULL, cell_id TEXT NOT NULL, "
-            "metric TEXT NOT NULL, unit TEXT, median REAL, n INTEGER, stdev REAL, vmin REAL, "
-            "vmax REAL, PRIMARY KEY (run_id, cell_id, metric), "
+            "metric TEXT NOT NULL, unit TEXT, median DOUBLE PRECISION, n INTEGER, "
+            "stdev DOUBLE PRECISION, vmin DOUBLE PRECISION, vmax DOUBLE PRECISION, "
+            "PRIMARY KEY (run_id, cell_id, metric), "
             "FOREIGN KEY (run_id, cell_id) REFERENCES cells(run_id, cell_id) ON DELETE CASCADE)",
         ),
     ),
 )
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+Target = Path | str  # a SQLite file, or a PostgreSQL URL
 
 
-def db_path(results_dir: Path, environ: dict[str, str] | None = None) -> Path:
-    """`ORCH_DB` (a path, or sqlite:///path), else history.sqlite in the results folder."""
+def db_target(results_dir: Path, environ: dict[str, str] | None = None) -> Target:
+    """`ORCH_DB` (a PostgreSQL URL, a path, or sqlite:///path), else history.sqlite in the
+    results folder."""
     given = (os.environ if environ is None else environ).get("ORCH_DB", "").strip()
     if not given:
         return results_dir / DB_FILE
-    if given.startswith(("postgresql://", "postgres://")):
-        raise InputError(
-            "ORCH_DB names a PostgreSQL server: this orch keeps its history in SQLite only",
-            key_path="ORCH_DB",
-            hint="unset ORCH_DB (the history is then results/history.sqlite) or give a file path",
-        )
+    if given.startswith(POSTGRES_SCHEMES):
+        return given
     return Path(given.removeprefix("sqlite:///").removeprefix("sqlite://"))
 
 
-def _version(conn: sqlite3.Connection) -> int:
-    conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+def history_exists(target: Target) -> bool:
+    """A server is there to be written; a file only once something made it."""
+    return isinstance(target, str) or target.exists()
+
+
+def shown(target: Target) -> str:
+    """The target as an error says it: a URL without its password."""
+    if isinstance(target, Path):
+        return str(target)
+    scheme, _, rest = target.partition("://")
+    who, at, where = rest.rpartition("@")
+    return f"{scheme}://{who.split(':')[0] + '@' if at else ''}{where}"
+
+
+class HistoryDB:
+    """One open history: SQLite or PostgreSQL behind the calls orch makes (SQL with `?`)."""
+
+    def __init__(self, conn: Any, *, postgres: bool) -> None:
+        self.conn = conn
+        self.postgres = postgres
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self.postgres else sql
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        """Run one statement; its cursor (fetchone, fetchall, iteration)."""
+        return self.conn.execute(self._sql(sql), tuple(args))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement for each row."""
+        if self.postgres:
+            with self.conn.cursor() as cur:
+                cur.executemany(self._sql(sql), rows)
+        else:
+            self.conn.executemany(sql, rows)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """All or nothing."""
+        if self.postgres:
+            with self.conn.transaction():
+                yield
+        else:
+            with self.conn:
+                yield
+
+
+def _driver_errors() -> tuple[type[BaseException], ...]:
+    try:
+        import psycopg
+    except ImportError:
+        return (sqlite3.Error,)
+    return (sqlite3.Error, psycopg.Error)
+
+
+def _connect(target: Target) -> HistoryDB:
+    if isinstance(target, Path):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(target, timeout=30)
+        conn.execute("PRAGMA foreign_keys = ON")
+        return HistoryDB(conn, postgres=False)
+    try:
+        import psycopg
+    except ImportError:
+        raise InputError(
+            "ORCH_DB names a PostgreSQL server, and psycopg 3 is not installed",
+            key_path="ORCH_DB",
+            hint="pip install 'orch[postgres]' (or unset ORCH_DB: results/history.sqlite)",
+        ) from None
+    return HistoryDB(psycopg.connect(target, autocommit=True, connect_timeout=10), postgres=True)
+
+
+def _version(db: HistoryDB) -> int:
+    db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     return int(row[0]) if row else 0
 
 
 @contextmanager
-def open_db(path: Path) -> Iterator[sqlite3.Connection]:
-    """The database at `path`, made or migrated to this orch's schema; committed on success."""
+def open_db(target: Target) -> Iterator[HistoryDB]:
+    """The history at `target`, made or migrated to this orch's schema; committed on success."""
+    errors = _driver_errors()
+    opening: tuple[type[BaseException], ...] = (OSError, *errors)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(path, timeout=30)
-    except (OSError, sqlite3.Error) as exc:
-        raise BundleError(f"{path}: cannot open the history database: {exc}") from None
+        db = _connect(target)
+    except opening as exc:
+        raise BundleError(f"{shown(target)}: cannot open the history database: {exc}") from None
     try:
-        conn.execute("PRAGMA foreign_keys = ON")
-        version = _version(conn)
+        version = _version(db)
         if version > SCHEMA_VERSION:
             raise BundleError(
-                f"{path}: history schema {version} was written by a newer orch "
+                f"{shown(target)}: history schema {version} was written by a newer orch "
                 f"(this one reads up to {SCHEMA_VERSION})",
                 hint="use the newer orch, or rebuild a copy with `orch index`",
             )
-        with conn:
+        with db.transaction():
             for step, statements in MIGRATIONS:
                 if step > version:
                     for sql in statements:
-                        conn.execute(sql)
-                    conn.execute(
-                        "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(step),)
+                        db.execute(sql)
+                    db.execute(
+                        "INSERT INTO meta VALUES ('schema_version', ?) "
+                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        (str(step),),
                     )
-        yield conn
-        conn.commit()
-    except sqlite3.DatabaseError as exc:
+        yield db
+        if not db.postgres:
+            db.conn.commit()
+    except errors as exc:
         raise BundleError(
-            f"{path}: the history database is damaged: {exc}",
-            hint="move it aside; `orch index` rebuilds it from the bundles",
+            f"{shown(target)}: the history database failed: {exc}",
+            hint="a damaged file can be moved aside: `orch index` rebuilds it from the bundles",
         ) from None
     finally:
-        conn.close()
+        db.conn.close()
 
 
 @dataclass(frozen=True)
@@ -127,7 +207,7 @@ class Series:
 
 
 def series_of(
-    conn: sqlite3.Connection,
+    conn: HistoryDB,
     metric: str,
     *,
     playbook: str | None = None,

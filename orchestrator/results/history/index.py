@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 
 from orchestrator.errors import BundleError
 from orchestrator.results.documents import read_json
+from orchestrator.results.history.db import HistoryDB
 from orchestrator.results.layout import CELL_JSON, METRICS_JSON, REPO_JSON
 from orchestrator.results.read import RunBundle
 
@@ -79,7 +79,7 @@ def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def index_run(conn: sqlite3.Connection, run: RunBundle, *, verify: bool = True) -> Indexed:
+def index_run(conn: HistoryDB, run: RunBundle, *, verify: bool = True) -> Indexed:
     """Add one run to the history (nothing when it is there already)."""
     run_id = run.run_id
     if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():
@@ -94,7 +94,7 @@ def index_run(conn: sqlite3.Connection, run: RunBundle, *, verify: bool = True) 
             return Indexed(run_id, refused=f"does not match its manifest ({what[0]})")
     playbook = str(doc.get("playbook") or "")
     cells = 0
-    with conn:
+    with conn.transaction():
         conn.execute(
             "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
             (run_id, str(run.source), playbook, doc.get("started"), doc.get("finished"),
@@ -112,7 +112,7 @@ def index_run(conn: sqlite3.Connection, run: RunBundle, *, verify: bool = True) 
             identity = series_identity(cell)
             key = series_key(playbook, host, identity)
             conn.execute(
-                "INSERT OR IGNORE INTO series VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO series VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (key, playbook, host, series_label(playbook, host, identity),
                  json.dumps(identity, sort_keys=True, default=str)),
             )  # fmt: skip
