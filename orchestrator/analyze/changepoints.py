@@ -22,11 +22,13 @@ import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 ALPHA = 0.01  # per test: a pure-noise series of 30 runs raises nothing 99 % of the time
 PERMUTATIONS = 199  # the smallest p a test can give is 1 / 200
 MIN_CHANGE = 0.03  # relative change of the median across a split
 MIN_SIZE = 2  # runs on each side of a split
+WINDOW = 200  # runs a window holds on series longer than two of them
 
 
 @dataclass(frozen=True)
@@ -105,18 +107,17 @@ def _p_value(values: Sequence[float], observed: float, min_size: int, rng: rando
     return (at_least + 1) / (permutations + 1)
 
 
-def change_points(
+def _divisive(
     values: Sequence[float],
     *,
-    alpha: float = ALPHA,
-    permutations: int = PERMUTATIONS,
-    min_change: float = MIN_CHANGE,
-    min_size: int = MIN_SIZE,
-    seed: int = 0,
-) -> list[ChangePoint]:
-    """The significant steps of `values` (in series order), first to last."""
-    rng = random.Random(seed)  # the same series always gives the same answer
-    found: dict[int, float] = {}  # index -> the p-value of the test that kept it
+    alpha: float,
+    permutations: int,
+    min_change: float,
+    min_size: int,
+    rng: random.Random,
+) -> dict[int, float]:
+    """Binary segmentation of `values`: {index of a step: the p-value that kept it}."""
+    found: dict[int, float] = {}
     pending = [(0, len(values))]
     while pending:
         start, end = pending.pop()
@@ -132,6 +133,43 @@ def change_points(
             continue
         found[start + t] = p
         pending += [(start, start + t), (start + t, end)]
+    return found
+
+
+def change_points(
+    values: Sequence[float],
+    *,
+    alpha: float = ALPHA,
+    permutations: int = PERMUTATIONS,
+    min_change: float = MIN_CHANGE,
+    min_size: int = MIN_SIZE,
+    window: int = WINDOW,
+    seed: int = 0,
+) -> list[ChangePoint]:
+    """The significant steps of `values` (in series order), first to last.
+
+    A series longer than two windows is searched window by window (`window` runs, each
+    overlapping the next by half, as Otava's split step does): a permutation test over
+    thousands of runs costs seconds in pure Python, a window's costs milliseconds, and a step
+    is a local thing. Steps found twice (or a run apart) by overlapping windows are one.
+    """
+    rng = random.Random(seed)  # the same series always gives the same answer
+    search = partial(_divisive, alpha=alpha, permutations=permutations, min_change=min_change,
+                     min_size=min_size, rng=rng)  # fmt: skip
+    if len(values) <= 2 * window:
+        found = search(values)
+    else:
+        found = {}
+        half = window // 2
+        for start in range(0, len(values) - half, half):
+            local = search(values[start : start + window])
+            for index, p in local.items():
+                near = [k for k in found if abs(k - (start + index)) <= 1]
+                if not near:
+                    found[start + index] = p
+                elif p < found[near[0]]:
+                    del found[near[0]]
+                    found[start + index] = p
     cuts = sorted(found)
     bounds = [0, *cuts, len(values)]
     return [

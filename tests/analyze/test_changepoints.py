@@ -79,3 +79,14 @@ def test_a_small_significant_step_is_not_a_change_point() -> None:
     values = series(40, {20: 0.99}, 0.001, seed=3)  # -1 %, very clean: real but small
     assert change_points(values) == []
     assert change_points(values, min_change=0.005)[0].index == 20
+
+
+def test_a_long_series_is_searched_window_by_window() -> None:
+    """10,000 runs: two steps found where they are (overlapping windows report each once)."""
+    values = series(10_000, {2000: 0.9, 7000: 1.12}, 0.02, seed=1)
+    found = change_points(values)
+    assert [cp.index for cp in found] == [2000, 7000]
+    assert found[0].change < -0.09 and found[1].change > 0.1
+    # the same search without windows finds the same steps
+    short = values[1500:2500] + values[6500:7500]
+    assert [cp.index for cp in change_points(short, window=len(short))] == [500, 1500]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sim_helpers import eagle3_playbook, free_port, orch
+from sim_helpers import ROOT, free_port, orch
 
 from orchestrator.errors import EXIT_REGRESSION
 from orchestrator.sim.repo import init_repo
@@ -20,24 +20,23 @@ pytestmark = [pytest.mark.slow]
 
 
 def test_a_nightly_job_raises_the_regression_on_its_night(tmp_path: Path) -> None:
+    """playbooks/nightly.yml as shipped (its `track:` on), one commit a night."""
     repo = init_repo(tmp_path / "repo", commits=8, regress_at=6, seed=11)
-    data = eagle3_playbook(repo.path, free_port(), name="nightly", dest=".orch/e2e-nightly/sim",
-                           repeats=3, matrix={"spec": ["eagle3-2"]})  # fmt: skip
-    data["vars"]["commit"] = "good"
-    data["repo"]["version"] = "{{ commit }}"
-    playbook = tmp_path / "nightly.yml"
-    playbook.write_text(yaml.safe_dump(data, sort_keys=False))
+    playbook = ROOT / "playbooks" / "nightly.yml"
+    assert yaml.safe_load(playbook.read_text())["track"] == {"metric": "output_throughput"}
     results, home = tmp_path / "results", tmp_path / "home"
+    common = ["-e", f"sim_repo={repo.path}", "-e", f"port={free_port()}", "--results",
+              str(results)]  # fmt: skip
     codes = []
     night = None
     for sha in repo.shas[: repo.regress_at]:  # the good nights, then the first bad one
-        night = orch("apply", str(playbook), "-e", f"commit={sha}", "--results", str(results),
-                     "--track", cwd=tmp_path, home=home)  # fmt: skip
+        night = orch("apply", str(playbook), "-e", f"commit={sha}", *common, cwd=tmp_path,
+                     home=home)  # fmt: skip
         codes.append(night.returncode)
     assert night is not None
     assert codes[:-1] == [0] * (repo.regress_at - 1), codes
     assert codes[-1] == EXIT_REGRESSION, night.stdout + night.stderr
-    assert "track: REGRESSION nightly spec=eagle3-2 @localhost: output_throughput" in night.stdout
+    assert "track: REGRESSION nightly @localhost: output_throughput" in night.stdout
     settle = re.search(r"settle it with: (orch investigate .*)", night.stdout)
     assert settle, night.stdout
     words = shlex.split(settle.group(1))
