@@ -3,12 +3,14 @@ and track a run that just finished against its history."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.analyze.history import History, Step, newest_step, steps_of
 from orchestrator.errors import BundleError, InputError
+from orchestrator.plan.select import select_cells
 from orchestrator.results.documents import read_json
 from orchestrator.results.history.db import db_target, open_db, series_of
 from orchestrator.results.history.index import Indexed, index_run
@@ -55,11 +57,25 @@ def history(
     since: str | None = None,
     by: str = "time",
     min_change: float = 0.03,
+    selector: str | None = None,
 ) -> History:
-    """Every series of `metric` (of `playbook`), in order, with its change points."""
+    """Every series of `metric` (of `playbook`, those `selector` picks by their axes and host,
+    as `--cells` picks cells), in order, with its change points."""
     with open_db(db_target(results_dir)) as conn:
         found = series_of(conn, metric, playbook=playbook, since=parse_since(since), by=by)
         runs = dict(conn.execute("SELECT run_id, path FROM runs").fetchall())
+        identities = {
+            key: json.loads(text)
+            for key, text in conn.execute("SELECT series, identity FROM series").fetchall()
+        }
+    if selector is not None:
+        found = select_cells(
+            found,
+            selector,
+            cell_id=lambda s: s.series,
+            axes=lambda s: dict(identities.get(s.series, {}).get("axes") or {}),
+            host=lambda s: str(s.host or ""),
+        )
     steps = {s.series: steps_of(s, metric, min_change=min_change) for s in found}
     return History(metric, found, steps, runs)
 

@@ -44,6 +44,12 @@ def index_command(refs: Sequence[str], results_dir: Path) -> None:
 @click.option("-m", "--metric", default="output_throughput", show_default=True)
 @click.option("--since", default=None, help="Only runs this recent: 30d, 12h, 90m.")
 @click.option(
+    "--cells",
+    "selector",
+    default=None,
+    help="Only the configurations this picks: axis=value,...,host=NAME (as apply's --cells).",
+)
+@click.option(
     "--by",
     type=click.Choice(["time", "commit"]),
     default="time",
@@ -63,16 +69,25 @@ def index_command(refs: Sequence[str], results_dir: Path) -> None:
     default=None,
     help="With --format html: the folder the dashboard (index.html) is written to.",
 )
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Also draw the series into F.png (.svg, .pdf); needs orch[plot].",
+)
 @results_option
 @reports_errors
 def history_command(
     playbook: str | None,
     metric: str,
     since: str | None,
+    selector: str | None,
     by: str,
     fmt: str,
     min_change: float,
     out_dir: Path | None,
+    plot_path: Path | None,
     results_dir: Path,
 ) -> None:
     """METRIC over runs, one series per configuration (PLAYBOOK's name, or all), change points
@@ -83,7 +98,11 @@ def history_command(
     _check_results(results_dir)
     index_runs(results_dir, verify=False)
     found = history(results_dir, metric, playbook=playbook, since=since, by=by,
-                    min_change=min_change)  # fmt: skip
+                    min_change=min_change, selector=selector)  # fmt: skip
+    if plot_path is not None:
+        from orchestrator.analyze.plot.history import plot_history
+
+        click.echo(f"plot: {plot_history(found, plot_path)}", err=True)
     if fmt == "json":
         click.echo(json.dumps(_json(found, results_dir), indent=2))
         return

@@ -61,6 +61,11 @@ def test_a_step_in_a_nightly_series_is_a_regression_with_its_command(tmp_path: P
     assert "settle it with: orch investigate " in shown.stdout
     assert "-060000-nightly-eagl/cells/eagle3-2-1a2b3c4d" in shown.stdout
 
+    picked = run_orch(tmp_path, "history", "--cells", "spec=off", "--results", str(results))
+    assert "nightly spec=off @gpu01" in picked.stdout and "eagle3-2 @" not in picked.stdout
+    none = run_orch(tmp_path, "history", "--cells", "spec=tree", "--results", str(results))
+    assert none.returncode == 2 and "spec" in none.stderr  # says which values exist
+
     as_json = json.loads(run_orch(tmp_path, "history", "--format", "json", "--results",
                                   str(results)).stdout)  # fmt: skip
     steps = {s["label"]: s["change_points"] for s in as_json["series"]}
@@ -125,5 +130,8 @@ def test_the_dashboard_is_one_self_contained_page(tmp_path: Path) -> None:
     assert 'class="regression"' in page and "orch investigate " in page
     assert page.count("<circle") == 24  # every run a point, each a link to its cell
     assert "-070000-nightly-eagl/cells/eagle3-2-1a2b3c4d" in page
+    drawn = run_orch(tmp_path, "history", "--plot", "h.png", "--results", str(results))
+    assert drawn.returncode == 0, drawn.stderr
+    assert (tmp_path / "h.png").read_bytes().startswith(b"\x89PNG")
     no_out = run_orch(tmp_path, "history", "--format", "html", "--results", str(results))
     assert no_out.returncode == 2 and "-o DIR" in no_out.stderr
