@@ -11,24 +11,50 @@ from pathlib import Path
 from orchestrator.analyze.history import History, Step, newest_step, steps_of
 from orchestrator.errors import BundleError, InputError
 from orchestrator.plan.select import select_cells
-from orchestrator.results.documents import read_json
+from orchestrator.results.documents import is_run_dir, read_json
 from orchestrator.results.history.db import db_target, open_db, series_of
 from orchestrator.results.history.index import Indexed, index_run
-from orchestrator.results.layout import METRICS_JSON
+from orchestrator.results.layout import ARCHIVE_SUFFIXES, METRICS_JSON, is_archive_name
 from orchestrator.results.read import open_run
-from orchestrator.results.runs import list_runs
+
+
+def _run_paths(results_dir: Path) -> list[Path]:
+    """Run folders and packed runs under `results_dir`, by name."""
+    if not results_dir.is_dir():
+        return []
+    return [
+        p
+        for p in sorted(results_dir.iterdir())
+        if not p.name.startswith(".")
+        and ((p.is_dir() and is_run_dir(p)) or (p.is_file() and is_archive_name(p.name)))
+    ]
+
+
+def _run_name(path: Path) -> str:
+    """The run id a folder or packed run is named by."""
+    for suffix in ARCHIVE_SUFFIXES:
+        if path.name.endswith(suffix):
+            return path.name.removesuffix(suffix)
+    return path.name
 
 
 def index_runs(
     results_dir: Path, refs: Sequence[str] = (), *, verify: bool = True
 ) -> list[Indexed]:
-    """Index the runs `refs` names (every run under `results_dir` when none)."""
-    if refs:
-        targets: list[str | Path] = list(refs)
-    else:
-        targets = [s.path for s in list_runs(results_dir)]
+    """Index the runs `refs` names (every run under `results_dir` when none: those indexed
+    already are said without opening them, so a long history costs a folder listing)."""
     out = []
     with open_db(db_target(results_dir)) as conn:
+        if refs:
+            targets: list[str | Path] = list(refs)
+        else:
+            known = {row[0] for row in conn.execute("SELECT run_id FROM runs").fetchall()}
+            targets = []
+            for path in _run_paths(results_dir):
+                if _run_name(path) in known:
+                    out.append(Indexed(_run_name(path), skipped="indexed already"))
+                else:
+                    targets.append(path)
         for ref in targets:
             try:
                 with open_run(ref, results_dir) as run:
