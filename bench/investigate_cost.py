@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for cells in (GOOD, BAD):
             before = set(results.iterdir()) if results.is_dir() else set()
             orch("apply", str(ROOT / "playbooks" / "demo.yml"), *common, "--cells", cells, cwd=ROOT)
-            (run,) = set(results.iterdir()) - before
+            (run,) = [p for p in set(results.iterdir()) - before if p.is_dir()]
             (cell,) = (run / "cells").iterdir()
             sides.append(str(cell))
         before = set(results.iterdir())

@@ -37,8 +37,6 @@ if [ -n "$run" ] && [ -f "$run/run.json" ]; then
   echo
   "$orch" report "$run" --by spec -m output_throughput -m accept_length \
     -m joules_per_output_token || true
-  # the run goes into the results history (results/history.sqlite) that `orch history` reads
-  "$orch" index --results "$(dirname "$run")" "$run" >/dev/null || true
   bash scripts/demo_next.sh "$run" "$repo" "$orch" "$@"
 fi
 exit "$rc"

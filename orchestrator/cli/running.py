@@ -208,18 +208,14 @@ def apply(
 
 
 def _index_and_track(results_dir: Path, run_dir: Path, metric: str | None) -> int:
-    """Index the run in the results history (where one exists); with `--track`, print the
-    regressions it starts and return how many. The run is recorded whatever happens here: a
+    """Index the run in the results history; with `--track`, print the regressions it
+    starts and return how many. The run is recorded whatever happens here: a
     history that cannot be written is a warning."""
     from orchestrator.app.history import index_runs, track
-    from orchestrator.results.history.db import db_target, history_exists
 
     try:
         if metric is None:
-            # a history is made on first use (`orch index`, `orch history`, `--track`); once
-            # it exists every run goes into it as it finishes
-            if history_exists(db_target(results_dir)):
-                index_runs(results_dir, [str(run_dir)], verify=False)
+            index_runs(results_dir, [str(run_dir)], verify=False)
             return 0
         found, runs = track(results_dir, run_dir, metric)
     except (OrchError, OSError) as exc:  # the database's own errors arrive as BundleError

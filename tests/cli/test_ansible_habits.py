@@ -64,7 +64,7 @@ def test_orch_results_is_the_default_folder_of_every_command(tmp_path: Path) -> 
     done = orch(tmp_path, "apply", "pb.yml", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (tmp_path / "results").exists()
-    (run,) = (tmp_path / "elsewhere").iterdir()
+    (run,) = [p for p in (tmp_path / "elsewhere").iterdir() if p.is_dir()]
 
     listed = orch(tmp_path, "runs", env=env)
     assert listed.returncode == 0 and run.name in listed.stdout, listed.stdout + listed.stderr
@@ -96,7 +96,7 @@ def test_apply_resume_looks_for_the_run_in_orch_results(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "ORCH_RESULTS=DIR" in missing.stderr, missing.stderr
     env = {"ORCH_RESULTS": "elsewhere"}
     assert orch(tmp_path, "apply", "pb.yml", env=env).returncode == 0
-    (run,) = (tmp_path / "elsewhere").iterdir()
+    (run,) = [p for p in (tmp_path / "elsewhere").iterdir() if p.is_dir()]
     again = orch(tmp_path, "apply", "pb.yml", "--resume", run.name, env=env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"bundle: elsewhere/{run.name}" in again.stdout

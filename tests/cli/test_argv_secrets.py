@@ -31,7 +31,7 @@ def test_short_secret_extra_vars_never_reach_run_json(tmp_path: Path) -> None:
         home=tmp_path / "home",
     )
     assert proc.returncode == 0, proc.stderr
-    (run,) = (tmp_path / "results").iterdir()
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
     argv = json.loads((run / "run.json").read_text())["argv"]
     text = json.dumps(argv)
     assert "xy7" not in text and "abc12" not in text, argv

@@ -81,7 +81,7 @@ def test_apply_runs_only_the_selected_cells(tmp_path: Path) -> None:
     _playbook(tmp_path)
     done = orch(tmp_path, "apply", "playbook.yml", "--cells", "a=1,nccl!=tuned")
     assert done.returncode == 0, done.stdout + done.stderr
-    (run,) = (tmp_path / "results").iterdir()
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
     cells = json.loads((run / "run.json").read_text())["cells"]
     assert list(cells) == [c.name for c in (run / "cells").iterdir()]
     assert len(cells) == 1 and next(iter(cells.values()))["status"] == "passed", cells
@@ -91,7 +91,7 @@ def test_retry_failed_runs_the_failed_cells_again(tmp_path: Path) -> None:
     _playbook(tmp_path)
     first = orch(tmp_path, "apply", "playbook.yml", "--cells", "nccl=default")
     assert first.returncode == 1, first.stdout + first.stderr
-    (run,) = (tmp_path / "results").iterdir()
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
     cells = json.loads((run / "run.json").read_text())["cells"]
     failed = [cid for cid, c in cells.items() if c["status"] == "failed"]
     assert len(failed) == 1 and len(cells) == 3, cells
@@ -139,7 +139,7 @@ def test_bisect_and_audit_take_the_same_selector(tmp_path: Path) -> None:
 
     done = orch(tmp_path, "apply", "playbook.yml", "--cells", "a=1")
     assert done.returncode == 0, done.stdout + done.stderr
-    (run,) = (tmp_path / "results").iterdir()
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
     audit = orch(tmp_path, "audit", run.name, "--no-drift", "--rerun", "--cells", "nccl=fast")
     assert audit.returncode == 2, audit.stdout + audit.stderr
     assert "the cells have a=1; nccl=default|tuned; host=localhost" in audit.stderr

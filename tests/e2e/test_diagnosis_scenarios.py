@@ -259,7 +259,7 @@ def test_a_misspelled_nccl_variable_is_warned_failed_and_ranked_first(tmp_path: 
         "env.NCCL_MIN_NCHANNEL: NCCL does not know this variable (did you mean "
         "NCCL_MIN_NCHANNELS?)" in applied.stderr
     ), applied.stderr
-    (run,) = results.iterdir()
+    (run,) = [p for p in results.iterdir() if p.is_dir()]
     good, typo = cell_dirs(run)
     assert good.name.startswith("good-") and typo.name.startswith("typo-")
     # real NCCL (and the simulated one) reports the variables it knows, never the typo

@@ -82,7 +82,7 @@ class Recorded:
         done = self.orch("apply", str(self.playbook), "-i", str(self.inventory), "--limit",
                          "host1", "--results", str(self.results), *args)  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
-        (run,) = set(self.results.iterdir()) - before
+        (run,) = [p for p in set(self.results.iterdir()) - before if p.is_dir()]
         return run
 
     def clock(self, mhz: int) -> None:

@@ -49,7 +49,7 @@ def test_values_read_by_a_secret_template_leave_no_trace(tmp_path: Path) -> None
         cwd=tmp_path,
     )
     ok(result)
-    (bundle,) = (tmp_path / "results").iterdir()
+    (bundle,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
     for value in (IN_VARS_FILE, INLINE, FROM_CLI):
         leaks = [p for p in bundle.rglob("*") if p.is_file() and value.encode() in p.read_bytes()]
         assert leaks == [], (value, leaks)

@@ -76,7 +76,7 @@ def test_a_read_only_results_folder_is_refused_before_anything_runs(
     (tmp_path / "small.yml").write_text(SMALL)
     first = orch("apply", "small.yml", "--results", str(tmpfs), cwd=tmp_path, home=tmp_path)
     assert first.returncode == 0, first.stderr
-    (bundle,) = (p for p in tmpfs.iterdir() if not p.name.startswith("."))
+    (bundle,) = (p for p in tmpfs.iterdir() if p.is_dir() and not p.name.startswith("."))
     shutil.rmtree(tmp_path / ".orch")
     subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
     _playbook(tmp_path)
@@ -117,7 +117,7 @@ def test_a_full_results_folder_names_what_was_not_recorded_and_resume_collects_i
     _playbook(tmp_path)
     result = orch("apply", "pb.yml", "--results", str(tmpfs), cwd=tmp_path, home=tmp_path)
     err = _clear_refusal(result, 1)
-    (bundle,) = (p for p in tmpfs.iterdir() if not p.name.startswith("."))
+    (bundle,) = (p for p in tmpfs.iterdir() if p.is_dir() and not p.name.startswith("."))
     recorded = sorted(p.name for p in (bundle / "cells").iterdir())
     assert not any(name.startswith(".") for name in recorded)  # no half cell left behind
     assert 0 < len(recorded) < 4, recorded

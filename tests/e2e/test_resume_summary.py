@@ -37,7 +37,7 @@ def test_resume_lists_and_counts_the_cells_finished_before(tmp_path: Path) -> No
     _write_playbook(tmp_path, "resume-summary", "{{ matrix.a }}", matrix={"a": [1, 2]})
     first = _orch(tmp_path, "apply", "playbook.yml", "--results", "results")
     assert first.returncode == 1, first.stdout + first.stderr
-    (run,) = (tmp_path / "results").iterdir()
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
     cells = json.loads((run / "run.json").read_text())["cells"]
     assert sorted(c["status"] for c in cells.values()) == ["failed", "passed"], cells
 
@@ -57,7 +57,7 @@ def test_resume_with_a_narrower_limit_still_shows_the_failure(tmp_path: Path) ->
     common = ("playbook.yml", "-i", "inventory.yml", "--results", "results")
     first = _orch(tmp_path, "apply", *common)
     assert first.returncode == 1, first.stdout + first.stderr
-    (run,) = (tmp_path / "results").iterdir()
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
     again = _orch(tmp_path, "apply", *common, "--limit", "h1", "--resume", str(run))
     assert again.returncode == 1, again.stdout + again.stderr
     h2 = [line.split() for line in again.stdout.splitlines() if line.startswith("h2 ")]
@@ -69,7 +69,7 @@ def test_a_finished_cell_run_json_missed_is_read_from_its_own_files(tmp_path: Pa
     _write_playbook(tmp_path, "resume-pending", "{{ matrix.a }}", matrix={"a": [1, 3]})  # pass
     first = _orch(tmp_path, "apply", "playbook.yml", "--results", "results")
     assert first.returncode == 0, first.stdout + first.stderr
-    (run,) = (tmp_path / "results").iterdir()
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
     doc = json.loads((run / "run.json").read_text())
     stale = sorted(doc["cells"])[0]
     doc["cells"][stale].update(status="pending", reason=None)

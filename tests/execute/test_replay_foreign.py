@@ -55,7 +55,7 @@ def test_a_foreign_bundle_needs_yes(tmp_path: Path) -> None:
     (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook))
     made = _orch(tmp_path, "apply", "playbook.yml", "--results", "results")
     assert made.returncode == 0, made.stdout + made.stderr
-    (run,) = (tmp_path / "results").iterdir()
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
     assert json.loads((run / "run.json").read_text())["machine_id"].startswith("sha256:")
     (cell,) = (p.name for p in (run / "cells").iterdir())
     ref = f"{run}/{cell}"
@@ -99,7 +99,7 @@ def test_on_a_terminal_a_foreign_bundle_is_shown_and_a_no_runs_nothing(tmp_path:
     (tmp_path / "playbook.yml").write_text(yaml.safe_dump(playbook))
     made = _orch(tmp_path, "apply", "playbook.yml", "--results", "results")
     assert made.returncode == 0, made.stdout + made.stderr
-    (run,) = (tmp_path / "results").iterdir()
+    (run,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
     _edit_run_json(run, machine_id=None)
     (cell,) = (p.name for p in (run / "cells").iterdir())
 

@@ -61,11 +61,6 @@ def db_target(results_dir: Path, environ: dict[str, str] | None = None) -> Targe
     return Path(given.removeprefix("sqlite:///").removeprefix("sqlite://"))
 
 
-def history_exists(target: Target) -> bool:
-    """A server is there to be written; a file only once something made it."""
-    return isinstance(target, str) or target.exists()
-
-
 def shown(target: Target) -> str:
     """The target as an error says it: a URL without its password."""
     if isinstance(target, Path):
