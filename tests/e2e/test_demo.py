@@ -48,7 +48,6 @@ def test_demo_script_is_valid_and_its_commands_exist(tmp_path: Path) -> None:
         ("audit",): [],
         ("bisect",): ["-e", "--cell", "--good", "--bad"],
         ("investigate",): ["--results", "-i", "-l"],
-        ("index",): ["--results"],
         ("history",): ["--results"],
     }
     for command, options in uses.items():
