@@ -190,7 +190,11 @@ def plot_report(report: Report, axis: str, path: Path, sweep: SweepView | None =
     `path` must end in .png, .svg or .pdf and its folder must exist (InputError otherwise).
     """
     path = _check_plot_path(Path(path))
-    fig = draw_report(report, axis, sweep)
+    return save_figure(draw_report(report, axis, sweep), path)
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """Write `fig` to `path` and close it; a path that cannot be written is an InputError."""
     plt = _import_pyplot()
     try:
         fig.savefig(path)

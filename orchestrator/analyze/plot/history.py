@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.analyze.history import History
-from orchestrator.analyze.plot.charts import _check_plot_path, _import_pyplot
+from orchestrator.analyze.plot.charts import _check_plot_path, _import_pyplot, save_figure
 from orchestrator.errors import InputError
 
 PANEL_HEIGHT = 2.4  # inches a configuration's panel takes
@@ -21,27 +21,17 @@ def plot_history(view: History, path: Path) -> Path:
     fig, axes = plt.subplots(
         len(view.series), 1, figsize=(9, PANEL_HEIGHT * len(view.series)), squeeze=False
     )
-    try:
-        for ax, series in zip(axes[:, 0], view.series, strict=True):
-            values = [p.median for p in series.points]
-            ax.plot(range(len(values)), values, marker="o", markersize=3, linewidth=1)
-            for step in view.steps.get(series.series, []):
-                colour = "#a4161a" if step.regression else "#555555"
-                ax.axvline(step.point.index - 0.5, color=colour, linestyle="--", linewidth=1)
-                ax.annotate(f"{step.point.change:+.1%}", (step.point.index - 0.5, max(values)),
-                            color=colour, fontsize=8)  # fmt: skip
-            unit = next((p.unit for p in series.points if p.unit), "")
-            ax.set_title(series.label, fontsize=9, loc="left")
-            ax.set_ylabel(f"{view.metric} ({unit})" if unit else view.metric, fontsize=8)
-        axes[-1, 0].set_xlabel("run, in order")
-        fig.tight_layout()
-        fig.savefig(path)
-    except OSError as exc:
-        raise InputError(
-            f"cannot write the plot to {str(path)!r}: {exc.strerror or exc}",
-            key_path="--plot",
-            hint="pick a path you can write to",
-        ) from None
-    finally:
-        plt.close(fig)
-    return path
+    for ax, series in zip(axes[:, 0], view.series, strict=True):
+        values = [p.median for p in series.points]
+        ax.plot(range(len(values)), values, marker="o", markersize=3, linewidth=1)
+        for step in view.steps.get(series.series, []):
+            colour = "#a4161a" if step.regression else "#555555"
+            ax.axvline(step.point.index - 0.5, color=colour, linestyle="--", linewidth=1)
+            ax.annotate(f"{step.point.change:+.1%}", (step.point.index - 0.5, max(values)),
+                        color=colour, fontsize=8)  # fmt: skip
+        unit = next((p.unit for p in series.points if p.unit), "")
+        ax.set_title(series.label, fontsize=9, loc="left")
+        ax.set_ylabel(f"{view.metric} ({unit})" if unit else view.metric, fontsize=8)
+    axes[-1, 0].set_xlabel("run, in order")
+    fig.tight_layout()
+    return save_figure(fig, path)
