@@ -95,7 +95,7 @@ def apply(tmp: Path, *extra: str) -> tuple[Path, subprocess.CompletedProcess[str
     before = set((tmp / "results").glob("*")) if (tmp / "results").is_dir() else set()
     proc = orch(tmp, "apply", "playbook.yml", "--results", "results", *extra)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (run,) = set((tmp / "results").glob("*")) - before
+    (run,) = [p for p in set((tmp / "results").glob("*")) - before if p.is_dir()]
     return run, proc
 
 
