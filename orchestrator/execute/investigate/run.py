@@ -306,15 +306,11 @@ class Investigation:
             measured = self._run(experiments)
             for label, evidence in measured.items():
                 doc["cells"][label] = self._cell_ref(evidence)
-            findings = judge(
-                bad_now,
-                good_now,
-                {k: self._values(v) for k, v in measured.items()},
-                tolerance=tolerance,
-            )
+            samples = {k: self._values(v) for k, v in measured.items()}
+            findings = judge(bad_now, good_now, samples, tolerance=tolerance)
             for f in findings:
                 self.out(f"  {f.line()}")
-            findings = self._together(findings, experiments, bad_now, good_now, doc)
+            findings = self._together(findings, experiments, samples, now, doc)
         result = None
         commit = next((e for e in experiments if e.factors[0].kind == "commit"), None)
         carried = (
@@ -330,13 +326,14 @@ class Investigation:
         self,
         findings: list[Finding],
         experiments: Sequence[Experiment],
-        bad_now: Sequence[float],
-        good_now: Sequence[float],
+        samples: Mapping[str, Sequence[float] | None],
+        references: Mapping[str, CellEvidence | None],
         doc: dict[str, Any],
     ) -> list[Finding]:
         """Factors at once, where single ones leave the question open: all of them when none
         explains the change (does what is declared explain it at all?), and all but the
-        explaining one when it leaves a share of the gap (do the rest add up to it?)."""
+        explaining one when it leaves a share of the gap (do the rest add up to it?). `samples`
+        are the experiments' values as measured, `references` GOOD and BAD measured now."""
         explains = [f for f in findings if f.verdict == "explains"]
         if not explains and len(experiments) >= 2:
             joint, label = list(experiments), "all factors together"
@@ -352,14 +349,14 @@ class Investigation:
             return findings
         factors = tuple(f for e in joint for f in e.factors)
         base = with_repeats(self.bad.record.cell, EXPERIMENT_REPEATS)
-        cell = self._stopping(swapped(base, factors), self._measured(self._bad_now_id()))
+        cell = self._stopping(swapped(base, factors), references[BAD_NOW])
         together = Experiment(label, cell, factors)
         self.out(f"step 2b: {label}")
         measured = self._run([together])
         doc["cells"][label] = self._cell_ref(measured[label])
-        samples = {e.label: self._values(self._measured(e.cell.id)) for e in experiments}
-        samples[label] = self._values(measured[label])
-        judged = judge(bad_now, good_now, samples, tolerance=self.request.tolerance)
+        every = {**samples, label: self._values(measured[label])}
+        good_now, bad_now = (self._values(references[k]) or [] for k in (GOOD_NOW, BAD_NOW))
+        judged = judge(bad_now, good_now, every, tolerance=self.request.tolerance)
         self.out(f"  {judged[-1].line()}")
         return judged  # Holm now corrects over every experiment, this one included
 
@@ -408,16 +405,13 @@ class Investigation:
             if job.run_id and doc.get("bisect_run") != job.run_id:
                 # said as soon as it exists: a resume continues this bisect, not a new one
                 doc["bisect_run"] = job.run_id
-                self._write(INVESTIGATION_JSON, {**doc, "status": "bisecting"})
+                self._write({INVESTIGATION_JSON: {**doc, "status": "bisecting"}})
 
         job.log = log
         job.execute()
         doc["bisect_run"] = job.run_id
         self.spent += len(job.cells)
         return job.doc
-
-    def _bad_now_id(self) -> str:
-        return self.reference_experiments()[1].cell.id
 
     # -- the report ----------------------------------------------------------------------------
 
@@ -459,18 +453,24 @@ class Investigation:
         doc["run"] = self.run_id
         doc["spent_cells"] = self.spent
         doc["verdict"] = verdict_sentence(doc)
-        self._write(INVESTIGATION_JSON, doc)
-        self._write(INVESTIGATION_MD, render_markdown(doc))
-        self._write(INVESTIGATION_HTML, render_html(doc))
+        self._write(
+            {
+                INVESTIGATION_JSON: doc,
+                INVESTIGATION_MD: render_markdown(doc),
+                INVESTIGATION_HTML: render_html(doc),
+            }
+        )
         return doc
 
-    def _write(self, name: str, data: Any) -> None:
-        """One file into the investigation's folder (its manifest made again)."""
+    def _write(self, files: Mapping[str, Any]) -> None:
+        """Files into the investigation's folder (text as is, the rest as JSON), then its
+        manifest made again, once."""
         if self.run_id is None:
             return
         writer = BundleWriter(self.request.results_dir, self.run_id, new=False)
-        if isinstance(data, str):
-            writer.write_file(name, data)
-        else:
-            writer.write_json(name, data)
+        for name, data in files.items():
+            if isinstance(data, str):
+                writer.write_file(name, data)
+            else:
+                writer.write_json(name, data)
         writer.finalize()
