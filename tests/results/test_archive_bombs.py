@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import BundleError
-from orchestrator.results import packed as archive
-from orchestrator.results.packed import open_archive
+from orchestrator.results import archive
+from orchestrator.results.archive import open_archive
 
 RUN_JSON = json.dumps({"run_id": "bomb", "status": "passed"}).encode()
 CHUNK = 16 * 1024 * 1024
