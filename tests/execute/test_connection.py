@@ -637,6 +637,43 @@ def test_host_pool_staggers_starts() -> None:
     assert all(b - a >= 0.1 - 1e-9 for a, b in itertools.pairwise(turns)), turns
 
 
+def _ctrl_c_soon(delay: float = 0.2) -> None:
+    threading.Timer(delay, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+
+
+def test_host_pool_hands_ctrl_c_to_its_caller_and_goes_on_waiting() -> None:
+    hosts = [Host(name=f"h{i}", vars={}, groups=(), connection="local") for i in range(3)]
+    stop = threading.Event()
+    calls: list[float] = []
+
+    def interrupted() -> None:
+        calls.append(time.monotonic())
+        stop.set()
+
+    def work(host: Host) -> str:
+        assert stop.wait(10), "the pool never passed Ctrl-C on"
+        return host.name
+
+    _ctrl_c_soon()
+    outcomes = HostPool(max_parallel=3).map(hosts, work, spaced=False, on_interrupt=interrupted)
+    assert len(calls) == 1
+    assert [o.value for o in outcomes.values()] == ["h0", "h1", "h2"]  # every worker finished
+
+
+def test_host_pool_without_a_handler_ends_on_ctrl_c_once_its_workers_return() -> None:
+    hosts = [Host(name=f"h{i}", vars={}, groups=(), connection="local") for i in range(2)]
+    returned: list[str] = []
+
+    def work(host: Host) -> None:
+        time.sleep(0.5)
+        returned.append(host.name)
+
+    _ctrl_c_soon()
+    with pytest.raises(KeyboardInterrupt):
+        HostPool(max_parallel=2).map(hosts, work)
+    assert sorted(returned) == ["h0", "h1"]  # no worker is left running behind the caller
+
+
 def test_start_spacing_spaces_threads_and_refuses_negative_seconds() -> None:
     spacing = StartSpacing(0.1)
     turns: list[float] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -67,12 +67,23 @@ class HostPool:
         self.max_parallel = max_parallel
         self.spacing = StartSpacing(stagger)
 
-    def map(self, hosts: Sequence[Host], fn: Callable[[Host], T]) -> dict[str, HostOutcome[T]]:
+    def map(
+        self,
+        hosts: Sequence[Host],
+        fn: Callable[[Host], T],
+        *,
+        spaced: bool = True,
+        on_interrupt: Callable[[], None] | None = None,
+    ) -> dict[str, HostOutcome[T]]:
         """Call `fn(host)` for every host; one host's exception never stops the others.
-        Returns outcomes by host name, in the order of `hosts`."""
+        Returns outcomes by host name, in the order of `hosts`.
+
+        `spaced=False` leaves the spacing to `fn` (the controller spaces each connection,
+        reconnects too). With `on_interrupt`, Ctrl-C calls it and the wait goes on (the caller
+        tells its workers to stop); without, Ctrl-C ends the wait once the workers return."""
 
         def one(host: Host) -> HostOutcome[T]:
-            turn = self.spacing.wait()
+            turn = self.spacing.wait() if spaced else time.monotonic()
             started = time.monotonic()
             try:
                 value = fn(host)
@@ -88,7 +99,16 @@ class HostPool:
             return {}
         workers = min(self.max_parallel, len(hosts))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="orch-host") as pool:
-            outcomes = list(pool.map(one, hosts))
+            futures = [pool.submit(one, host) for host in hosts]
+            pending = set(futures)
+            while pending:
+                try:
+                    pending = wait(pending, timeout=0.1).not_done
+                except KeyboardInterrupt:
+                    if on_interrupt is None:
+                        raise
+                    on_interrupt()
+        outcomes = [f.result() for f in futures]
         return {outcome.host: outcome for outcome in outcomes}
 
     def connect_all(

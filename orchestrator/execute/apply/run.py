@@ -13,9 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +35,7 @@ from orchestrator.execute.apply.outcomes import (
     RunOutcome,
     stopped_outcome,
 )
-from orchestrator.execute.apply.pool import StartSpacing
+from orchestrator.execute.apply.pool import HostPool
 from orchestrator.execute.apply.progress import Progress
 from orchestrator.execute.apply.run_record import RunRecord
 from orchestrator.execute.apply.runlock import acquire_run_lock
@@ -77,7 +75,9 @@ class Run:
         self.cells = list(cells)
         self.options = options
         self.stop = threading.Event()
-        self.spacing = StartSpacing(self.options.connect_spacing)
+        # Connections are spaced (reconnects too), not the hosts' starts: see _connect.
+        self.pool = HostPool(max(1, options.max_parallel), options.connect_spacing)
+        self._interrupted = False
         self.secrets = list(secrets)
         # One controller per run: a resume locks before the writer touches the bundle.
         resumed = options.results_dir / (options.run_id or "")
@@ -210,30 +210,18 @@ class Run:
             self.options.max_parallel,
         )
         status = "failed"
-        interrupted = False
         previous_term = raise_on_sigterm()
         try:
-            with self.progress, ThreadPoolExecutor(max_workers=self.options.max_parallel) as pool:
-                futures = [
-                    pool.submit(self._run_host, self.inventory.hosts[h], cells, done)
-                    for h, cells in todo.items()
-                ]
-                while True:
-                    try:
-                        if all(f.done() for f in futures):
-                            break
-                        time.sleep(0.1)
-                    except KeyboardInterrupt:
-                        # First Ctrl-C: every runner's stdin is closed; each stops its server
-                        # and archives its cell, which we still fetch. Again: drop the
-                        # connections too (the runners clean up all the same) and stop waiting
-                        # for archives.
-                        if interrupted:
-                            self._close_all()
-                        interrupted = True
-                        self.stop.set()
-                for f in futures:
-                    f.result()
+            with self.progress:
+                outcomes = self.pool.map(
+                    [self.inventory.hosts[h] for h in todo],
+                    lambda host: self._run_host(host, todo[host.name], done),
+                    spaced=False,
+                    on_interrupt=self._interrupt,
+                )
+            for outcome in outcomes.values():
+                if outcome.error is not None:
+                    raise outcome.error
             status = "passed" if self.run_record.all_passed() else "failed"
         finally:
             restore_sigterm(previous_term)
@@ -246,9 +234,18 @@ class Run:
                 # Last sweep: playbook copies, facts and logs alike never keep a secret value.
                 redact_tree(self.writer.path, self.secrets)
                 self.writer.finalize()
-        if interrupted:
+        if self._interrupted:
             raise KeyboardInterrupt
         return RunOutcome(self.run_id, self.writer.path, status, self.run_record.all_outcomes())
+
+    def _interrupt(self) -> None:
+        """First Ctrl-C: every runner's stdin is closed; each stops its server and archives its
+        cell, which we still fetch. Again: drop the connections too (the runners clean up all
+        the same) and stop waiting for archives."""
+        if self._interrupted:
+            self._close_all()
+        self._interrupted = True
+        self.stop.set()
 
     def _close_all(self) -> None:
         with self._lock:
@@ -257,7 +254,7 @@ class Run:
             conn.close()
 
     def _connect(self, host: Host) -> Connection:
-        self.spacing.wait()
+        self.pool.spacing.wait()
         conn = self.opener(host, attempts=self.options.connect_attempts)
         name = host.name
         conn.watch_jobs(lambda job: self._slurm_job(name, job))
