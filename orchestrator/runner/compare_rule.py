@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 # 1.4826 * MAD estimates the standard deviation of normal data (1 / the normal's 0.75 quantile).
 MAD_SCALE = 1.4826
@@ -66,6 +66,30 @@ def kept_logs(values: Sequence[float]) -> List[float]:
     return [math.log(x) for i, x in enumerate(values) if i not in out]
 
 
+class LogDifference(NamedTuple):
+    """B against A on the log scale, outlying repeats left out (`kept_logs`)."""
+
+    diff: float  # B's mean log minus A's
+    sd: float  # the pooled standard deviation of the logs (0 without degrees of freedom)
+    dof: int  # degrees of freedom of `sd`: the values kept, less 2
+    n_a: int  # A's values kept
+    n_b: int  # B's values kept
+
+    @property
+    def weight(self) -> float:
+        """1 / (1/n_a + 1/n_b): the difference of means has variance sd^2 / weight."""
+        return 1.0 / (1.0 / self.n_a + 1.0 / self.n_b)
+
+
+def log_difference(a: Sequence[float], b: Sequence[float]) -> LogDifference:
+    """B's mean log over A's with their pooled spread; `a` and `b` positive and not empty."""
+    la, lb = kept_logs(a), kept_logs(b)
+    ma, mb = math.fsum(la) / len(la), math.fsum(lb) / len(lb)
+    dof = len(la) + len(lb) - 2
+    ss = math.fsum((x - ma) ** 2 for x in la) + math.fsum((x - mb) ** 2 for x in lb)
+    return LogDifference(mb - ma, math.sqrt(ss / dof) if dof >= 1 else 0.0, dof, len(la), len(lb))
+
+
 def three_decision(
     a: Sequence[float],
     b: Sequence[float],
@@ -78,22 +102,15 @@ def three_decision(
     over same). None: not yet; every value must be positive and each side needs one left."""
     if not a or not b or min(a) <= 0 or min(b) <= 0:
         return None, 0.0, 0.0, 0.0
-    la, lb = kept_logs(a), kept_logs(b)
-    ma, mb = math.fsum(la) / len(la), math.fsum(lb) / len(lb)
-    change = math.expm1(mb - ma)
-    dof = len(la) + len(lb) - 2
-    if dof < 1:
+    logs = log_difference(a, b)
+    change = math.expm1(logs.diff)
+    if logs.dof < 1:
         return None, change, 0.0, 0.0
-    pooled = math.sqrt(
-        (math.fsum((x - ma) ** 2 for x in la) + math.fsum((x - mb) ** 2 for x in lb)) / dof
-    )
     step = math.log1p(tolerance)
-    noise = max(noise_upper_bound(pooled, dof, noise_z), step * 1e-3)
+    noise = max(noise_upper_bound(logs.sd, logs.dof, noise_z), step * 1e-3)
     # the difference of means is one observation with variance noise^2 / weight
-    weight = 1.0 / (1.0 / len(la) + 1.0 / len(lb))
-    diff = mb - ma
-    higher = weight * (step * diff - step * step / 2) / (noise * noise)
-    lower = weight * (-step * diff - step * step / 2) / (noise * noise)
+    higher = logs.weight * (step * logs.diff - step * step / 2) / (noise * noise)
+    lower = logs.weight * (-step * logs.diff - step * step / 2) / (noise * noise)
     bound = math.log((1 - error) / error)
     call: Optional[str] = None
     if higher >= bound:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from orchestrator.analyze.stats import compare, holm, median
-from orchestrator.runner.compare_rule import kept_logs
+from orchestrator.runner.compare_rule import log_difference
 
 Outcome = Literal["reproduces", "host_changed", "transient", "not_significant"]
 Verdict = Literal["explains", "partly", "ruled_out", "worse", "not_measured"]
@@ -53,16 +53,13 @@ def _t(dof: int) -> float:
 def effect(a: Sequence[float], b: Sequence[float], *, tolerance: float) -> Effect:
     """How B moved from A (positive samples), judged as `orch diff` judges."""
     judged = compare(a, b, ratio_threshold=tolerance)
-    la, lb = kept_logs(a), kept_logs(b)
+    logs = log_difference(a, b)
     change = median(b) / median(a) - 1.0
-    dof = len(la) + len(lb) - 2
-    if dof < 1 or min(len(la), len(lb)) < 2:
+    if logs.dof < 1 or min(logs.n_a, logs.n_b) < 2:
         low, high = -math.inf, math.inf
     else:
-        ma, mb = math.fsum(la) / len(la), math.fsum(lb) / len(lb)
-        ss = math.fsum((x - ma) ** 2 for x in la) + math.fsum((x - mb) ** 2 for x in lb)
-        half = _t(dof) * math.sqrt(ss / dof) * math.sqrt(1 / len(la) + 1 / len(lb))
-        low, high = math.expm1(mb - ma - half), math.expm1(mb - ma + half)
+        half = _t(logs.dof) * logs.sd * math.sqrt(1 / logs.n_a + 1 / logs.n_b)
+        low, high = math.expm1(logs.diff - half), math.expm1(logs.diff + half)
     return Effect(
         change,
         low,
