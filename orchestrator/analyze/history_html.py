@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.analyze.history import History, Step
-from orchestrator.analyze.report.html import CSP, STYLE, text
+from orchestrator.analyze.report.html import page_start, text
 
 WIDTH, HEIGHT, PAD = 820, 220, 36
 
@@ -70,11 +70,7 @@ def _open_regressions(view: History) -> list[Step]:
 def render_dashboard(view: History, results_dir: Path) -> str:
     """The whole dashboard as one HTML page."""
     out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        f"<title>orch history: {text(view.metric)}</title><style>{STYLE}</style></head><body>",
-        f"<h1>orch history: {text(view.metric)}</h1>",
+        *page_start(f"orch history: {view.metric}"),
         f'<p class="note">{len(view.series)} configuration(s), '
         f"{sum(len(s.points) for s in view.series)} runs; change points by E-Divisive means "
         "with a permutation test.</p>",

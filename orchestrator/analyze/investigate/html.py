@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from orchestrator.analyze.investigate.report import verdict_sentence
-from orchestrator.analyze.report.html import CSP, STYLE, text
+from orchestrator.analyze.report.html import page_start, text
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -26,12 +26,7 @@ def _value(value: Any) -> str:
 def render_html(doc: Mapping[str, Any]) -> str:
     """The whole report as one HTML page."""
     out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        f"<title>orch investigate: {text(doc.get('metric'))}</title><style>{STYLE}</style>",
-        "</head><body>",
-        f"<h1>orch investigate: {text(doc.get('metric'))}</h1>",
+        *page_start(f"orch investigate: {doc.get('metric')}"),
         f"<p><strong>{text(verdict_sentence(doc))}</strong></p>",
         f'<p class="note">GOOD {text(doc.get("good"))}, BAD {text(doc.get("bad"))}, measured on '
         f"{text(doc.get('host'))}, tolerance {float(doc.get('tolerance') or 0):.0%}.</p>",

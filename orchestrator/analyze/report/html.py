@@ -50,6 +50,18 @@ class Figure:
     png: bytes
 
 
+def page_start(title: str) -> list[str]:
+    """A page's first lines: doctype, the CSP that allows no script or outside request, the
+    style, and the title as the heading."""
+    return [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        f"<title>{text(title)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>{text(title)}</h1>",
+    ]
+
+
 def text(value: object) -> str:
     """A value from a bundle as HTML text: escaped, control characters dropped."""
     return html.escape(_CONTROL.sub("", str(value)), quote=True)
@@ -107,13 +119,7 @@ def render_html(
     """The whole page. `diff` is (title, the diff's text); `plot_note` says why there are no
     plots (e.g. no matplotlib)."""
     title = f"orch report: {report.run_id or 'cells'}"
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        f"<title>{text(title)}</title><style>{STYLE}</style></head><body>",
-        f"<h1>{text(title)}</h1>",
-    ]
+    parts = page_start(title)
     if report.started:
         parts.append(f'<p class="note">started {text(report.started)}</p>')
     headers, body = table_cells(report, two_lines=True)
