@@ -19,7 +19,7 @@ from orchestrator.runner.layout import (
     STDERR,
     STDOUT,
 )
-from orchestrator.runner.profile import post_json, summarize, wait_for_traces
+from orchestrator.runner.profile import summarize, wait_for_traces
 from orchestrator.runner.protocol import (
     Interrupted,
     StepFailed,
@@ -29,7 +29,7 @@ from orchestrator.runner.protocol import (
     write_json,
 )
 from orchestrator.runner.repeat_rule import decide, summary, values_so_far, watched_value
-from orchestrator.runner.server import ServerSteps
+from orchestrator.runner.server import ServerSteps, http_post
 
 START_ANSWER_WAIT = 10.0  # seconds a profiler start may take to answer before the run goes on
 
@@ -149,7 +149,7 @@ class BenchStep(ServerSteps):
         # the steps the bench drives. So the answer is awaited a moment, then the run goes on.
         answer: List[Dict[str, Any]] = []
         asking = threading.Thread(
-            target=lambda: answer.append(post_json(str(spec["start_url"]), body, 600.0)),
+            target=lambda: answer.append(http_post(str(spec["start_url"]), 600.0, body)),
             daemon=True,
         )
         asking.start()
@@ -170,7 +170,7 @@ class BenchStep(ServerSteps):
         )
         stopped = None
         if not wait_for_traces(folder, 2.0) and spec.get("stop_url"):
-            stopped = post_json(str(spec["stop_url"]), {}, 60.0)  # fewer steps than asked
+            stopped = http_post(str(spec["stop_url"]), 60.0, {})  # fewer steps than asked
         names = wait_for_traces(folder, float(spec.get("wait", 30.0)))
         detail: Dict[str, Any] = {"ok": bool(names), "files": names, "bench_rc": rc}
         if started.get("pending"):

@@ -21,11 +21,8 @@ import json
 import os
 import re
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Dict, List, Optional
 
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 STEP_EVENT = "decode step"
 # Kernel families by name: what a per-step table of a CUDA trace can be read by.
 KERNEL_FAMILIES = (
@@ -34,21 +31,6 @@ KERNEL_FAMILIES = (
     ("gemm", re.compile(r"gemm|matmul|cutlass|xmma|cublas|sm\d+_|wgmma", re.I)),
 )
 TRACE_SUFFIXES = (".trace.json.gz", ".trace.json", ".pt.trace.json.gz", ".pt.trace.json")
-
-
-def post_json(url: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
-    """POST JSON to `url`: {"status", "body"} or {"error"} (never raises)."""
-    data = json.dumps(body).encode("utf-8")
-    request = urllib.request.Request(
-        url, data=data, method="POST", headers={"Content-Type": "application/json"}
-    )
-    try:
-        with _OPENER.open(request, timeout=timeout) as resp:
-            return {"status": int(resp.status), "body": resp.read(500).decode("utf-8", "replace")}
-    except urllib.error.HTTPError as exc:
-        return {"status": int(exc.code), "body": exc.read(500).decode("utf-8", "replace")}
-    except (OSError, ValueError) as exc:
-        return {"error": str(exc)}
 
 
 def trace_files(folder: str) -> List[str]:

@@ -68,6 +68,30 @@ def http_get(url: str, timeout: float) -> Tuple[Optional[int], bytes, str]:
         return None, b"", "%s: %s" % (type(exc).__name__, reason if reason is not None else exc)
 
 
+def http_post(url: str, timeout: float, body: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """POST `body` as JSON (None: an empty body): {"status", "body"} or {"error"}; never raises."""
+    if body is None:
+        request = urllib.request.Request(url, data=b"", method="POST")
+    else:
+        request = urllib.request.Request(
+            url,
+            data=json.dumps(body).encode("utf-8"),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+    try:
+        with _OPENER.open(request, timeout=timeout) as resp:
+            return {"status": int(resp.status), "body": resp.read(500).decode("utf-8", "replace")}
+    except urllib.error.HTTPError as exc:
+        try:
+            text = exc.read(500).decode("utf-8", "replace")
+        except Exception:
+            text = ""
+        return {"status": int(exc.code), "body": text}
+    except Exception as exc:
+        return {"error": "%s: %s" % (type(exc).__name__, getattr(exc, "reason", exc))}
+
+
 def generate_once(url: str, body: Dict[str, Any], timeout: float) -> Tuple[bool, str]:
     """POST one completion request: (it generated, what was wrong when it did not)."""
     request = urllib.request.Request(

@@ -19,8 +19,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import urllib.error
-import urllib.request
 from typing import Any, Dict, List
 
 from orchestrator.runner.context import SESSION_DIR_SUFFIX
@@ -34,27 +32,15 @@ from orchestrator.runner.protocol import (
     write_json,
 )
 from orchestrator.runner.server import (
-    _OPENER,
     FIRST_POLL,
     ServerSteps,
     file_size,
     http_get,
+    http_post,
     next_poll,
 )
 
 ANSWER_POLL = 0.5  # the longest wait between asking a reset server whether it answers again
-
-
-def http_post(url: str, timeout: float) -> Dict[str, Any]:
-    """POST an empty body to `url`: {"status" | "error", "body"} (never raises)."""
-    request = urllib.request.Request(url, data=b"", method="POST")
-    try:
-        with _OPENER.open(request, timeout=timeout) as resp:
-            return {"status": int(resp.status), "body": resp.read(300).decode("utf-8", "replace")}
-    except urllib.error.HTTPError as exc:
-        return {"status": int(exc.code), "body": ""}
-    except Exception as exc:
-        return {"error": "%s: %s" % (type(exc).__name__, getattr(exc, "reason", exc))}
 
 
 class SessionSteps(ServerSteps):
