@@ -13,20 +13,25 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.adapters import server_adapter
 from orchestrator.cell import Cell
-from orchestrator.errors import ConnectionFailure, OrchError
+from orchestrator.errors import OrchError
+from orchestrator.execute.apply.blame import (
+    RunnerExit,
+    done_without_archive,
+    invocation_broken,
+    never_answered,
+    unanswered,
+)
 from orchestrator.execute.apply.events import read_event
 from orchestrator.execute.apply.node_join import NodeJoin
-from orchestrator.execute.apply.outcomes import STOPPED, ApplyOptions, CellOutcome, stopped_outcome
+from orchestrator.execute.apply.outcomes import STOPPED, ApplyOptions, CellOutcome
 from orchestrator.execute.apply.progress import Progress
 from orchestrator.execute.apply.stream import ARCHIVE_EVENTS, ArchiveStream
 from orchestrator.execute.ship import runner_invocation
-from orchestrator.execute.transport.base import JobEnded
 from orchestrator.execute.transport.connect import Connection
 from orchestrator.plan.sessions import session_key
 from orchestrator.runner.protocol import SCHEMA_VERSION
@@ -201,7 +206,7 @@ class HostQueue:
         if kind == "done":
             self.done[cid] = event
             if not event.get("archive"):
-                self._without_archive(cid, event)
+                self._outcome(done_without_archive(host, cid, event, self._seconds(cid)))
         self.run_.progress.cell_event(host, cid, scrub(event, self.run_.secrets))
 
     def _task_ended(self, event: dict[str, Any]) -> None:
@@ -217,16 +222,11 @@ class HostQueue:
             cell = self.cells[cid]
             if (cell.node.rank if cell.node else 0) != rank or self.run_.finished(cid):
                 continue
-            self._outcome(self._unanswered(cid, reason, self._seconds(cid)))
-
-    def _unanswered(self, cid: str, reason: str, seconds: float | None = None) -> CellOutcome:
-        """A cell its runner ended without answering for: `reason`, unless the runner said it
-        was done and only its archive is missing."""
-        host = self.conn.host.name
-        if cid in self.done:
-            missing = "the runner said the cell was done but its archive never arrived"
-            return CellOutcome(cid, host, "failed", missing, "collect")
-        return CellOutcome(cid, host, "failed", reason, "runner", seconds)
+            host = self.conn.host.name
+            seconds = self._seconds(cid)
+            self._outcome(
+                unanswered(host, cid, reason, said_done=cid in self.done, seconds=seconds)
+            )
 
     def _archived(self, cid: str, archive: Path | str) -> None:
         cell = self.cells[cid]
@@ -249,14 +249,6 @@ class HostQueue:
         if outcome.status == "interrupted" and self.run_.stop.is_set():
             outcome.reason = f"{STOPPED}; the server was stopped"
         self._outcome(outcome)
-
-    def _without_archive(self, cid: str, event: dict[str, Any]) -> None:
-        """A `done` that names no archive: the runner said why (another runner holds the cell)."""
-        host = self.conn.host.name
-        status = "interrupted" if event.get("status") == "interrupted" else "failed"
-        reason = str(event.get("reason") or "the runner finished the cell without an archive")
-        step = event.get("step") or "runner"
-        self._outcome(CellOutcome(cid, host, status, reason, step, self._seconds(cid)))
 
     def run(self) -> bool:
         """Send the queue and read it back; True when the connection was lost midway."""
@@ -307,34 +299,24 @@ class HostQueue:
         )
 
     def _broken(self, exc: OrchError) -> bool:
-        """The invocation ended without its last word: fail the cell in flight."""
-        host = self.conn.host.name
-        if self.silent and not self.run_.stop.is_set():
-            cid = self.current if self.current not in self.run_.outcomes else None
-            if cid is not None:
-                self._outcome(CellOutcome(cid, host, "failed", self.silence(), "connection"))
-            return False  # no reconnect: a silent host would only hold the run longer
-        self.broken = exc
-        last = self.run_.outcomes.get(self.current or "")
-        if isinstance(exc, JobEnded) and last is not None and last.status == "failed":
-            # Slurm ended the job (scancel, time limit, node failure, preemption) while this
-            # cell ran: that is its reason, even when the runner still sent its archive.
-            self.run_.record(replace(last, reason=f"{exc}; the cell: {last.reason}"))
-        cid = self.current if self.current not in self.run_.outcomes else None
-        if self.run_.stop.is_set():
-            # A second Ctrl-C closes the connections on purpose: the runner still stops its
-            # server on stdin EOF, and `--resume` reruns the cell. Not a failure.
-            if cid is not None:
-                why = "connection closed; its runner stops its server"
-                self._outcome(stopped_outcome(cid, host, why))
-            return False
-        if cid is not None:
-            if isinstance(exc, ConnectionFailure):
-                reason = f"lost the connection while the cell ran: {exc}"
-                self._outcome(CellOutcome(cid, host, "failed", reason, "connection"))
-            else:
-                self._outcome(CellOutcome(cid, host, "failed", f"lost the runner: {exc}", "runner"))
-        return isinstance(exc, ConnectionFailure)
+        """The invocation ended without its last word: fail the cell in flight (blame.py)."""
+        stopping = self.run_.stop.is_set()
+        if not (self.silent and not stopping):
+            self.broken = exc
+        decided = invocation_broken(
+            self.conn.host.name,
+            exc,
+            in_flight=self.current if self.current not in self.run_.outcomes else None,
+            last=self.run_.outcomes.get(self.current or ""),
+            silent=self.silent,
+            stopping=stopping,
+            silence=self.silence(),
+        )
+        if decided.amended is not None:
+            self.run_.record(decided.amended)
+        if decided.in_flight is not None:
+            self._outcome(decided.in_flight)
+        return decided.reconnect
 
     rc: int | None = None
     stderr = ""
@@ -343,23 +325,15 @@ class HostQueue:
     def fail_rest(self, pending: list[Cell]) -> None:
         """Cells the invocation never answered for: not run after Ctrl-C, else failed."""
         host = self.conn.host.name
-        tail = (self.stderr.strip() or "\n".join(self.noise))[-1500:]
+        end = RunnerExit(
+            stopping=self.run_.stop.is_set(),
+            silent=self.silence() if self.silent else None,
+            broken=self.broken,
+            rc=self.rc,
+            tail=(self.stderr.strip() or "\n".join(self.noise))[-1500:],
+            python=self.conn.host.python,
+        )
         for cell in pending:
-            if self.run_.finished(cell.id):
-                continue
-            if self.run_.stop.is_set():
-                self.run_.record(CellOutcome(cell.id, host, "not-run", "interrupted"))
-            elif self.silent:
-                reason = f"not run: {self.silence()}; `orch apply --resume` runs it"
-                self.run_.record(CellOutcome(cell.id, host, "failed", reason, "connection"))
-            elif self.broken is not None:  # the invocation never got going, or was cut
-                reason = f"not run: {self.broken}"
-                self.run_.record(CellOutcome(cell.id, host, "failed", reason, "runner"))
-            else:
-                reason = f"runner ended without a result (rc {self.rc}): {tail}"
-                if self.rc == 127:  # the shell found no interpreter
-                    reason += (
-                        f"; cannot run {self.conn.host.python!r}: set python / "
-                        "ansible_python_interpreter for this host in the inventory"
-                    )
-                self.run_.record(self._unanswered(cell.id, reason))
+            if not self.run_.finished(cell.id):
+                said_done = cell.id in self.done
+                self.run_.record(never_answered(host, cell.id, end, said_done=said_done))
