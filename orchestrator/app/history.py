@@ -9,13 +9,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.analyze.history import History, Step, newest_step, steps_of
+from orchestrator.analyze.metrics import values_of
 from orchestrator.errors import BundleError, InputError
 from orchestrator.plan.select import select_cells
-from orchestrator.results.documents import is_run_dir, read_json
-from orchestrator.results.history.db import db_target, open_db, series_of
+from orchestrator.results.documents import is_run_dir
+from orchestrator.results.history.db import db_target, open_db, run_paths, series_of
 from orchestrator.results.history.index import Indexed, index_run
-from orchestrator.results.layout import ARCHIVE_SUFFIXES, METRICS_JSON, is_archive_name
+from orchestrator.results.layout import ARCHIVE_SUFFIXES, is_archive_name
 from orchestrator.results.read import open_run
+from orchestrator.results.records import Metrics
 
 
 def _run_paths(results_dir: Path) -> list[Path]:
@@ -89,7 +91,7 @@ def history(
     as `--cells` picks cells), in order, with its change points."""
     with open_db(db_target(results_dir)) as conn:
         found = series_of(conn, metric, playbook=playbook, since=parse_since(since), by=by)
-        runs = dict(conn.execute("SELECT run_id, path FROM runs").fetchall())
+        runs = run_paths(conn)
         identities = {
             key: json.loads(text)
             for key, text in conn.execute("SELECT series, identity FROM series").fetchall()
@@ -117,7 +119,7 @@ def track(
             keys = [r[0] for r in conn.execute(
                 "SELECT DISTINCT series FROM cells WHERE run_id = ?", (run.run_id,))]  # fmt: skip
             found = series_of(conn, metric, series_ids=keys)
-            runs = dict(conn.execute("SELECT run_id, path FROM runs").fetchall())
+            runs = run_paths(conn)
         out: list[Step] = []
         for series in found:
             if not series.points or series.points[-1].run_id != run.run_id:
@@ -126,11 +128,7 @@ def track(
                      if s.first_bad.run_id == run.run_id]  # fmt: skip
             if not steps:
                 cell = run.cells.get(series.points[-1].cell_id)
-                doc = read_json(cell.path / METRICS_JSON) if cell else None
-                repeats = [
-                    float(r[metric]) for r in (doc or {}).get("repeats") or []
-                    if isinstance(r, dict) and isinstance(r.get(metric), int | float)
-                ]  # fmt: skip
+                repeats = values_of(Metrics(cell.metrics or {}).repeats, metric) if cell else []
                 newest = newest_step(series, metric, repeats, min_change=min_change)
                 steps = [newest] if newest else []
             out += [s for s in steps if s.regression]

@@ -201,6 +201,11 @@ class Series:
     points: list[Point]
 
 
+def run_paths(db: HistoryDB) -> dict[str, str]:
+    """Every indexed run's folder, by run id."""
+    return dict(db.execute("SELECT run_id, path FROM runs").fetchall())
+
+
 def series_of(
     conn: HistoryDB,
     metric: str,
