@@ -108,13 +108,13 @@ def _drift(run: RunBundle, inv: Inventory, out: Echo, err: Echo) -> bool:
 
 
 def _reproduction(run: RunBundle, inv: Inventory, request: AuditRequest, out: Echo) -> bool:
+    picked = retarget(pick_cells(run, request.selector), inv, None)
+    recorded = {c.id: CellEvidence.load(run.cells[c.id].path) for c in picked if c.id in run.cells}
     cells = [
-        with_audit_stop(
-            cell, CellEvidence.load(run.cells[cell.id].path), tolerance=request.tolerance
-        )
-        if cell.id in run.cells
+        with_audit_stop(cell, recorded[cell.id], tolerance=request.tolerance)
+        if cell.id in recorded
         else cell
-        for cell in retarget(pick_cells(run, request.selector), inv, None)
+        for cell in picked
     ]
     outcome = run_recorded(
         run,
@@ -126,15 +126,11 @@ def _reproduction(run: RunBundle, inv: Inventory, request: AuditRequest, out: Ec
     )
     verdicts = []
     for cell in cells:
-        old = run.cells.get(cell.id)
         new_dir = outcome.path / CELLS_DIR / cell.id
-        if old is None or not new_dir.is_dir():
+        if cell.id not in recorded or not new_dir.is_dir():
             continue
-        verdicts.append(
-            reproduction(
-                CellEvidence.load(old.path), CellEvidence.load(new_dir), tolerance=request.tolerance
-            )
-        )
+        rerun = CellEvidence.load(new_dir)
+        verdicts.append(reproduction(recorded[cell.id], rerun, tolerance=request.tolerance))
     headers = ["cell", "metric", "recorded", "rerun", "ratio", "reproduces"]
     out(tabulate(render_reproductions(verdicts), headers=headers))
     for line in deciding_lines(verdicts):
