@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -100,10 +100,13 @@ class HostPool:
         workers = min(self.max_parallel, len(hosts))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="orch-host") as pool:
             futures = [pool.submit(one, host) for host in hosts]
-            pending = set(futures)
-            while pending:
+            # Polled, with the check inside the try: a Ctrl-C may land anywhere in the loop, and
+            # concurrent.futures.wait() would leave its waiter on the futures when it does.
+            while True:
                 try:
-                    pending = wait(pending, timeout=0.1).not_done
+                    if all(f.done() for f in futures):
+                        break
+                    time.sleep(0.1)
                 except KeyboardInterrupt:
                     if on_interrupt is None:
                         raise
