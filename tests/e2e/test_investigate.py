@@ -123,6 +123,8 @@ def _cell(run: Path, case: str) -> str:
 def _finished_experiment(results: Path) -> Path | None:
     """The first controlled experiment's cell, once its verdict is written."""
     for cell_json in results.glob("*-investigate-why-e2e-*/cells/*-commit-*/cell.json"):
+        if cell_json.parent.name.startswith("."):
+            continue  # a cell still being written: its folder is renamed into place when done
         if json.loads(cell_json.read_text()).get("status") == "passed":
             return cell_json.parent
     return None
