@@ -20,6 +20,11 @@ if [ "$(id -u)" = 0 ]; then
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   # tests/results/test_history_postgres.py starts a real PostgreSQL (tests/pgserver.py)
   compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
+  # tests/container run real images under Podman (runc: crun refuses v1 cgroups) from a real
+  # registry on loopback, resolved to digests with skopeo
+  for tool in podman runc skopeo catatonit docker-registry; do
+    command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
+  done
 fi
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -146,25 +146,30 @@ def engine_run(
     return out
 
 
-def engine_inspect_digest(runtime: str, container: str) -> list[str]:
-    """The argv that prints the digest of the image a running container was created from.
+def engine_container_image(runtime: str, container: str) -> list[str]:
+    """The argv that prints the id of the image a container was created from.
 
-    Podman records it on the container (`.ImageDigest`); Docker records the image id, whose
-    repo digests `engine_image_digests` reads.
+    orch compares ids, not `.ImageDigest`: Podman's names the manifest the image was first
+    stored under, which for an image built here and pulled back by its registry digest is
+    another manifest of the same image (docs/FACTS.md, "Containers").
     """
-    if runtime == "podman":
-        return ["podman", "container", "inspect", "--format", "{{.ImageDigest}}", container]
-    if runtime == "docker":
-        return ["docker", "container", "inspect", "--format", "{{.Image}}", container]
-    raise ContainerSpecError(f"{runtime} has no container to inspect")
+    if runtime not in ENGINES:
+        raise ContainerSpecError(f"{runtime} has no container to inspect")
+    return [runtime, "container", "inspect", "--format", "{{.Image}}", container]
 
 
-def engine_image_digests(runtime: str, image: str) -> list[str]:
-    """The argv that prints an image's repo digests (`name@sha256:...`), one per line."""
+def engine_image_id(runtime: str, image: str) -> list[str]:
+    """The argv that prints the id of a local image (`name@sha256:...` once pulled by digest)."""
     if runtime not in ENGINES:
         raise ContainerSpecError(f"{runtime} keeps no local image store orch reads")
-    fmt = "{{range .RepoDigests}}{{println .}}{{end}}"
-    return [runtime, "image", "inspect", "--format", fmt, image]
+    return [runtime, "image", "inspect", "--format", "{{.Id}}", image]
+
+
+def same_image_id(a: str, b: str) -> bool:
+    """True when two printed image ids name one image (Docker prefixes `sha256:`, Podman not)."""
+    return bool(a.strip()) and a.strip().removeprefix("sha256:") == b.strip().removeprefix(
+        "sha256:"
+    )
 
 
 def engine_pid(runtime: str, container: str) -> list[str]:

@@ -16,12 +16,14 @@ from orchestrator.runner.container import (
     Mount,
     apptainer_env,
     apptainer_exec,
-    engine_inspect_digest,
+    engine_container_image,
+    engine_image_id,
     engine_orphans,
     engine_run,
     enroot_commands,
     labels,
     pyxis_flags,
+    same_image_id,
 )
 from orchestrator.runner.image import ImageRef, ImageRefError, parse_image
 
@@ -186,7 +188,14 @@ def test_bad_mounts(text: str) -> None:
 
 
 def test_inspect_and_orphan_lines() -> None:
-    assert engine_inspect_digest("podman", "c")[-2:] == ["{{.ImageDigest}}", "c"]
+    assert engine_container_image("podman", "c")[-2:] == ["{{.Image}}", "c"]
+    assert engine_image_id("docker", "x@" + DIGEST)[-2:] == ["{{.Id}}", "x@" + DIGEST]
     assert "label=orch.runner-pid" in engine_orphans("docker")
     with pytest.raises(ContainerSpecError):
-        engine_inspect_digest("pyxis", "c")
+        engine_container_image("pyxis", "c")
+
+
+def test_image_ids_compare_across_runtimes() -> None:
+    assert same_image_id("sha256:" + HEX, HEX + "\n")
+    assert not same_image_id("", "")
+    assert not same_image_id(HEX, "b" * 64)
