@@ -167,9 +167,12 @@ def engine_image_id(runtime: str, image: str) -> list[str]:
 
 def same_image_id(a: str, b: str) -> bool:
     """True when two printed image ids name one image (Docker prefixes `sha256:`, Podman not)."""
-    return bool(a.strip()) and a.strip().removeprefix("sha256:") == b.strip().removeprefix(
-        "sha256:"
-    )
+    return bool(a.strip()) and _bare_id(a) == _bare_id(b)
+
+
+def _bare_id(text: str) -> str:
+    text = text.strip()
+    return text[len("sha256:") :] if text.startswith("sha256:") else text
 
 
 def engine_pid(runtime: str, container: str) -> list[str]:

@@ -109,5 +109,5 @@ def parse_image(text: str) -> ImageRef:
         )
     if registry in {DOCKER_HUB, "index.docker.io", "registry-1.docker.io"}:
         registry = ""
-        rest = rest.removeprefix("library/")
+        rest = rest[len("library/") :] if rest.startswith("library/") else rest
     return ImageRef(repository=rest, registry=registry, tag=tag, digest=digest)
