@@ -5,6 +5,7 @@ by asking the head's HTTP port over the network (which a loopback server never a
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,8 @@ def four_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHTestHost
         finally:
             for cable in cables:
                 unlink(cable)
+            for host in hosts.hosts:  # loopback mode: the runners' state in the shared $HOME
+                shutil.rmtree(host.home / ".orch-mn-lo", ignore_errors=True)
 
 
 def _inventory(hosts: SSHTestHosts, tmp_path: Path) -> Path:
