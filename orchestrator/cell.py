@@ -73,14 +73,19 @@ class ReadyCheck(_Frozen):
     # (one 1-token completion), since /health answers before an engine has generated anything.
     generate_url: str | None = None
     generate_body: dict[str, Any] | None = None
+    # A multi-node cell's other nodes ask `url` too (as they reach the head), once the head
+    # said it is ready: the network path checked (runner/node.py).
+    from_nodes: bool = False
 
     @model_serializer(mode="wrap")
     def _without_generate(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # Left out when off: the ids of cells that do not use it are what they were before.
+        # Left out when off: the ids of cells that do not use them are what they were before.
         data = handler(self)
         if isinstance(data, dict) and data.get("generate_url") is None:
             data.pop("generate_url", None)
             data.pop("generate_body", None)
+        if isinstance(data, dict) and not data.get("from_nodes"):
+            data.pop("from_nodes", None)
         return data
 
 

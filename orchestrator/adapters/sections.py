@@ -160,7 +160,7 @@ def build_ready(
     `url: null` / `log: null` turns that half of the check off.
     """
     ready = as_mapping(section.get("ready"), "ready")
-    keys = {"url", "path", "status", "log", "timeout", "interval"}
+    keys = {"url", "path", "status", "log", "timeout", "interval", "from_nodes"}
     if generate_body is not None:
         keys.add("generate")
     unknown = sorted(set(ready) - keys)
@@ -203,6 +203,7 @@ def build_ready(
     timeout = get_float(ready, "timeout", default_timeout, "ready.timeout")
     interval = get_float(ready, "interval", 0.5, "ready.interval")
     assert status is not None and timeout is not None and interval is not None
+    from_nodes = _from_nodes(section, ready, url)
     generate_url = None
     if generate_body is not None and port is not None:
         wanted = ready.get("generate", True)
@@ -218,7 +219,28 @@ def build_ready(
         interval=interval,
         generate_url=generate_url,
         generate_body=generate_body if generate_url else None,
+        from_nodes=from_nodes,
     )
+
+
+def _from_nodes(section: Mapping[str, Any], ready: Mapping[str, Any], url: str | None) -> bool:
+    """`ready.from_nodes`: a multi-node server's other nodes ask its readiness URL too."""
+    wanted = ready.get("from_nodes", False)
+    if not isinstance(wanted, bool):
+        raise InputError(f"expected true or false, got {wanted!r}", key_path="ready.from_nodes")
+    if wanted and url is None:
+        raise InputError(
+            "ready.from_nodes asks the readiness URL from every node, and there is none",
+            key_path="ready.from_nodes",
+            hint="give ready.path or ready.url, or leave from_nodes out",
+        )
+    if wanted and node_of(section) is None:
+        raise InputError(
+            "ready.from_nodes is for a server over several hosts (server.nodes above 1)",
+            key_path="ready.from_nodes",
+            hint="leave from_nodes out: a one-host server asks its own URL already",
+        )
+    return wanted
 
 
 _CAPTURE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")

@@ -94,6 +94,7 @@ class ReadySection(_Section):
     timeout: TPositive = 600.0
     interval: TPositive = 0.5
     generate: TBool | None = None  # then one 1-token completion must succeed (vllm: default)
+    from_nodes: TBool | None = None  # multi-node: every node asks the URL too (runner/node.py)
 
     @model_validator(mode="after")
     def _url_or_path(self) -> ReadySection:

@@ -51,6 +51,8 @@ PROTOCOL_KEYS = ("archive",)
 END_SUFFIX = ".end"  # runs/<run>/.<cell>.end: the controller asks the cell to end (node.py)
 # runs/<run>/.<cell>.joined: the controller tells a head which of its nodes are up (node.py)
 JOINED_SUFFIX = ".joined"
+# runs/<run>/.<part>.head_ready: the controller tells a node's part its head is ready (node.py)
+HEAD_READY_SUFFIX = ".head_ready"
 # runs/<run>/.<first cell>.server/: the cwd orch makes for a session's server (no repo, no cwd)
 SESSION_DIR_SUFFIX = ".server"
 

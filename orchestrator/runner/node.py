@@ -1,10 +1,14 @@
 """A node's part of a server over several hosts, and the end requests that tie the nodes.
 
 The runner on a node other than the head gets a cell with `node` set ({of, rank, head,
-head_url}): it pins the repo, starts its part of the server like any server, and then:
+head_url, head_status}): it pins the repo, starts its part of the server like any server, and
+then:
 
-- `ready` waits until the head's readiness URL answers (the head serves only when every node
-  joined), while its own part stays alive;
+- `ready` waits until the controller writes `runs/<run>/.<cell>.head_ready` ({"invocation"}):
+  the head's runner said `ready ok` (the head serves only when every node joined), while its own
+  part stays alive. No network path to the head's HTTP port is needed: SGLang binds 127.0.0.1
+  by default. With `ready.from_nodes` (cell `node.head_url` set) it then asks the head's
+  readiness URL from here too, for URL_CHECK_SECONDS at most, and names the loopback if unreached;
 - `verify_env` checks its own processes, as on the head;
 - `bench` is the hold, whose start tells the controller the part is up and checked: the part
   keeps running until the controller releases it (the head's cell ended) or it exits by itself
@@ -26,7 +30,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from orchestrator.runner.context import JOINED_SUFFIX, CellContext
+from orchestrator.runner.context import HEAD_READY_SUFFIX, JOINED_SUFFIX, CellContext
 from orchestrator.runner.protocol import StepFailed, now
 from orchestrator.runner.server import FIRST_POLL, http_get, next_poll
 
@@ -34,6 +38,8 @@ from orchestrator.runner.server import FIRST_POLL, http_get, next_poll
 # controller names the head's own reason first then: execute/nodes.joined_verdict).
 HEAD_ENDED = "the head's cell ended"
 PART_EXIT_GRACE = 5.0  # seconds a part that exited waits for its release (the head stopping)
+# Seconds a node asks the head's readiness URL (ready.from_nodes) once the head said it is ready.
+URL_CHECK_SECONDS = 5.0
 
 
 def _why(request: Dict[str, Any]) -> str:
@@ -72,39 +78,82 @@ class NodeSteps(CellContext):
             raise StepFailed("%s before %s%s" % (HEAD_ENDED, before, _why(request)))
 
     def do_ready_part(self) -> Dict[str, Any]:
-        """Wait until the head answers on its readiness URL while this part stays alive."""
+        """Wait for the controller's word that the head is ready while this part stays alive;
+        with `ready.from_nodes`, then ask the head's readiness URL from here too."""
         role = self.node_role or {}
-        url = role.get("head_url")
-        want = int(role.get("head_status", 200))
+        url = role.get("head_url")  # set only when the playbook asks (ready.from_nodes)
         ready = (self.server or {}).get("ready") or {}
         timeout = float(ready.get("timeout", 600.0))
-        declared = max(0.05, float(ready.get("interval", 0.5)))
-        interval = min(FIRST_POLL, declared)
         start = now()
         deadline = min(start + timeout, self.deadline)
-        last = "no HTTP request made yet"
-        while True:
+        # A runner started without the controller's invocation has nobody to tell it.
+        told = bool(self.invocation)
+        while told:
             self.check()
-            rc = self.proc.poll()
-            if rc is not None:
-                raise StepFailed(self.server_exit_reason(rc, "before the head was ready"))
+            self.raise_if_part_exited("before the head was ready")
             self.raise_if_head_ended("it was ready")
-            if not url:
-                break  # no URL to ask: the part only has to be running
-            status, _body, err = http_get(str(url), max(0.5, min(5.0, deadline - now())))
-            if status == want:
+            if self.head_ready_word() is not None:
                 break
-            last = ("last HTTP status %s" % status) if status is not None else err
             if now() >= deadline:
                 raise StepFailed(
-                    "the head %s was not ready after %gs (%s from %s)"
-                    % (role.get("head"), round(now() - start, 1), last, url)
+                    "the head %s did not report ready within %gs"
+                    % (role.get("head"), round(now() - start, 1))
+                )
+            self.stop_event.wait(0.1)
+        if url:
+            # Told: the head answers where it runs, so only the network path is left to see.
+            until = min(deadline, now() + URL_CHECK_SECONDS) if told else deadline
+            self.wait_for_head_url(str(url), int(role.get("head_status", 200)), until)
+        self.startup_end = os.path.getsize(self.server_log_path) if self.proc else 0
+        seconds = round(now() - start, 3)
+        self.ready_info = {"seconds": seconds, "url": url, "head": role.get("head")}
+        return {"seconds": seconds, "head": role.get("head"), "url": url, "told": told}
+
+    def raise_if_part_exited(self, when: str) -> None:
+        """Fail the step with the server's own reason when this node's part has exited."""
+        rc = self.proc.poll()
+        if rc is not None:
+            raise StepFailed(self.server_exit_reason(rc, when))
+
+    def head_ready_word(self) -> Optional[Dict[str, Any]]:
+        """The controller's word that the head's part is ready, for this invocation, else None."""
+        path = os.path.join(self.run_dir, "." + self.cell_id + HEAD_READY_SUFFIX)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("invocation") != self.invocation:
+            return None
+        return data
+
+    def wait_for_head_url(self, url: str, want: int, until: float) -> None:
+        """Ask the head's readiness URL from this node until it answers `want` or `until`
+        passes; the failure names this node and what it got."""
+        declared = max(0.05, float(((self.server or {}).get("ready") or {}).get("interval", 0.5)))
+        interval = min(FIRST_POLL, declared)
+        start = now()
+        node = self.cell.get("host")
+        while True:
+            self.check()
+            self.raise_if_part_exited("before the head was ready")
+            self.raise_if_head_ended("it was ready")
+            status, _body, err = http_get(url, max(0.5, min(5.0, until - now())))
+            if status == want:
+                return
+            if now() >= until:
+                waited = round(now() - start, 1)
+                if status is None:
+                    raise StepFailed(
+                        "the head's readiness URL is not reachable from %s (bound to loopback?):"
+                        " %s from %s for %gs" % (node, err, url, waited)
+                    )
+                raise StepFailed(
+                    "the head's readiness URL answered HTTP %s, not %s, from %s (%s, for %gs)"
+                    % (status, want, node, url, waited)
                 )
             self.stop_event.wait(interval)
             interval = next_poll(interval, declared, now() - start)
-        self.startup_end = os.path.getsize(self.server_log_path) if self.proc else 0
-        self.ready_info = {"seconds": round(now() - start, 3), "url": url, "head": role.get("head")}
-        return {"seconds": self.ready_info["seconds"], "head": role.get("head"), "url": url}
 
     def joined_ranks(self) -> List[int]:
         """The ranks the controller said are up and checked, for this invocation of the cell."""

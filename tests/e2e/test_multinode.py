@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 import yaml
+from multinode_helpers import link, processes, unlink
 from sim_helpers import BENCH, SERVE, free_port, load, only_run, orch
 from simprocs import sim_processes
-from sshhosts import SSHTestHost, SSHTestHosts
+from sshhosts import SSHTestHosts
 
 from orchestrator.sim import model as m
 
@@ -30,7 +31,14 @@ NCCL = {"NCCL_ALGO": "Ring", "NCCL_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "INFO"}
 DIST_PORT = free_port()  # where node 1 joins the head (a plain number: templates see it)
 
 
-def _playbook(path: Path, *, prompts: int = 2, output_len: int = 32) -> Path:
+def _playbook(
+    path: Path,
+    *,
+    prompts: int = 2,
+    output_len: int = 32,
+    bind: str | None = None,
+    ready_timeout: float = 60,
+) -> Path:
     # Every process of this test's cells carries MN_TEST=<its folder>: other tests' are not ours.
     data: dict[str, Any] = {
         "name": "two-node",
@@ -50,8 +58,9 @@ def _playbook(path: Path, *, prompts: int = 2, output_len: int = 32) -> Path:
                 "port": "{{ srv_port }}",
                 "tp-size": TP,
                 "sim-model": "{{ sim_model }}",
+                **({"host": bind} if bind else {}),
             },
-            "ready": {"timeout": 60},
+            "ready": {"timeout": ready_timeout},
             "stop_grace": 5,
         },
         "bench": {
@@ -89,32 +98,13 @@ def two_nodes(ssh_hosts: SSHTestHosts, tmp_path: Path) -> Iterator[Path]:
         if not hosts.isolated:  # hosts share one $HOME: keep their runner state apart
             host_vars[host.name]["orch_workdir"] = f".orch-mn-e2e/{host.name}"
     inventory = hosts.write_inventory(tmp_path / "hosts.yml", extra_host_vars=host_vars)
-    link = _link(hosts.host("host1"), hosts.host("host2"))
+    cable = link(hosts.host("host1"), hosts.host("host2"))
     try:
         yield inventory
     finally:
-        if link is not None:
-            subprocess.run(["ip", "-n", link, "link", "del", "mn-a"], check=False)
+        unlink(cable)
         for host in hosts.hosts:
             shutil.rmtree(host.home / ".orch-mn-e2e", ignore_errors=True)
-
-
-def _link(a: SSHTestHost, b: SSHTestHost) -> str | None:
-    """A cable between two namespaced hosts (each reaches the other's address over it), as the
-    nodes of a cluster reach each other; None in loopback mode, where they share one network."""
-    if a.namespace is None or b.namespace is None:
-        return None
-
-    def ip(*argv: str) -> None:
-        subprocess.run(["ip", *argv], check=True, capture_output=True)
-
-    ip("-n", a.namespace, "link", "add", "mn-a", "type", "veth", "peer", "name", "mn-b")
-    ip("-n", a.namespace, "link", "set", "mn-b", "netns", b.namespace)
-    ip("-n", a.namespace, "link", "set", "mn-a", "up")
-    ip("-n", b.namespace, "link", "set", "mn-b", "up")
-    ip("-n", a.namespace, "route", "add", f"{b.address}/32", "dev", "mn-a")
-    ip("-n", b.namespace, "route", "add", f"{a.address}/32", "dev", "mn-b")
-    return a.namespace
 
 
 def _apply(tmp_path: Path, inventory: Path, playbook: Path) -> subprocess.CompletedProcess[str]:
@@ -157,6 +147,28 @@ def test_a_two_node_cell_passes_with_every_node_checked(two_nodes: Path, tmp_pat
     argv = load(cell_dir / "nodes" / "host2" / "cell.json")["cell"]["server"]["argv"]
     assert argv[argv.index("--node-rank") + 1] == "1" and "--nnodes" in argv
     assert argv[argv.index("--dist-init-addr") + 1].endswith(f":{DIST_PORT}")
+    assert sim_processes(load(run / "run.json")["run_id"]) == []
+
+
+def test_a_simulated_head_serving_on_loopback_passes(two_nodes: Path, tmp_path: Path) -> None:
+    """Issue 35: SGLang's head bound to 127.0.0.1 (its `--host` default; here said explicitly,
+    since the adapter listens everywhere on a multi-node head): node 1 joins over the network
+    and learns from the controller that the head is ready, never from the head's HTTP port."""
+    playbook = _playbook(tmp_path / "pb.yml", bind="127.0.0.1", ready_timeout=20)
+    started = time.monotonic()
+    proc = _apply(tmp_path, two_nodes, playbook)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert time.monotonic() - started < 30  # before issue 35: failed at the ready timeout
+    run = only_run(tmp_path / "results")
+    (cid,) = load(run / "run.json")["cells"]
+    cell_dir = run / "cells" / cid
+    argv = load(cell_dir / "cell.json")["cell"]["server"]["argv"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    node = load(cell_dir / "nodes" / "host2" / "cell.json")["steps"]
+    assert node["ready"]["detail"]["url"] is None and node["verify_env"]["status"] == "ok"
+    head = load(cell_dir / "cell.json")["steps"]
+    assert head["bench"]["start"] >= node["bench"]["start"]
+    assert load(cell_dir / "nodes" / "host2" / "env_check.json")["ok"] is True
     assert sim_processes(load(run / "run.json")["run_id"]) == []
 
 
@@ -224,7 +236,7 @@ def test_killing_node_1_mid_bench_fails_the_cell_and_leaves_nothing_running(
         # host2's server part, once the head's bench client runs
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed:
-            procs = _processes(tmp_path.name)
+            procs = processes(tmp_path.name)
             if any(b"orchestrator.sim bench" in cmd for cmd in procs.values()):
                 for pid, cmd in procs.items():
                     if b"orchestrator.sim serve" in cmd and b"--node-rank 1" in cmd:
@@ -300,21 +312,6 @@ def test_a_head_that_fails_first_keeps_its_reason_and_its_node_stops_with_it(
     assert sim_processes(load(run / "run.json")["run_id"]) == []
 
 
-def _processes(tag: str) -> dict[int, bytes]:
-    """pid -> command line of the processes carrying this test's MN_TEST tag."""
-    out = {}
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if f"MN_TEST={tag}".encode() in env:
-                out[int(pid)] = cmd
-    return out
-
-
 def test_a_killed_controller_then_resume_and_replay(two_nodes: Path, tmp_path: Path) -> None:
     inventory = two_nodes
     playbook = _playbook(tmp_path / "pb.yml", prompts=20, output_len=128)
@@ -329,7 +326,7 @@ def test_a_killed_controller_then_resume_and_replay(two_nodes: Path, tmp_path: P
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if any(b"orchestrator.sim bench" in cmd for cmd in _processes(tmp_path.name).values()):
+        if any(b"orchestrator.sim bench" in cmd for cmd in processes(tmp_path.name).values()):
             break
         time.sleep(0.1)
     else:

@@ -169,8 +169,51 @@ def test_a_part_is_what_its_node_runs(tmp_path: Path) -> None:
     part = part_cell(head, head.nodes[0])
     assert part.id == head.id + ".n1" and part.host == "gpu2"
     assert part.node is not None and part.node.of == head.id and part.node.head == "gpu1"
-    assert part.node.head_url == "http://10.0.0.1:30000/health_generate"
+    # the controller tells it the head is ready: no URL it might not reach (issue 35)
+    assert part.node.head_url is None
     assert part.env == dict(head.nodes[0].env) and part.nodes == ()
+
+
+def with_ready(playbook: str, ready: str) -> str:
+    """SGLANG with `server.ready: <ready>` (the server section ends where bench begins)."""
+    return playbook.replace("\nbench:\n", f"\n  ready: {ready}\nbench:\n", 1)
+
+
+def test_ready_from_nodes_gives_each_part_the_heads_url_as_it_reaches_the_head(
+    tmp_path: Path,
+) -> None:
+    head = plan(tmp_path, with_ready(SGLANG, "{from_nodes: true}"))[0]
+    assert head.server is not None and head.server.ready.from_nodes is True
+    part = part_cell(head, head.nodes[0])
+    assert part.node is not None
+    assert part.node.head_url == "http://10.0.0.1:30000/health_generate"
+    # off (the default), the cell id is what it was before the key existed
+    plain = plan(tmp_path, SGLANG)[0]
+    assert plain.server is not None
+    assert "from_nodes" not in plain.server.ready.model_dump()
+    assert "from_nodes" in head.server.ready.model_dump()
+
+
+@pytest.mark.parametrize(
+    ("ready", "said"),
+    [
+        ("{from_nodes: yes please}", "expected true or false"),
+        ("{from_nodes: true, url: null}", "there is none"),
+    ],
+)
+def test_ready_from_nodes_is_checked(tmp_path: Path, ready: str, said: str) -> None:
+    text = with_ready(SGLANG, ready)
+    with pytest.raises(InputError) as err:
+        plan(tmp_path, text)
+    assert said in err.value.render(), err.value.render()
+    assert "ready.from_nodes" in err.value.render()
+
+
+def test_ready_from_nodes_on_a_one_host_server_is_refused(tmp_path: Path) -> None:
+    text = with_ready(SGLANG.replace("  nodes: 2\n", ""), "{from_nodes: true}")
+    with pytest.raises(InputError) as err:
+        plan(tmp_path, text)
+    assert "for a server over several hosts" in err.value.render(), err.value.render()
 
 
 def test_a_failed_node_fails_the_cell_and_is_named_first() -> None:
@@ -237,7 +280,10 @@ def test_a_slurm_host_is_a_server_of_its_own_jobs_nodes(tmp_path: Path) -> None:
     assert node.env["RANK_SEEN"] == f"1/2 head={HEAD_PLACEHOLDER}:30100"
     assert node.server is not None and flag(node.server.argv, "--node-rank") == "1"
     assert flag(node.server.argv, "--dist-init-addr") == f"{HEAD_PLACEHOLDER}:30100"
-    part = part_cell(head, node)
+    assert head.server is not None
+    ready = head.server.ready.model_copy(update={"from_nodes": True})
+    asking = head.model_copy(update={"server": head.server.model_copy(update={"ready": ready})})
+    part = part_cell(asking, node)
     assert part.node is not None and part.node.head_url is not None
     assert f"//{HEAD_PLACEHOLDER}:30000/" in part.node.head_url
 

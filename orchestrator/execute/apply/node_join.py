@@ -5,6 +5,9 @@ A cell with `nodes` runs on its head host's queue as usual; every other node get
 (`<id>.n<rank>`, `Cell.node` set) in its own host's queue, in the same order, so the nodes of a
 group reach a cell together (runner/node.py says what a part does). The controller ties them:
 
+- the head's `ready ok` tells every part its head is ready (`.<part>.head_ready`): a part needs
+  no network path to the head's HTTP port, which SGLang binds to 127.0.0.1 by default; the word
+  is written again to a node whose runner (re)starts after it;
 - the head's `stop` step (or any end of the head's cell) releases every part still holding;
 - a part that fails before the head's cell ended aborts the head's cell, with the node and the
   reason, so its bench stops at once and the server is stopped on every node;
@@ -44,7 +47,7 @@ from orchestrator.results.layout import (
     SNAPSHOT_PRE,
     is_node_folder_name,
 )
-from orchestrator.runner.context import END_SUFFIX, JOINED_SUFFIX
+from orchestrator.runner.context import END_SUFFIX, HEAD_READY_SUFFIX, JOINED_SUFFIX
 from orchestrator.runner.node import HEAD_ENDED
 from orchestrator.runner.slurm_tasks import HEAD_PLACEHOLDER
 
@@ -65,8 +68,10 @@ _WRITE_END = (
 
 
 def part_cell(head: Cell, node: NodePart) -> Cell:
-    """What node `node.rank`'s runner gets: its own env, repo and server, the head's URL."""
-    url = head.server.ready.url if head.server is not None else None
+    """What node `node.rank`'s runner gets: its own env, repo and server, and the head's URL
+    only where the playbook asks every node to reach it (`ready.from_nodes`)."""
+    ready = head.server.ready if head.server is not None else None
+    url = ready.url if ready is not None and ready.from_nodes else None
     head_url = None
     if url:  # the head asks itself on 127.0.0.1; this node asks it where it reaches it
         head_url = url.replace("//127.0.0.1:", f"//{node.head_address}:", 1)
@@ -117,6 +122,7 @@ class NodeJoin:
         self.cond = threading.Condition()
         self.queues: dict[str, tuple[Connection, str, str]] = {}  # host -> (conn, invocation, run)
         self.head_ended: set[str] = set()
+        self.head_ready: set[str] = set()  # heads whose runner said `ready ok`
         self.aborted: dict[str, str] = {}  # head id -> the reason its cell was aborted with
 
     def __bool__(self) -> bool:
@@ -131,9 +137,22 @@ class NodeJoin:
         return out
 
     def attach(self, conn: Connection, invocation: str, run_id: str) -> None:
-        """A host's runner invocation started: end requests reach its cells through `conn`."""
+        """A host's runner invocation started: end requests reach its cells through `conn`.
+        What its parts were told before is said again (a word for an earlier invocation, or
+        for no runner yet, is one they never read): a head ready, or a head's cell ended."""
         with self.cond:
             self.queues[conn.host.name] = (conn, invocation, run_id)
+            here = [
+                p
+                for p in self.parts.values()
+                if p.host == conn.host.name and p.archive is None and p.outcome is None
+            ]
+            ended = [p for p in here if p.released]
+            ready = [p for p in here if p.head in self.head_ready and not p.released]
+        for p in ended:
+            self._send(p.host, p.cell.id, "release", HEAD_ENDED, p.rank)
+        for p in ready:
+            self._send(p.host, p.cell.id, "head_ready", "", p.rank, suffix=HEAD_READY_SUFFIX)
 
     @staticmethod
     def invocation() -> str:
@@ -151,6 +170,8 @@ class NodeJoin:
             )
             if ending:
                 self.end_head(cid)
+            elif (kind, event.get("step"), event.get("status")) == ("step", "ready", "ok"):
+                self.head_is_ready(cid)
         elif cid in self.parts and kind == "done" and event.get("status") != "passed":
             self.part_failed(cid, str(event.get("reason") or event.get("status")))
         elif cid in self.parts and (kind, event.get("step"), event.get("status")) == (
@@ -169,6 +190,16 @@ class NodeJoin:
             part.joined = True
             ranks = sorted(p.rank for p in self.parts.values() if p.head == head.id and p.joined)
         self._send(head.host, head.id, "joined", "", 0, ranks=ranks)
+
+    def head_is_ready(self, head_id: str) -> None:
+        """The head's runner said `ready ok`: tell each of its parts (their `ready` waits)."""
+        with self.cond:
+            if head_id in self.head_ready or head_id in self.head_ended:
+                return
+            self.head_ready.add(head_id)
+            parts = [p for p in self.parts.values() if p.head == head_id and not p.released]
+        for p in parts:
+            self._send(p.host, p.cell.id, "head_ready", "", p.rank, suffix=HEAD_READY_SUFFIX)
 
     def end_head(self, head_id: str) -> None:
         """The head's cell is ending: release its parts still holding."""
@@ -194,16 +225,25 @@ class NodeJoin:
         self._send(head.host, head.id, "abort", why, 0)
 
     def _send(
-        self, host: str, cid: str, kind: str, reason: str, rank: int, ranks: list[int] | None = None
+        self,
+        host: str,
+        cid: str,
+        kind: str,
+        reason: str,
+        rank: int,
+        ranks: list[int] | None = None,
+        suffix: str | None = None,
     ) -> None:
-        """Write an end request (or, with `ranks`, the nodes that joined) for `cid` on `host`."""
+        """Write an end request (or, with `ranks`, the nodes that joined; with `suffix`, that
+        file instead) for `cid` on `host`."""
         with self.cond:
             found = self.queues.get(host)
         if found is None:
             return  # that host's runner is not running: nothing there to end
         conn, invocation, run_id = found
         workdir = conn.node_workdir(conn.host.workdir, rank)
-        suffix = JOINED_SUFFIX if ranks is not None else END_SUFFIX
+        if suffix is None:
+            suffix = JOINED_SUFFIX if ranks is not None else END_SUFFIX
         path = f"{workdir}/runs/{run_id}/.{cid}{suffix}"
         doc: dict[str, Any] = {"kind": kind, "reason": reason, "invocation": invocation}
         if ranks is not None:
