@@ -50,6 +50,8 @@ class EngineHost(Protocol):
     def noise(self) -> float: ...
     @property
     def seed(self) -> int | None: ...
+    @property
+    def start_factor(self) -> float: ...  # this server start's speed factor (>1 is slower)
 
     def throttle_slowdown(self, now: float) -> float: ...
     @property
@@ -159,6 +161,7 @@ class Engine(threading.Thread):
         tokens = sum(r.prompt_tokens for r in new)
         cost = m.prefill_ms(srv.params, srv.cfg, srv.effective_env, tokens, srv.clock)
         factor = sum(r.factor for r in new) / len(new) * srv.throttle_slowdown(time.time())
+        factor *= srv.start_factor
         self._sleep(cost * factor * self.noise.step_factor())
         srv.log(
             f"Prefill batch, #new-seq: {len(new)}, #new-token: {tokens}, #cached-token: 0, "
@@ -181,6 +184,7 @@ class Engine(threading.Thread):
         srv = self.srv
         batch = list(self.running)
         factor = sum(r.factor for r in batch) / len(batch) * srv.throttle_slowdown(time.time())
+        factor *= srv.start_factor
         cost = srv.step.step_ms * m.batch_factor(srv.params, len(batch)) * factor
         taken = cost * self.noise.step_factor()
         if srv.profiler.recording():
