@@ -12,8 +12,9 @@ then Welch's t on the start means). Values are taken on the log scale, so every 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 NOT_MEASURED = "one server start: start-to-start spread not measured"
 ONE_START_EACH = (
@@ -263,3 +264,67 @@ def _betacf(a: float, b: float, x: float) -> float:
         if abs(delta - 1.0) < 1e-14:
             break
     return h
+
+
+def starts_document(
+    repeats: Sequence[Mapping[str, Any]], start_of: Mapping[int, int]
+) -> dict[str, Any]:
+    """metrics.json's `starts`: the server start of each measured repeat (by its number `n`)
+    and, per metric, the spread between and within starts (`StartSpread.as_dict`)."""
+    spreads: dict[str, Any] = {}
+    names: dict[str, None] = {}
+    for repeat in repeats:
+        names.update((k, None) for k in repeat if k != "n")
+    for name in names:
+        pairs = [
+            (float(r[name]), start_of[int(r["n"])])
+            for r in repeats
+            if _finite(r.get(name)) and int(r["n"]) in start_of
+        ]
+        if len(pairs) >= 2:
+            values, ids = zip(*pairs, strict=True)
+            spreads[name] = start_spread(values, ids).as_dict()
+    count = len(set(start_of.values()))
+    return {
+        "count": count,
+        "of_repeat": {str(n): s for n, s in sorted(start_of.items())},
+        "metrics": spreads,
+    }
+
+
+def recorded_spread(metrics: Mapping[str, Any], metric: str) -> StartSpread | None:
+    """A metric's start spread as metrics.json recorded it (`starts_document`); None where
+    the cell has no `starts` record (one start, or a bundle from before `bench.starts`)."""
+    starts = metrics.get("starts")
+    if not isinstance(starts, Mapping):
+        return None
+    entry = (starts.get("metrics") or {}).get(metric)
+    if not isinstance(entry, Mapping):
+        return None
+
+    def number(key: str) -> float | None:
+        value = entry.get(key)
+        return float(value) if value is not None and _finite(value) else None
+
+    return StartSpread(
+        starts=int(entry.get("starts") or 0),
+        repeats=int(entry.get("repeats") or 0),
+        within_sd=number("within_start_sd"),
+        between_sd=number("between_start_sd"),
+        icc=number("icc"),
+        effective_n=number("effective_replicates"),
+        log_scale=entry.get("scale") == "log",
+    )
+
+
+def spread_line(metrics: Mapping[str, Any], metric: str) -> str:
+    """What a person reads about a cell's start-to-start spread of `metric`: the spread where
+    the cell ran more than one start, else that it was not measured."""
+    spread = recorded_spread(metrics, metric)
+    if spread is None or not spread.measured:
+        return NOT_MEASURED
+    return spread.text()
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
