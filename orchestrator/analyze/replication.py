@@ -328,3 +328,51 @@ def spread_line(metrics: Mapping[str, Any], metric: str) -> str:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def starts_footer(cells: Sequence[tuple[str, Mapping[str, Any]]], metric: str) -> list[str]:
+    """The report's lines on the start-to-start spread of `metric`, from (cell id, its
+    metrics.json): each cell measured over several starts with its spread, then how many
+    were measured on one start (their spread not measured)."""
+    lines: list[str] = []
+    single = 0
+    for cell_id, metrics in cells:
+        spread = recorded_spread(metrics, metric)
+        if spread is not None and spread.measured:
+            lines.append(f"{cell_id} {metric}: {spread.text()}")
+        else:
+            single += 1
+    if single:
+        lines.append(
+            f"{single} cell(s) on one server start each: start-to-start spread not measured; "
+            "their differences hold only if it is small (bench.starts: N measures it)"
+        )
+    return lines
+
+
+def values_and_starts(metrics: Mapping[str, Any], metric: str) -> tuple[list[float], list[int]]:
+    """A metric's finite values over a cell's measured repeats and the server start of each
+    (metrics.json's `starts.of_repeat`; start 1 for all where the cell ran on one start)."""
+    of_repeat = (metrics.get("starts") or {}).get("of_repeat") or {}
+    values: list[float] = []
+    ids: list[int] = []
+    for repeat in metrics.get("repeats") or []:
+        if isinstance(repeat, Mapping) and _finite(repeat.get(metric)):
+            values.append(float(repeat[metric]))
+            ids.append(int(of_repeat.get(str(repeat.get("n")), 1)))
+    return values, ids
+
+
+def start_level_note(a: Mapping[str, Any], b: Mapping[str, Any], metric: str) -> str:
+    """`orch diff`'s line on `metric` with the server start as the unit (from both cells'
+    metrics.json): the start-level comparison and each side's spread, or that one start each
+    leaves the start-to-start spread unmeasured; '' where a side has no value."""
+    a_values, a_ids = values_and_starts(a, metric)
+    b_values, b_ids = values_and_starts(b, metric)
+    if not a_values or not b_values:
+        return ""
+    result = compare_starts(a_values, a_ids, b_values, b_ids)
+    line = f"{metric} with the server start as the unit: {result.text()}"
+    if result.starts_a > 1 or result.starts_b > 1:
+        line += f"; A {spread_line(a, metric)}; B {spread_line(b, metric)}"
+    return line

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from bundle_helpers import apply, read_json, sim_playbook, write_yaml
+from bundle_helpers import apply, ok, orch, read_json, sim_playbook, write_yaml
 from sim_helpers import free_port
 
 pytestmark = [pytest.mark.slow]
@@ -55,3 +55,12 @@ def test_repeats_spread_over_server_starts(tmp_path: Path) -> None:
         seen_starts += [int(n) for n in re.findall(r"sim: server start (\d+) on this host", log)]
     # the first cell started the server once and restarted it twice; the follower twice more
     assert sorted(set(seen_starts)) == [1, 2, 3, 4, 5]
+
+    # orch show, report and diff say the spread between starts (they count starts, not repeats)
+    shown = ok(orch("show", str(cells[0]), home=tmp_path / "home"))
+    line = r"starts +3 server starts: output_throughput start-to-start sd [\d.]+ %"
+    assert re.search(line, shown)
+    report = ok(orch("report", str(run), home=tmp_path / "home"))
+    assert re.search(r"output_throughput: 3 server starts: start-to-start sd [\d.]+ %", report)
+    diff = orch("diff", str(cells[0]), str(cells[1]), home=tmp_path / "home").stdout
+    assert "with the server start as the unit:" in diff and "on start means, 3 v 3 starts" in diff
