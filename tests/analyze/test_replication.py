@@ -13,9 +13,13 @@ from orchestrator.analyze.replication import (
     NOT_MEASURED,
     ONE_START_EACH,
     compare_starts,
+    start_level_note,
     start_spread,
+    starts_document,
+    starts_footer,
     t_two_sided_p,
 )
+from orchestrator.results.show import starts_line as describe_starts
 
 
 def _side(
@@ -128,3 +132,32 @@ def test_without_start_spread_both_hold_and_a_real_change_is_found() -> None:
         b, b_ids = _side(rng, 4, 3, 0.005, 0.005, scale=1.02)
         found += compare_starts(a, a_ids, b, b_ids).significant
     assert found / 500 > 0.8  # a 2 % change against 0.5 % start spread, 4 v 4 starts
+
+
+def _metrics(values: list[float], starts: list[int] | None) -> dict[str, object]:
+    """A metrics.json as the controller writes it (analyze/verdict.py)."""
+    repeats = [{"n": i, "output_throughput": v} for i, v in enumerate(values, start=1)]
+    doc: dict[str, object] = {"repeats": repeats}
+    if starts is not None:
+        doc["starts"] = starts_document(repeats, dict(enumerate(starts, start=1)))
+    return doc
+
+
+def test_show_report_and_diff_say_whether_the_spread_was_measured() -> None:
+    rng = random.Random(2)
+    a, a_ids = _side(rng, 3, 2, 0.02, 0.005)
+    b, b_ids = _side(rng, 3, 2, 0.02, 0.005)
+    several, single = _metrics(a, a_ids), _metrics(b, None)
+    assert describe_starts(several, "output_throughput").startswith(
+        "starts    3 server starts: output_throughput start-to-start sd "
+    )
+    assert describe_starts(single, "output_throughput") == (
+        "starts    one server start: start-to-start spread not measured"
+    )
+    footer = starts_footer([("c1", several), ("c2", single)], "output_throughput")
+    assert footer[0].startswith("c1 output_throughput: 3 server starts: start-to-start sd")
+    assert footer[1].startswith("1 cell(s) on one server start each: start-to-start spread not")
+    note = start_level_note(several, _metrics(b, b_ids), "output_throughput")
+    assert "on start means, 3 v 3 starts" in note and "; B 3 server starts:" in note
+    assert ONE_START_EACH in start_level_note(single, single, "output_throughput")
+    assert start_level_note(single, {"repeats": []}, "output_throughput") == ""

@@ -48,3 +48,41 @@ def test_starts_that_cannot_be_done_are_refused_where_written(tmp_path: Path) ->
     assert "fixed repeats count" in err.message
     err = refused(tmp_path, SERVER + "bench: {command: [b], repeats: 4, starts: 0}\n")
     assert err.key_path == "bench.starts" and "integer >= 1" in err.message
+
+
+def test_runs_spread_over_starts_each_with_its_warmup() -> None:
+    from orchestrator.runner.starts import runs_over_starts
+
+    runs = runs_over_starts(1, 7, 3)
+    assert [r for r in runs if r[0] == "measure"] == [
+        ("measure", 1, 1),
+        ("measure", 2, 1),
+        ("measure", 3, 1),
+        ("measure", 4, 2),
+        ("measure", 5, 2),
+        ("measure", 6, 3),
+        ("measure", 7, 3),
+    ]
+    assert [r for r in runs if r[0] == "warmup"] == [("warmup", n, n) for n in (1, 2, 3)]
+    assert runs_over_starts(2, 3, 1) == [
+        ("warmup", 1, 1),
+        ("warmup", 2, 1),
+        ("measure", 1, 1),
+        ("measure", 2, 1),
+        ("measure", 3, 1),
+    ]
+
+
+def test_plan_says_the_extra_starts(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "playbook.yml"
+    path.write_text(SERVER + "bench: {command: [b], repeats: 6, starts: 3}\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "plan", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "2 more server start(s) for bench.starts" in out
