@@ -200,6 +200,7 @@ class BenchSpec(_Frozen):
     metrics: dict[str, str] = Field(default_factory=dict)  # generic: name -> regex on stdout
     args: dict[str, Any] = Field(default_factory=dict)
     settle: RepeatRule | None = None
+    starts: int = 1  # server starts the measured repeats are spread over (restarts between)
 
     @model_serializer(mode="wrap")
     def _without_fixed_repeats(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -207,6 +208,8 @@ class BenchSpec(_Frozen):
         data = handler(self)
         if isinstance(data, dict) and data.get("settle") is None:
             data.pop("settle", None)
+        if isinstance(data, dict) and data.get("starts") == 1:
+            data.pop("starts", None)  # one start, as every cell before `starts:`: ids stay
         return data
 
 

@@ -279,6 +279,7 @@ class SSHTestHosts:
         env = {
             "PATH": f"{bin_dir}:{DEFAULT_PATH}",
             "ORCH_SIM_STATE": str(state_dir / "state.json"),
+            "ORCH_SIM_START_SD": os.environ.get("ORCH_SIM_START_SD", "0"),
             MARKER_VAR: self.run_tag,
         }
         setenv = " ".join(f'"{k}={v}"' for k, v in env.items())

@@ -343,6 +343,11 @@ def common_bench_fields(section: Mapping[str, Any]) -> dict[str, Any]:
         if repeats < 1:
             raise InputError("repeats must be at least 1", key_path="repeats")
         out["repeats"] = repeats
+    starts = get_int(section, "starts", None, "starts")
+    if starts is not None:
+        if starts < 1:
+            raise InputError("starts must be at least 1", key_path="starts")
+        out["starts"] = starts
     timeout = get_float(section, "timeout", None, "timeout")
     if timeout is not None:
         out["timeout"] = timeout

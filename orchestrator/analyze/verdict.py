@@ -16,11 +16,13 @@ from orchestrator.analyze.energy import (
 )
 from orchestrator.analyze.expect import check_all
 from orchestrator.analyze.metrics import metric_units, metrics_document, summarize, values_of
+from orchestrator.analyze.replication import starts_document
 from orchestrator.cell import Cell
 from orchestrator.errors import OrchError
 from orchestrator.results.documents import read_json_noting
 from orchestrator.results.layout import (
     CELL_JSON,
+    EXIT_JSON,
     METRICS_JSON,
     REPEATS_JSON,
     SERVER_LOG,
@@ -61,6 +63,7 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
     repeats: list[dict[str, Any]] = []
     sources: dict[str, Any] = {}
     notes: list[str] = []
+    start_of: dict[int, int] = {}  # `bench.starts`: each repeat's server start (exit.json)
     for rdir in repeat_dirs(cell_dir):
         try:
             result = bench_adapter(cell.bench.adapter).parse_repeat_with_sources(rdir, cell)
@@ -68,6 +71,9 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
             problems.append(f"bench repeat {rdir.name}: cannot parse results: {exc}")
             continue
         repeats.append({"n": int(rdir.name), **result.metrics})
+        recorded = read_json_noting(rdir / EXIT_JSON, [])
+        if isinstance(recorded, dict) and isinstance(recorded.get("server_start"), int):
+            start_of[int(rdir.name)] = recorded["server_start"]
         sources.update(result.sources)
         notes.extend(n for n in result.notes if n not in notes)
 
@@ -116,6 +122,8 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
     )
     if telemetry:
         metrics["telemetry"] = telemetry
+    if start_of:
+        metrics["starts"] = starts_document(repeats, start_of)
     if cell.bench.settle is not None and cell.bench.settle.until is not None and repeats:
         metrics["settle"] = settle_record(cell_dir, cell, repeats)
         if not metrics["settle"]["settled"]:

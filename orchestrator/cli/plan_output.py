@@ -76,6 +76,13 @@ def echo_plan(
             f"{starts} server start(s) for {len(with_server)} cells: cells with the same "
             "`server` label share one start (server.restart: per_cell starts one per cell)"
         )
+        restarts = sum(c.bench.starts - 1 for c in with_server)
+        if restarts:
+            echo(
+                f"{restarts} more server start(s) for bench.starts: those cells' repeats are "
+                "spread over their starts (the server restarted, warmed up and made ready again "
+                "between groups), so their spread between starts is measured"
+            )
     note = unchecked_ready_note(plan.playbook, cells)
     if note is not None:
         echo(note)

@@ -162,6 +162,9 @@ class BenchSection(_Section):
     args: TArgs | None = None
     warmup: TCount = 0
     repeats: TRepeats = 1
+    # server starts the repeats are spread over (the server restarted between groups): the
+    # start is the unit of replication (analyze/replication.py)
+    starts: TPositiveCount = 1
     timeout: TPositive = 3600.0
     result_file: TStr | None = None
     metrics: TMetrics | None = None

@@ -167,9 +167,33 @@ class SectionRenderer:
                 BenchSection, "repeats", section["repeats"], ("bench", "repeats")
             )
         try:
-            return settle_rule(section, bench_adapter(adapter).build(section, server))
+            spec = settle_rule(section, bench_adapter(adapter).build(section, server))
         except InputError as exc:
             raise self._relocate(exc, "bench") from None
+        if spec.starts > 1:
+            self._check_starts(spec, server)
+        return spec
+
+    def _check_starts(self, spec: BenchSpec, server: ServerSpec | None) -> None:
+        """`bench.starts: N` restarts the cell's own server between groups of fixed repeats."""
+        why, hint = "", ""
+        if server is None:
+            why, hint = "starts needs a server to restart", "remove starts:, or add a server:"
+        elif (self.node_vars or {}).get("nnodes", 1) > 1:
+            why = "starts cannot restart a server over several hosts (server.nodes > 1)"
+            hint = "remove starts:, or measure the cell again in another run"
+        elif spec.settle is not None:
+            why = "starts needs a fixed repeats count (repeats: {until} stops on repeats alone)"
+            hint = f"e.g. repeats: {max(spec.repeats, 2 * spec.starts)}"
+        elif spec.starts > spec.repeats:
+            why = f"starts {spec.starts} is more than repeats {spec.repeats}: a start measures"
+            why += " at least one repeat"
+            hint = f"repeats: {spec.starts * max(1, spec.repeats // spec.starts)} or more"
+        if why:
+            path: KeyPath = ("bench", "starts")
+            raise InputError(
+                why, hint=hint, location=self.locate(path), key_path=format_key_path(path)
+            )
 
     def _relocate(self, exc: InputError, section: str) -> InputError:
         """An adapter's error (key path relative to its section) at the playbook location."""

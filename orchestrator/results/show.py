@@ -152,6 +152,9 @@ def describe_cell(cell: CellRecord, *, unit_of: UnitOf = recorded_unit) -> str:
     settle = _dict((cell.metrics or {}).get("settle"))
     if settle:
         lines.append(settle_line(settle))
+    if summary:
+        headline = next((m for m in _HEADLINE if m in summary), next(iter(summary)))
+        lines.append(starts_line(cell.metrics or {}, headline))
     for exp in metrics.expectations:
         mark = "ok  " if exp.get("ok") else "MISS"
         lines.append(f"expect {mark} {exp.get('metric')} {exp.get('bound')}: {exp.get('detail')}")
@@ -203,6 +206,27 @@ def settle_line(settle: dict[str, Any]) -> str:
             )
     state = "settled" if settle.get("settled") else "DID NOT SETTLE"
     return head + f"{state}, " + "; ".join(parts) + f" ({until})"
+
+
+def starts_line(metrics: dict[str, Any], metric: str) -> str:
+    """`starts    3 server starts: output_throughput start-to-start sd 1.90 %, ...` from
+    metrics.json's `starts` record (analyze/replication.py wrote it), or that one start left
+    the start-to-start spread unmeasured."""
+    spread = _dict(_dict(_dict(metrics.get("starts")).get("metrics")).get(metric))
+    between, within = spread.get("between_start_sd"), spread.get("within_start_sd")
+    if not isinstance(between, int | float):
+        return "starts    one server start: start-to-start spread not measured"
+    effective = spread.get("effective_replicates")
+    worth = (
+        f"; {effective:.1f} effective replicates of {spread.get('repeats')}"
+        if isinstance(effective, int | float)
+        else ""
+    )
+    within_text = f"{100 * within:.2f} %" if isinstance(within, int | float) else "?"
+    return (
+        f"starts    {spread.get('starts')} server starts: {metric} start-to-start sd "
+        f"{100 * between:.2f} %, within-start sd {within_text}{worth}"
+    )
 
 
 def _pct(value: Any, digits: int = 1) -> str:

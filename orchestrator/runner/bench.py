@@ -30,6 +30,7 @@ from orchestrator.runner.protocol import (
 )
 from orchestrator.runner.repeat_rule import decide, summary, values_so_far, watched_value
 from orchestrator.runner.server import ServerSteps, http_post
+from orchestrator.runner.starts import runs_over_starts
 
 START_ANSWER_WAIT = 10.0  # seconds a profiler start may take to answer before the run goes on
 
@@ -42,8 +43,9 @@ class BenchStep(ServerSteps):
         bench = self.bench
         argv = [str(a) for a in bench["argv"]]
         timeout = float(bench.get("timeout", 3600.0))
-        runs = [("warmup", i) for i in range(1, int(bench.get("warmup", 0)) + 1)]
-        runs += [("measure", i) for i in range(1, int(bench.get("repeats", 1)) + 1)]
+        starts = int(bench.get("starts", 1)) if self.proc is not None else 1
+        runs = runs_over_starts(int(bench.get("warmup", 0)), int(bench.get("repeats", 1)), starts)
+        restarts: List[Dict[str, Any]] = []
         # repeats: {min, max, until}: stop once the deciding medians are known (repeat_rule.py)
         rule = (
             dict(bench["settle"], max=int(bench.get("repeats", 1))) if bench.get("settle") else None
@@ -51,8 +53,10 @@ class BenchStep(ServerSteps):
         watched: Dict[str, List[float]] = {}
         stopped: Optional[Dict[str, Any]] = None
         seconds_all = []
-        for kind, n in runs:
+        for kind, n, server_start in runs:
             self.check()
+            if server_start > len(restarts) + 1:  # `bench.starts`: the next group, a new start
+                restarts.append(self.restart_server(server_start))
             name = "warmup-%d" % n if kind == "warmup" else str(n)
             rdir = self.path(BENCH_DIR, name)
             os.makedirs(rdir, exist_ok=True)
@@ -86,6 +90,7 @@ class BenchStep(ServerSteps):
                         else None
                     ),
                     **({"watched": seen} if seen is not None else {}),
+                    **({"server_start": server_start} if starts > 1 else {}),
                 },
             )
             self.emit(
@@ -123,13 +128,19 @@ class BenchStep(ServerSteps):
                     write_json(self.path(REPEATS_JSON), stopped)
                     self.emit({"event": "repeats", "ran": n, "stopped": reason})
                     break
+        more = {"server_starts": restarts} if restarts else {}
         if stopped is not None:
             return {
                 "seconds": seconds_all,
                 "repeats": stopped["ran"],
                 "stopped": stopped["stopped"],
+                **more,
             }
-        return {"seconds": seconds_all}
+        return {"seconds": seconds_all, **more}
+
+    def restart_server(self, start: int) -> Dict[str, Any]:
+        """Stop the server and start it again for start number `start` (runner/cell.py)."""
+        raise NotImplementedError
 
     # step 10: profile
     def do_profile(self) -> Dict[str, Any]:

@@ -216,6 +216,29 @@ class CellRunner(
             ),
         ]
 
+    def restart_server(self, start: int) -> Dict[str, Any]:
+        """`bench.starts`: stop the cell's server and start it again for its next group of
+        repeats, ready and its env verified as the first start was; the log runs on."""
+        began = now()
+        stopped = self.do_stop()
+        startup_end = self.startup_end
+        self.log_append = True
+        self.do_server_start()
+        ready = self.do_ready()
+        if self.adopted:  # its server.log keeps the session's start-up once, then its own part
+            self.startup_end = startup_end
+        server = self.server or {}
+        if server.get("verify_env", "strict") != "off":
+            self.do_verify_env()
+        assert self.proc is not None
+        return {
+            "start": start,
+            "pid": self.proc.pid,
+            "stop_seconds": stopped.get("seconds"),
+            "ready_seconds": ready.get("seconds"),
+            "seconds": round(now() - began, 3),
+        }
+
     def cleanup_step(
         self, name: str, fn: Callable[[], Optional[Dict[str, Any]]], applies: bool
     ) -> None:

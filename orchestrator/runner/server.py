@@ -164,6 +164,9 @@ class ServerSteps(PreflightSteps):
         cwd = self.server.get("cwd")
         return resolve_path(str(cwd), default) if cwd else default
 
+    log_append = False  # `bench.starts`: a restart appends to the log its earlier starts wrote
+    log_from = 0  # where this start's part of the log begins (its readiness is looked for there)
+
     def do_server_start(self) -> Dict[str, Any]:
         server = self.server
         assert server is not None
@@ -171,8 +174,9 @@ class ServerSteps(PreflightSteps):
         cwd = self.server_cwd()
         if not os.path.isdir(cwd):
             raise StepFailed("server cwd %s does not exist" % cwd)
+        self.log_from = file_size(self.server_log_path) if self.log_append else 0
         # Kept open for the server's whole life (its session); closed in do_stop/finish.
-        self.server_log_fh = open(self.server_log_path, "wb")  # noqa: SIM115
+        self.server_log_fh = open(self.server_log_path, "ab" if self.log_append else "wb")  # noqa: SIM115
         try:
             self.proc = self.spawn(
                 argv,
@@ -243,6 +247,7 @@ class ServerSteps(PreflightSteps):
         if ready.get("log"):
             try:
                 scanner = LogScanner(self.server_log_path, str(ready["log"]))
+                scanner.pos = self.log_from
             except re.error as exc:
                 raise StepFailed("server.ready.log is not a valid regex: %s" % exc) from exc
         start = now()

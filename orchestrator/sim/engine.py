@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from orchestrator.sim import model as m
 from orchestrator.sim.profiler import Profiler
+from orchestrator.sim.starts import ServerStart
 
 _TEXT = (
     "the model serves tokens at a steady rate while the draft proposes and the target "
@@ -50,6 +51,8 @@ class EngineHost(Protocol):
     def noise(self) -> float: ...
     @property
     def seed(self) -> int | None: ...
+    @property
+    def start(self) -> ServerStart: ...  # this server start: its speed factor (>1 is slower)
 
     def throttle_slowdown(self, now: float) -> float: ...
     @property
@@ -159,6 +162,7 @@ class Engine(threading.Thread):
         tokens = sum(r.prompt_tokens for r in new)
         cost = m.prefill_ms(srv.params, srv.cfg, srv.effective_env, tokens, srv.clock)
         factor = sum(r.factor for r in new) / len(new) * srv.throttle_slowdown(time.time())
+        factor *= srv.start.factor
         self._sleep(cost * factor * self.noise.step_factor())
         srv.log(
             f"Prefill batch, #new-seq: {len(new)}, #new-token: {tokens}, #cached-token: 0, "
@@ -181,6 +185,7 @@ class Engine(threading.Thread):
         srv = self.srv
         batch = list(self.running)
         factor = sum(r.factor for r in batch) / len(batch) * srv.throttle_slowdown(time.time())
+        factor *= srv.start.factor
         cost = srv.step.step_ms * m.batch_factor(srv.params, len(batch)) * factor
         taken = cost * self.noise.step_factor()
         if srv.profiler.recording():

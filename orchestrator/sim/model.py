@@ -50,6 +50,8 @@ DEFAULT_PARAMS: dict[str, Any] = {
     },
     "noise": 0.015,
     "noise_correlation": 0.9,
+    # sd of one speed factor drawn per server start (placement, clocks, graph capture, autotuning)
+    "start_sd": 0.01,
     "startup_s": 2.0,
     "bugs": {"drop_env": [], "drop_env_ranks": None, "crash_on_start": None},
 }
@@ -316,6 +318,16 @@ class Noise:
         if not self.rel:
             return 1.0
         return max(0.5, 1.0 + self.rng.gauss(0.0, self.rel / 2))
+
+
+def start_factor(seed: int | None, start: int, sd: float) -> float:
+    """The speed factor of server start number `start` (>1 is slower): log-normal with `sd`,
+    drawn once per start, from `seed` and the start's number (unseeded without a seed)."""
+    if sd <= 0:
+        return 1.0
+    # A string seed hashes to the same stream on every Python; each start gets its own.
+    rng = random.Random(f"{seed}:start:{start}") if seed is not None else random.Random()
+    return math.exp(rng.gauss(0.0, sd))
 
 
 # ---- host state (shared with the fake nvidia-smi) -------------------------------------------

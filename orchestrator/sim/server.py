@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
 import os
 import subprocess
@@ -22,12 +21,14 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from orchestrator.sim import model as m
+from orchestrator.sim import starts as ss
 from orchestrator.sim import state as st
 from orchestrator.sim.api import SimHTTPServer, make_handler
 from orchestrator.sim.engine import Engine, Request
+from orchestrator.sim.log import Logger
 from orchestrator.sim.nodes import (
     JOIN_TIMEOUT,
     HeadJoin,
@@ -86,24 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--noise", type=float, default=None, help="override the model's noise")
+    p.add_argument("--start-sd", type=float, default=None, help=ss.START_SD_HELP)
     p.add_argument("--sim-model", default=None, help="model file (default ./orch_sim_model.json)")
     p.add_argument("--sim-state", default=None, help="host state file (default $ORCH_SIM_STATE)")
     return p
-
-
-class Logger:
-    """SGLang-style timestamped lines on one stream, flushed as they are written."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.lock = threading.Lock()
-
-    def __call__(self, message: str, tag: str = "") -> None:
-        stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-        prefix = f"[{stamp}{' ' + tag if tag else ''}] "
-        with self.lock:
-            self.stream.write(prefix + message + "\n")
-            self.stream.flush()
 
 
 @dataclass
@@ -136,6 +123,8 @@ class SimServer:
             self.noise = float(os.environ["ORCH_SIM_NOISE"])
         self.state_path = st.resolve_state_path(args.sim_state)
         self.state = st.read_state(self.state_path)
+        # one speed factor for this whole start: its repeats share it
+        self.start = ss.begin(args.start_sd, self.params, self.seed, self.state_path)
         self.cfg = m.ServingConfig(
             tp=args.tp_size,
             speculative_algorithm=args.speculative_algorithm,
@@ -346,6 +335,7 @@ class SimServer:
                 "expected_accept_len": self.step.accept_len,
                 "expected_decode_tok_s": self.step.tok_s,
                 "noise": self.noise,
+                **self.start.info(),
             },
         }
 
@@ -378,6 +368,7 @@ def serve(args: argparse.Namespace, log: Logger) -> int:
             "not divide its timings by it reports scaled, not simulated, numbers"
         )
     log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in srv.server_args().items())})")
+    log(srv.start.log_line())
     if not srv.model_file.exists():
         log(f"WARNING: sim: no {srv.model_file} here; using the built-in performance model")
     gpus = int(srv.state["gpu_count"])

@@ -8,8 +8,10 @@ Running servers register their worker processes in `<state>.apps/<pid>.json`, wh
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +110,24 @@ def running_apps(path: Path | None) -> list[dict[str, Any]]:
         if isinstance(app, dict) and _alive(int(app.get("pid", 0))):
             apps.append(app)
     return sorted(apps, key=lambda a: (int(a.get("gpu", 0)), int(a["pid"])))
+
+
+def next_start(path: Path | None) -> int:
+    """Count one more server start on this host and return its number (from 1): kept in
+    `<state>.starts` beside the state file, else in the temp folder, under an flock."""
+    counter = (
+        path.with_name(path.name + ".starts")
+        if path is not None
+        else Path(tempfile.gettempdir()) / f"orch_sim_starts.{os.getuid()}"
+    )
+    counter.parent.mkdir(parents=True, exist_ok=True)
+    with open(counter, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        text = fh.read().strip()
+        number = (int(text) if text.isdigit() else 0) + 1
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{number}\n")
+        fh.flush()
+    return number

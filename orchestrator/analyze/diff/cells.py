@@ -45,6 +45,7 @@ from orchestrator.analyze.diff.model import (
 from orchestrator.analyze.diff.node_parts import node_label, paired_nodes
 from orchestrator.analyze.diff.profile import profile_section
 from orchestrator.analyze.evidence import CellEvidence, load_cells
+from orchestrator.analyze.replication import start_level_note
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
 from orchestrator.results.documents import is_cell_dir
@@ -219,6 +220,8 @@ def _metrics_section(
     section.metrics = metric_deltas(a, b, deciding, ratio_threshold=ratio_threshold, alpha=alpha)
     if any(m.method in ("mann-whitney", "ranges") for m in section.metrics):
         section.notes.append(REPEATS_NOTE)
+    starts = start_level_note(a.metrics, b.metrics, deciding[0]) if deciding else ""
+    section.notes += [starts] if starts else []  # the start as the unit (analyze/replication.py)
     return section
 
 

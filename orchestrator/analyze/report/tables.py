@@ -23,6 +23,7 @@ from orchestrator.analyze import stats
 from orchestrator.analyze.baseline import baseline_cells
 from orchestrator.analyze.evidence import CellEvidence, load_cells, load_run
 from orchestrator.analyze.metrics import HEADLINE_METRICS, cell_metric_unit, format_number
+from orchestrator.analyze.replication import starts_footer
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
 from orchestrator.plan.select import axis_text as axis_text
@@ -404,7 +405,8 @@ def footer_lines(report: Report) -> list[str]:
                     f"{FAIL_MARK} {row.cell.id} {metric} = {value}: "
                     f"expected {' and '.join(mark.bounds)}{why}"
                 )
-    return lines
+    cells = [(row.cell.id, row.cell.metrics) for row in report.rows if not row.failed]
+    return lines + (starts_footer(cells, report.metrics[0]) if report.metrics and cells else [])
 
 
 def tidy_rows(report: Report) -> list[dict[str, Any]]:
