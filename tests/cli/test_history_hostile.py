@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cli_helpers import run_orch
 from test_history_cli import _night
 
@@ -309,3 +310,23 @@ def test_run_ids_with_newlines_and_escapes_stay_on_one_line(tmp_path: Path) -> N
     assert shown.returncode == 0, shown.stderr
     assert "\x1b" not in shown.stdout
     assert not any(line.startswith("FAKE") for line in shown.stdout.splitlines())
+
+
+def test_a_read_only_history_still_answers(tmp_path: Path) -> None:
+    """Item 16: a history that cannot be written blocked `orch history` when a run was new."""
+    results = tmp_path / "results"
+    first = _night(results, 0, 94.0)
+    assert run_orch(tmp_path, "index", "--results", str(results)).returncode == 0
+    _night(results, 1, 94.0)
+    db = results / "history.sqlite"
+    if subprocess.run(["chattr", "+i", str(db)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i (an immutable file: read-only even for root) is not available")
+    try:
+        done = run_orch(tmp_path, "history", "--format", "json", "--results", str(results))
+    finally:
+        subprocess.run(["chattr", "-i", str(db)], check=True)
+    assert done.returncode == 0, done.stderr
+    assert "history: new runs not indexed" in done.stderr and "readonly" in done.stderr
+    assert [p["run_id"] for s in json.loads(done.stdout)["series"] for p in s["points"]] == [
+        first.name
+    ]
