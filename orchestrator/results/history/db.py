@@ -78,8 +78,9 @@ def db_target(results_dir: Path, environ: dict[str, str] | None = None) -> Targe
     if scheme == "sqlite" and body.startswith("//") and body.strip("/"):
         # SQLAlchemy's spelling: sqlite:///relative/file, sqlite:////absolute/file
         return Path(body.removeprefix("///") if body.startswith("///") else body[2:]).absolute()
+    said = "is not a URL" if scheme in (*POSTGRES_SCHEMES, "sqlite") else "is not known"
     raise InputError(
-        f"ORCH_DB {shown(given)!r}: not a history orch can open ({scheme}:// is not known)",
+        f"ORCH_DB {shown(given)!r}: not a history orch can open ({scheme}: {said})",
         key_path="ORCH_DB",
         hint="postgresql://user@host/db, sqlite:///path/history.sqlite, or a file path",
     )
