@@ -7,7 +7,7 @@ Fills a fresh history.sqlite (the real schema, results/history/db.py) with RUNS 
 cells (each its own series, as a matrix's points are) and METRICS metrics per cell, then times
 the series query plus change-point detection of one series (what `orch history` does per
 series), cold and warm. Then makes a small real run with the simulator (2 cells) and times
-`index_run` on it without the manifest check, as `orch apply` calls it. Figures only.
+`index_run` on it with its manifest check, as `orch apply` calls it. Figures only.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def fill(db: Path, runs: int, cells: int, metrics: int) -> float:
     started = time.monotonic()
     rng = random.Random(0)
     names = ["output_throughput", *(f"metric_{k}" for k in range(metrics - 1))]
-    with open_db(db) as conn:
+    with open_db(db) as conn, conn.transaction():
         conn.executemany(
             "INSERT INTO series VALUES (?, ?, ?, ?, ?)",
             [
@@ -102,7 +102,7 @@ def one_series(db: Path, last: int | None) -> tuple[float, float, int, int]:
 
 
 def apply_index_cost(work: Path) -> float:
-    """Milliseconds `index_run` takes on a real 2-cell run, without the manifest check."""
+    """Milliseconds `index_run` takes on a real 2-cell run, its manifest checked."""
     repo = work / "repo"
     subprocess.run(
         [
@@ -152,7 +152,7 @@ def apply_index_cost(work: Path) -> float:
     (run_dir,) = [p for p in results.iterdir() if (p / "run.json").is_file()]
     with open_run(run_dir) as run, open_db(work / "apply.sqlite") as conn:
         started = time.monotonic()
-        index_run(conn, run, verify=False)
+        index_run(conn, run)
         return 1000 * (time.monotonic() - started)
 
 

@@ -78,6 +78,7 @@ class History:
     series: list[Series]
     steps: dict[str, list[Step]]  # series id -> its change points
     runs: dict[str, str]  # run id -> its bundle's path, as indexed
+    notes: tuple[str, ...] = ()  # what the answer leaves out, and why
 
 
 def _is_regression(metric: str, change: float) -> bool:

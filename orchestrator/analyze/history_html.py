@@ -9,6 +9,7 @@ escaped; the Content-Security-Policy is the report's.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from orchestrator.analyze.history import History, Step
@@ -20,8 +21,10 @@ WIDTH, HEIGHT, PAD = 820, 220, 36
 def _chart(view: History, series_id: str) -> str:
     series = next(s for s in view.series if s.series == series_id)
     points = series.points
-    values = [p.median for p in points]
-    low, high = min(values), max(values)
+    values = [p.median if math.isfinite(p.median) else 0.0 for p in points]
+    # drawn as fractions of the largest: a median near ±1e308 would overflow high - low
+    scale = max(abs(v) for v in values) or 1.0
+    low, high = min(values) / scale, max(values) / scale
     span = (high - low) or max(abs(high), 1.0) * 0.05
     low, high = low - 0.1 * span, high + 0.1 * span
     n = len(points)
@@ -30,13 +33,14 @@ def _chart(view: History, series_id: str) -> str:
         return PAD + (WIDTH - 2 * PAD) * (i / (n - 1) if n > 1 else 0.5)
 
     def y(v: float) -> float:
+        v = v / scale if math.isfinite(v) else 0.0
         return HEIGHT - PAD - (HEIGHT - 2 * PAD) * (v - low) / (high - low)
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
         f'role="img" aria-label="{text(series.label)}">',
-        f'<text x="4" y="{PAD - 12}" font-size="11">{high:.4g}</text>',
-        f'<text x="4" y="{HEIGHT - PAD + 14}" font-size="11">{low:.4g}</text>',
+        f'<text x="4" y="{PAD - 12}" font-size="11">{max(values):.4g}</text>',
+        f'<text x="4" y="{HEIGHT - PAD + 14}" font-size="11">{min(values):.4g}</text>',
         '<polyline fill="none" stroke="#3465a4" stroke-width="1.5" points="'
         + " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
         + '"/>',

@@ -4,6 +4,9 @@ and track a run that just finished against its history."""
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,11 +16,20 @@ from orchestrator.analyze.metrics import values_of
 from orchestrator.errors import BundleError, InputError
 from orchestrator.plan.select import select_cells
 from orchestrator.results.documents import is_run_dir
-from orchestrator.results.history.db import db_target, open_db, run_paths, series_of
+from orchestrator.results.history.db import (
+    HistoryDB,
+    Point,
+    db_target,
+    open_db,
+    run_paths,
+    series_of,
+)
 from orchestrator.results.history.index import Indexed, index_run
 from orchestrator.results.layout import ARCHIVE_SUFFIXES, is_archive_name
 from orchestrator.results.read import open_run
 from orchestrator.results.records import Metrics
+
+_SINCE = re.compile(r"^(\d+(?:\.\d+)?)([dhm])$")
 
 
 def _run_paths(results_dir: Path) -> list[Path]:
@@ -40,11 +52,23 @@ def _run_name(path: Path) -> str:
     return path.name
 
 
-def index_runs(
-    results_dir: Path, refs: Sequence[str] = (), *, verify: bool = True
-) -> list[Indexed]:
+def _index_into(conn: HistoryDB, refs: Sequence[str | Path], results_dir: Path) -> list[Indexed]:
+    """Each run `refs` names into the history, verified: the one way a run enters it."""
+    out = []
+    for ref in refs:
+        try:
+            with open_run(ref, results_dir) as run:
+                out.append(index_run(conn, run))
+        except BundleError as exc:
+            out.append(Indexed(str(ref), refused=exc.message))
+    return out
+
+
+def index_runs(results_dir: Path, refs: Sequence[str] = ()) -> list[Indexed]:
     """Index the runs `refs` names (every run under `results_dir` when none: those indexed
-    already are said without opening them, so a long history costs a folder listing)."""
+    already are said without opening them, so a long history costs a folder listing). Each
+    new run is verified against its MANIFEST; a damaged one is refused with its reason and the
+    others are indexed."""
     out = []
     with open_db(db_target(results_dir)) as conn:
         if refs:
@@ -57,12 +81,7 @@ def index_runs(
                     out.append(Indexed(_run_name(path), skipped="indexed already"))
                 else:
                     targets.append(path)
-        for ref in targets:
-            try:
-                with open_run(ref, results_dir) as run:
-                    out.append(index_run(conn, run, verify=verify))
-            except BundleError as exc:
-                out.append(Indexed(str(ref), refused=exc.message))
+        out += _index_into(conn, targets, results_dir)
     return out
 
 
@@ -71,10 +90,38 @@ def parse_since(text: str | None) -> float | None:
     if not text:
         return None
     units = {"d": 86400, "h": 3600, "m": 60}
-    try:
-        return time.time() - float(text[:-1]) * units[text[-1]]
-    except (KeyError, ValueError):
-        raise InputError(f"--since {text!r}: write 30d, 12h or 90m", key_path="--since") from None
+    found = _SINCE.match(text.strip())
+    if found is None or float(found.group(1)) <= 0:
+        raise InputError(
+            f"--since {text!r}: write a positive span: 30d, 12h or 90m", key_path="--since"
+        )
+    return time.time() - float(found.group(1)) * units[found.group(2)]
+
+
+def _located(runs: dict[str, str], results_dir: Path) -> dict[str, str]:
+    """Each run's folder as it is now: the stored one when it exists, else the run's name under
+    `results_dir` (a history indexed elsewhere, or a results folder that moved), absolute."""
+    out = {}
+    for run_id, stored in runs.items():
+        where = Path(stored)
+        if not where.exists():
+            for candidate in [where.name, *(run_id + suffix for suffix in ("", *ARCHIVE_SUFFIXES))]:
+                if candidate and (results_dir / candidate).exists():
+                    where = results_dir / candidate
+                    break
+        out[run_id] = os.path.abspath(where)
+    return out
+
+
+def _undated_note(undated: list[Point]) -> list[str]:
+    if not undated:
+        return []
+    runs = sorted({p.run_id for p in undated})
+    shown = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+    return [
+        f"{len(runs)} run(s) have no readable commit date and are left out of --by commit "
+        f"({shown}); --by time shows them"
+    ]
 
 
 def history(
@@ -88,10 +135,20 @@ def history(
     selector: str | None = None,
 ) -> History:
     """Every series of `metric` (of `playbook`, those `selector` picks by their axes and host,
-    as `--cells` picks cells), in order, with its change points."""
+    as `--cells` picks cells), in order, with its change points. A metric no run reports is
+    refused with the metrics the history holds."""
+    if not (math.isfinite(min_change) and 0 <= min_change < 1):
+        raise InputError(
+            f"--min-change {min_change}: a fraction from 0 to 1 (0.03 is 3 %)",
+            key_path="--min-change",
+        )
+    starting = parse_since(since)
+    undated: list[Point] = []
     with open_db(db_target(results_dir)) as conn:
-        found = series_of(conn, metric, playbook=playbook, since=parse_since(since), by=by)
-        runs = run_paths(conn)
+        found = series_of(conn, metric, playbook=playbook, since=starting, by=by, undated=undated)
+        if not found:
+            _check_metric(conn, metric)
+        runs = _located(run_paths(conn), results_dir)
         identities = {
             key: json.loads(text)
             for key, text in conn.execute("SELECT series, identity FROM series").fetchall()
@@ -105,21 +162,35 @@ def history(
             host=lambda s: str(s.host or ""),
         )
     steps = {s.series: steps_of(s, metric, min_change=min_change) for s in found}
-    return History(metric, found, steps, runs)
+    return History(metric, found, steps, runs, notes=tuple(_undated_note(undated)))
+
+
+def _check_metric(conn: HistoryDB, metric: str) -> None:
+    """Refuse a metric no indexed run reports, naming those some do."""
+    known = sorted(str(r[0]) for r in conn.execute("SELECT DISTINCT metric FROM metrics"))
+    if known and metric not in known:
+        raise InputError(
+            f"-m {metric!r}: no run in the history reports it",
+            key_path="--metric",
+            hint="the history holds: " + ", ".join(known),
+        )
 
 
 def track(
     results_dir: Path, run_dir: Path, metric: str, *, min_change: float = 0.03
 ) -> tuple[list[Step], dict[str, str]]:
-    """Index the run just finished, then the regressions it starts: change points whose first
-    bad run is this one, and the newest run tested alone against its settled history."""
+    """Index the run just finished (verified, as `orch index` does), then the regressions it
+    starts: change points whose first bad run is this one, and the newest run tested alone
+    against its settled history. A run the history refuses is an error (BundleError)."""
     with open_run(run_dir) as run:
         with open_db(db_target(results_dir)) as conn:
-            index_run(conn, run, verify=False)
+            (done,) = _index_into(conn, [run_dir], results_dir)
+            if done.refused:
+                raise BundleError(f"{run.run_id}: not indexed: {done.refused}")
             keys = [r[0] for r in conn.execute(
                 "SELECT DISTINCT series FROM cells WHERE run_id = ?", (run.run_id,))]  # fmt: skip
             found = series_of(conn, metric, series_ids=keys)
-            runs = run_paths(conn)
+            runs = _located(run_paths(conn), results_dir)
         out: list[Step] = []
         for series in found:
             if not series.points or series.points[-1].run_id != run.run_id:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +15,7 @@ import click
 from tabulate import tabulate
 
 from orchestrator.cli.common import _echo_from_bundle, main, reports_errors, results_option
-from orchestrator.errors import EXIT_FAILED, EXIT_OK, InputError
+from orchestrator.errors import EXIT_FAILED, EXIT_OK, BundleError, InputError
 
 
 @main.command(name="index")
@@ -31,11 +32,11 @@ def index_command(refs: Sequence[str], results_dir: Path) -> None:
     done = index_runs(results_dir, refs)
     for item in done:
         if item.refused:
-            click.echo(f"{item.run_id}: refused: {item.refused}", err=True)
+            click.echo(_one_line(f"{item.run_id}: refused: {item.refused}"), err=True)
         elif item.skipped:
-            click.echo(f"{item.run_id}: {item.skipped}")
+            click.echo(_one_line(f"{item.run_id}: {item.skipped}"))
         else:
-            click.echo(f"{item.run_id}: indexed {item.cells} cells")
+            click.echo(_one_line(f"{item.run_id}: indexed {item.cells} cells"))
     sys.exit(EXIT_FAILED if any(i.refused for i in done) else EXIT_OK)
 
 
@@ -96,15 +97,23 @@ def history_command(
     from orchestrator.app.history import history, index_runs
 
     _check_results(results_dir)
-    index_runs(results_dir, verify=False)
+    try:
+        for item in index_runs(results_dir):
+            if item.refused:
+                click.echo(_one_line(f"history: {item.run_id}: not indexed: {item.refused}"),
+                           err=True)  # fmt: skip
+    except BundleError as exc:  # a read-only or busy history still answers from what it holds
+        click.echo(_one_line(f"history: new runs not indexed: {exc.message}"), err=True)
     found = history(results_dir, metric, playbook=playbook, since=since, by=by,
                     min_change=min_change, selector=selector)  # fmt: skip
+    for note in found.notes:
+        click.echo(_one_line(f"history: {note}"), err=True)
     if plot_path is not None:
         from orchestrator.analyze.plot.history import plot_history
 
         click.echo(f"plot: {plot_history(found, plot_path)}", err=True)
     if fmt == "json":
-        click.echo(json.dumps(_json(found, results_dir), indent=2))
+        click.echo(json.dumps(_finite(_json(found, results_dir)), indent=2, allow_nan=False))
         return
     if fmt == "html":
         from orchestrator.analyze.history_html import render_dashboard
@@ -123,13 +132,14 @@ def history_command(
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(["series", "run", "started", "commit", "requested", metric, "n", "unit",
-                         "change_point"])  # fmt: skip
+        writer.writerow(["series", "run", "started", "commit", "requested", _csv_text(metric),
+                         "n", "unit", "change_point"])  # fmt: skip
         for s in found.series:
             changes = {c.point.index: f"{c.point.change:+.4f}" for c in found.steps[s.series]}
             for i, p in enumerate(s.points):
-                writer.writerow([s.label, p.run_id, p.started, p.commit_sha, p.requested,
-                                 p.median, p.n, p.unit, changes.get(i, "")])  # fmt: skip
+                writer.writerow([_csv_text(s.label), _csv_text(p.run_id), p.started,
+                                 _csv_text(p.commit_sha), _csv_text(p.requested), p.median, p.n,
+                                 _csv_text(p.unit), changes.get(i, "")])  # fmt: skip
         click.echo(out.getvalue(), nl=False)
         return
     for s in found.series:
@@ -140,14 +150,43 @@ def history_command(
             if i in marks:
                 st = marks[i]
                 mark = ("REGRESSION " if st.regression else "step ") + f"{st.point.change:+.1%}"
-            rows.append([p.run_id, (p.commit_sha or "")[:12], p.requested or "",
-                         f"{p.median:.4g}", p.n, mark])  # fmt: skip
+            rows.append([_one_line(p.run_id), _one_line((p.commit_sha or "")[:12]),
+                         _one_line(p.requested or ""), f"{p.median:.4g}", p.n, mark])  # fmt: skip
         unit = next((p.unit for p in s.points if p.unit), "")
-        _echo_from_bundle(f"\n{s.label}  ({metric}{' ' + unit if unit else ''})")
+        click.echo(_one_line(f"\n{s.label}  ({metric}{' ' + unit if unit else ''})"))
         _echo_from_bundle(tabulate(rows, headers=["run", "commit", "ref", "median", "n", ""]))
         for step in found.steps[s.series]:
-            _echo_from_bundle(step.line(metric))
+            click.echo(_one_line(step.line(metric)))
             _echo_from_bundle(f"  settle it with: {step.command(results_dir, found.runs)}")
+
+
+def _one_line(text: str) -> str:
+    """Text from a bundle on one terminal line: escapes and control characters gone, newlines
+    and tabs as spaces (a run id or an axis value may hold any of them)."""
+    from orchestrator.results.terminal import printable
+
+    return " ".join(printable(text).replace("\t", " ").split("\n")).strip(" ")
+
+
+_FORMULA_START = ("=", "+", "-", "@")
+
+
+def _csv_text(value: object) -> str:
+    """A text cell of the CSV from a bundle: one line, no control characters, and never read
+    as a formula by a spreadsheet (a leading = + - @ is quoted with ')."""
+    text = _one_line("" if value is None else str(value))
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every infinite or NaN float as null: JSON as strict parsers read it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _check_results(results_dir: Path) -> None:

@@ -215,7 +215,9 @@ def _index_and_track(results_dir: Path, run_dir: Path, metric: str | None) -> in
 
     try:
         if metric is None:
-            index_runs(results_dir, [str(run_dir)], verify=False)
+            (done,) = index_runs(results_dir, [str(run_dir)])
+            if done.refused:
+                click.echo(f"history: not updated: {done.refused}", err=True)
             return 0
         found, runs = track(results_dir, run_dir, metric)
     except (OrchError, OSError) as exc:  # the database's own errors arrive as BundleError

@@ -4,6 +4,8 @@ migrations and answers as SQLite, the schema guard, and idempotent indexing."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,3 +75,24 @@ def test_a_postgres_history_from_a_newer_orch_is_refused(tmp_path: Path, postgre
     finally:
         with psycopg.connect(postgres, autocommit=True) as conn:
             conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+
+
+def test_two_indexers_at_once_on_a_fresh_postgres_database(tmp_path: Path, postgres: str) -> None:
+    """Issue 39 item 12 on PostgreSQL: writers queue on one lock, the schema is made once."""
+    results = tmp_path / "results"
+    for i in range(6):
+        _night(results, i, 94.0)
+    env = {k: v for k, v in os.environ.items() if k != "ORCH_RESULTS"}
+    argv = [sys.executable, "-m", "orchestrator", "index", "--results", str(results)]
+    for trial in range(2):
+        with psycopg.connect(postgres, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE race{trial}")
+        env["ORCH_DB"] = postgres.replace("/orch?", f"/race{trial}?")
+        pipe = subprocess.PIPE
+        both = [
+            subprocess.Popen(argv, cwd=tmp_path, env=env, text=True, stdout=pipe, stderr=pipe)
+            for _ in range(2)
+        ]
+        said = [p.communicate(timeout=120) for p in both]
+        assert [p.returncode for p in both] == [0, 0], said
+        assert sum(out.count("indexed 1 cells") for out, _ in said) == 6

@@ -10,6 +10,7 @@ are listed as evidence only (`diff_evidence`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,6 +31,12 @@ _LIST_STYLES: dict[str, Mapping[str, ListStyle]] = {
 # Per-cell bench settings that are how long to measure, not what: never a factor.
 _NOT_FACTORS = frozenset({"repeats", "warmup", "timeout", "settle"})
 INVESTIGATE_AXIS = "investigate"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _one_line(text: str) -> str:
+    """A name or value from a bundle on one line: a newline in it could fake a line of output."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,7 @@ class Factor:
         if self.kind in ("commit", "setup"):
             return "commit" if self.kind == "commit" else "repo setup"
         prefix = {"env": "env ", "server_flag": "server --", "bench_setting": "bench --"}
-        return prefix[self.kind] + self.name
+        return prefix[self.kind] + _one_line(self.name)
 
     def shown(self, value: Any) -> str:
         """A value as the report says it; a commit by its short SHA."""
@@ -57,7 +64,7 @@ class Factor:
             return "(not set)"
         if self.kind == "commit":
             return str(value)[:12]
-        return str(value)
+        return _one_line(str(value))
 
 
 def _differences(good: Mapping[str, Any], bad: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -96,7 +103,10 @@ def declared_factors(good: Mapping[str, Any], bad: Mapping[str, Any]) -> list[Fa
     env_g, env_b = _section(good, "env"), _section(bad, "env")
     for name, g, b in _differences(env_g, env_b):
         secret = REDACTED in (str(g), str(b))
-        out.append(Factor("env", name, g, b, not secret, "a secret value" if secret else None))
+        # a name from a bundle becomes a variable in the experiment's cell: only a real one
+        odd = None if _ENV_NAME.match(str(name)) else "not an environment variable name"
+        why = "a secret value" if secret else odd
+        out.append(Factor("env", name, g, b, why is None, why))
     sections: tuple[tuple[Kind, str], ...] = (("server_flag", "server"), ("bench_setting", "bench"))
     for kind, section in sections:
         spec_g, spec_b = _section(good, section), _section(bad, section)
