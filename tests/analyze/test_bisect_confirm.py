@@ -209,3 +209,15 @@ def test_a_partial_step_is_said() -> None:
         commits, measure = machine(32, 13, 0.05, seed, start_sd=0.01)
         whole += any("of the gap" in w for w in bisect(commits, measure).warnings)
     assert whole <= 3, whole
+
+
+def test_the_printed_answer_carries_its_warnings() -> None:
+    """`orch bisect` (and --show) print the warnings under the answer, from bisect.json."""
+    from orchestrator.execute.bisect.run import render_bisect
+
+    commits, measure = machine(32, 20, 0.05, 5, drift=-0.004)
+    result = bisect(commits, measure)
+    doc = {"metric": "output_throughput", "commits": commits, "result": result.to_json()}
+    text = render_bisect(doc)
+    assert text.splitlines()[0] == result.message
+    assert "warning: the ends moved during the bisect" in text
