@@ -122,7 +122,7 @@ class BisectResult:
 class BisectPolicy:
     """How hard to look: repeats per run, the certainty asked for, the cap on extra runs."""
 
-    end_repeats: int = 5  # repeats for each end (good, bad): they define the noise
+    end_repeats: int = 5  # repeats of each run of an end (and of a confirmation run)
     repeats: int = 6  # the most repeats of one run at an inner commit (it stops when decided)
     z_threshold: float = 3.0  # the ends must be this many standard errors from their midpoint
     max_runs_per_point: int = 2  # runs at one inner commit before the nearer side is called
