@@ -15,8 +15,35 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class Point(Protocol):
+    """What the confirmation reads of a tested commit (search.Point)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def verdict(self) -> str | None: ...
+    @property
+    def run_values(self) -> list[list[float]]: ...
+
+
+class BisectPolicy(Protocol):
+    """What the confirmation reads of the policy (search.BisectPolicy)."""
+
+    @property
+    def end_repeats(self) -> int: ...
+    @property
+    def confirm_blocks(self) -> int: ...
+    @property
+    def confirm_error(self) -> float: ...
+
+
+# An end measured again is said to have moved when a two-sided t test puts it this far out.
+DRIFT_P = 0.01
 
 
 def _beta_fraction(a: float, b: float, x: float) -> float:
@@ -111,3 +138,81 @@ def step_test(
     se_rest = spread * math.sqrt(1 / len(parent) + 1 / len(first_bad) + 2)
     partial = t_upper_tail((gap - step) / se_rest, dof) if dof > 0 else 1.0
     return StepTest(step, se, dof, p, step / gap if gap else 0.0, spread, partial)
+
+
+def confirm_answer(
+    lo: int,
+    hi: int,
+    run: Callable[[int, int], Point],
+    policy: BisectPolicy,
+    sign: float,
+    first_ends: tuple[list[list[float]], list[list[float]]],
+    good: Point,
+    bad: Point,
+) -> tuple[StepTest, int, list[float], list[float]] | None:
+    """The answer `hi` tested beside its parent `lo`: the ends measured again, then blocks of
+    P F F P (then F P P F) runs of the two, until the step is shown or the blocks run out: the
+    test, the looks it took, and the parent's and the answer's run means. None when a run
+    could not measure."""
+    parent_now: list[float] = []
+    first_now: list[float] = []
+    test: StepTest | None = None
+    looks = 0
+    for end in (good, bad):  # the ends as they are now: the drift, the gap, the next calls
+        if run(end.index, policy.end_repeats).verdict == "skip" or not end.run_values[-1]:
+            return None
+    gap = sign * (statistics.fmean(good.run_values[-1]) - statistics.fmean(bad.run_values[-1]))
+    # The ends' first starts lend their spread (adjacent runs: a drift barely enters it).
+    others = [[statistics.fmean(r) for r in runs] for runs in first_ends]
+    for block in range(policy.confirm_blocks):
+        for index in (lo, hi, hi, lo) if block % 2 == 0 else (hi, lo, lo, hi):
+            point = run(index, policy.end_repeats)
+            if point.verdict == "skip" or not point.run_values[-1]:
+                return None
+            (parent_now if index == lo else first_now).append(
+                statistics.fmean(point.run_values[-1])
+            )
+        looks += 1
+        test = step_test(parent_now, first_now, others, sign, abs(gap) or 1.0)
+        if test.p <= policy.confirm_error / policy.confirm_blocks:
+            break
+    assert test is not None
+    return test, looks, parent_now, first_now
+
+
+def drift_sentence(
+    first_ends: tuple[list[list[float]], list[list[float]]],
+    good: Point,
+    bad: Point,
+    paired: Sequence[Sequence[float]],
+) -> str | None:
+    """A sentence when the ends, measured again, moved beyond the start-to-start spread (of
+    their first starts and of the confirmation's `paired` run means, all taken close in time)."""
+    firsts = [[statistics.fmean(r) for r in runs] for runs in first_ends]
+    spread, dof = pooled_run_spread([*firsts, *paired])
+    moves = []
+    for name, point, first in (("good", good, firsts[0]), ("bad", bad, firsts[1])):
+        now = statistics.fmean(point.run_values[-1])
+        then = statistics.fmean(first)
+        se = max(spread * math.sqrt(1 + 1 / len(first)), 1e-12)
+        far = dof > 0 and 2 * t_upper_tail(abs(now - then) / se, dof) < DRIFT_P
+        moves.append((name, (now - then) / then if then else 0.0, far))
+    if dof == 0 or not any(far for _, _, far in moves):
+        return None
+    said = ", ".join(f"{name} {100 * move:+.1f}%" for name, move, _ in moves)
+    return (
+        f"the ends moved during the bisect ({said} since their first runs): a drift, or a "
+        "start-to-start spread wider than the first runs showed; the later calls and the "
+        "confirmation used the ends as measured again"
+    )
+
+
+def first_inversion(points: Mapping[int, Point]) -> tuple[int, int] | None:
+    """(a commit judged bad, a descendant judged good), the first such pair, or None."""
+    bads = sorted(i for i, p in points.items() if p.verdict == "bad")
+    goods = sorted(i for i, p in points.items() if p.verdict == "good")
+    for early in bads:
+        late = next((g for g in goods if g > early), None)
+        if late is not None:
+            return early, late
+    return None

@@ -27,13 +27,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from orchestrator.execute.bisect.confirm import StepTest, pooled_run_spread, step_test, t_upper_tail
+from orchestrator.execute.bisect.confirm import confirm_answer, drift_sentence, first_inversion
 from orchestrator.runner.compare_rule import noise_upper_bound
 from orchestrator.runner.repeat_rule import between_verdict
 
 Verdict = Literal["good", "bad", "skip"]
-# An end measured again is said to have moved when a two-sided t test puts it this far out.
-DRIFT_P = 0.01
 # A confirmed step is said to be only part of the change when a one-sided t test puts the rest
 # of the gap this far from zero.
 PARTIAL_P = 0.01
@@ -314,7 +312,7 @@ def bisect(
     for round_no in range(1, policy.max_rounds + 1):
         if any(lo < i < hi for i in skipped):
             break  # a range, not one commit: nothing single to confirm
-        outcome = _confirm(lo, hi, run, policy, sign, first_ends, good, bad)
+        outcome = confirm_answer(lo, hi, run, policy, sign, first_ends, good, bad)
         ref["good"], ref["bad"] = list(good.run_values[-1]), list(bad.run_values[-1])
         if outcome is None:
             warnings.append(
@@ -328,7 +326,7 @@ def bisect(
             {"round": round_no, "last_good": commits[lo], "first_bad": commits[hi],
              "looks": looks, "runs_each": len(parent_now), **asdict(test)}
         )  # fmt: skip
-        drift = _drift(first_ends, good, bad, [parent_now, first_now])
+        drift = drift_sentence(first_ends, good, bad, [parent_now, first_now])
         if drift and not drift_said:
             drift_said = True
             warnings.append(drift)
@@ -411,7 +409,7 @@ def bisect(
             "judged again when measured beside a neighbour (a one-run hiccup or a drift), the "
             f"search went back: {', '.join(f'{p.commit[:12]} -> {p.verdict}' for p in rejudged)}"
         )
-    inversion = _inversion(points)
+    inversion = first_inversion(points)
     if inversion:
         early, late = inversion
         warnings.append(
@@ -447,80 +445,3 @@ def bisect(
 def _pct(value: float, base: float, plus: str = "+") -> str:
     """`value` as a percentage of `base`, signed by default."""
     return f"{100 * value / base:{plus}.1f}%" if base else f"{value:.3g}"
-
-
-def _confirm(
-    lo: int,
-    hi: int,
-    run: Callable[[int, int], Point],
-    policy: BisectPolicy,
-    sign: float,
-    first_ends: tuple[list[list[float]], list[list[float]]],
-    good: Point,
-    bad: Point,
-) -> tuple[StepTest, int, list[float], list[float]] | None:
-    """The ends measured again, then blocks of P F F P (then F P P F) runs of the parent `lo`
-    and the answer `hi`, until the step is shown or the blocks run out: the test, the looks it
-    took, and the parent's and the answer's run means. None when a run could not measure."""
-    parent_now: list[float] = []
-    first_now: list[float] = []
-    test: StepTest | None = None
-    looks = 0
-    for end in (good, bad):  # the ends as they are now: the drift, the gap, the next calls
-        if run(end.index, policy.end_repeats).verdict == "skip" or not end.run_values[-1]:
-            return None
-    gap = sign * (statistics.fmean(good.run_values[-1]) - statistics.fmean(bad.run_values[-1]))
-    # The ends' first starts lend their spread (adjacent runs: a drift barely enters it).
-    others = [[statistics.fmean(r) for r in runs] for runs in first_ends]
-    for block in range(policy.confirm_blocks):
-        for index in (lo, hi, hi, lo) if block % 2 == 0 else (hi, lo, lo, hi):
-            point = run(index, policy.end_repeats)
-            if point.verdict == "skip" or not point.run_values[-1]:
-                return None
-            (parent_now if index == lo else first_now).append(
-                statistics.fmean(point.run_values[-1])
-            )
-        looks += 1
-        test = step_test(parent_now, first_now, others, sign, abs(gap) or 1.0)
-        if test.p <= policy.confirm_error / policy.confirm_blocks:
-            break
-    assert test is not None
-    return test, looks, parent_now, first_now
-
-
-def _drift(
-    first_ends: tuple[list[list[float]], list[list[float]]],
-    good: Point,
-    bad: Point,
-    paired: Sequence[Sequence[float]],
-) -> str | None:
-    """A sentence when the ends, measured again, moved beyond the start-to-start spread (of
-    their first starts and of the confirmation's `paired` run means, all taken close in time)."""
-    firsts = [[statistics.fmean(r) for r in runs] for runs in first_ends]
-    spread, dof = pooled_run_spread([*firsts, *paired])
-    moves = []
-    for name, point, first in (("good", good, firsts[0]), ("bad", bad, firsts[1])):
-        now = statistics.fmean(point.run_values[-1])
-        then = statistics.fmean(first)
-        se = max(spread * math.sqrt(1 + 1 / len(first)), 1e-12)
-        far = dof > 0 and 2 * t_upper_tail(abs(now - then) / se, dof) < DRIFT_P
-        moves.append((name, (now - then) / then if then else 0.0, far))
-    if dof == 0 or not any(far for _, _, far in moves):
-        return None
-    said = ", ".join(f"{name} {100 * move:+.1f}%" for name, move, _ in moves)
-    return (
-        f"the ends moved during the bisect ({said} since their first runs): a drift, or a "
-        "start-to-start spread wider than the first runs showed; the later calls and the "
-        "confirmation used the ends as measured again"
-    )
-
-
-def _inversion(points: dict[int, Point]) -> tuple[int, int] | None:
-    """(a commit judged bad, a descendant judged good), the first such pair, or None."""
-    bads = sorted(i for i, p in points.items() if p.verdict == "bad")
-    goods = sorted(i for i, p in points.items() if p.verdict == "good")
-    for early in bads:
-        late = next((g for g in goods if g > early), None)
-        if late is not None:
-            return early, late
-    return None

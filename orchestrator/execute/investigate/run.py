@@ -47,12 +47,12 @@ from orchestrator.execute.investigate.experiments import (
 from orchestrator.execute.investigate.sides import (
     adapter_changes,
     deciding_metric,
-    failure_line,
+    factor_lines,
     open_side,
-    own_value,
+    plan_notes,
 )
 from orchestrator.execute.refs import pin_revision
-from orchestrator.execute.replay import inventory_from_bundle, made_here, restore_secrets
+from orchestrator.execute.replay import inventory_from_bundle, restore_secrets
 from orchestrator.results.bundle import BundleWriter
 from orchestrator.results.documents import read_json
 from orchestrator.results.layout import (
@@ -189,62 +189,18 @@ class Investigation:
         return statistics.median(seen) if seen else math.nan
 
     def plan_lines(self) -> list[str]:
-        """What it would run, in order, with the budget and the expected time; and, before
-        that, what stops or hinders it: cells of different adapters, a failed side, bundles
-        from another machine, a change already within --tolerance, a budget too small."""
+        """What it would run, in order, with the budget and the expected time; and what stops
+        or hinders it (sides.plan_notes, adapters that differ, a budget too small)."""
         each = self.cell_seconds()
         good_cell, bad_cell = self.good.record.cell, self.bad.record.cell
         lines = [
             f"investigate {self.metric} on {self.host}: GOOD {self.good.record.id} "
             f"({self.good.run.run_id}), BAD {self.bad.record.id} ({self.bad.run.run_id})",
         ]
-        for side, what in ((self.good, "GOOD"), (self.bad, "BAD")):
-            failed = failure_line(side, what)
-            if failed:
-                lines.append(f"note: {failed}")
-        foreign = [w for s, w in ((self.good, "GOOD"), (self.bad, "BAD")) if not made_here(s.run)]
-        if foreign:
-            verb = "come" if len(foreign) > 1 else "comes"
-            lines.append(
-                f"note: {' and '.join(foreign)} {verb} from a bundle made on another machine (or "
-                "one that does not say where): running needs --yes, which shows the commands"
-            )
-        recorded = reproduction(
-            self.good.values, self.bad.values, None, None, tolerance=self.request.tolerance
-        )
-        change = recorded.recorded.change
-        if recorded.outcome == "not_significant":
-            why = (
-                f"already within --tolerance {100 * self.request.tolerance:g}%"
-                if abs(change) <= self.request.tolerance
-                else "not significant beyond the noise"
-            )
-            lines.append(
-                f"note: the recorded change, {100 * change:+.1f}%, is {why}: investigate stops "
-                "there and runs nothing (a smaller --tolerance looks closer)"
-            )
-        adapters = adapter_changes(good_cell, bad_cell)
-        lines.append("factors (declared differences):")
-        for a in adapters:
-            lines.append(f"  {a.label}, not swappable: another engine or client")
-        for f in self.factors:
-            if adapters:
-                how = f"not testable: the {adapters[0].section} adapters differ"
-            else:
-                how = "testable" if f.testable else f"not testable: {f.why_not}"
-            lines.append(
-                f"  {f.label}: {self._own(good_cell, f, f.good)} (GOOD) vs "
-                f"{self._own(bad_cell, f, f.bad)} (BAD), {how}"
-            )
-        if not self.factors and not adapters:
-            lines.append("  none: GOOD and BAD declare the same cell")
-        if adapters:
-            a = adapters[0]
-            lines.append(
-                f"experiments: none: GOOD and BAD run different {a.section} adapters ({a.good} "
-                f"vs {a.bad}), and investigate refuses to run them (compare with `orch diff`)"
-            )
-            return lines
+        lines += plan_notes(self.good, self.bad, self.request.tolerance)
+        lines += factor_lines(good_cell, bad_cell, self.factors)
+        if adapter_changes(good_cell, bad_cell):
+            return lines  # no experiment: a run is refused (sides.refuse_adapter_change)
         lines.append("experiments:")
         planned = self.reference_experiments() + self.factor_experiments()
         for i, e in enumerate(planned, 1):
@@ -264,16 +220,6 @@ class Investigation:
                 f"--budget {len(planned)} runs them all"
             )
         return lines
-
-    @staticmethod
-    def _own(cell: Mapping[str, Any], factor: Factor, declared: Any) -> str:
-        """A side's value of `factor` as that side ran it: its declared value, else what its
-        own argv passes (an adapter's default, said as such)."""
-        if declared is None and factor.kind in ("server_flag", "bench_setting"):
-            value, from_argv = own_value(cell, factor.kind, factor.name)
-            if from_argv:
-                return f"{factor.shown(value)} (in its argv, not declared)"
-        return factor.shown(declared)
 
     def _playbook(self) -> str:
         return str((self.bad.run.run or {}).get("playbook") or "cells")

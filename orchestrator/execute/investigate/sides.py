@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.analyze.diff.model import deciding_metrics
 from orchestrator.analyze.evidence import CellEvidence
+from orchestrator.analyze.investigate.factors import Factor
+from orchestrator.analyze.investigate.verdicts import reproduction
 from orchestrator.errors import InputError
+from orchestrator.execute.replay import made_here
 from orchestrator.results.read import RunBundle, open_cell, run_of
 from orchestrator.results.records import CellRecord
 
@@ -121,3 +124,72 @@ def failure_line(side: Side, what: str) -> str | None:
         f"{what} {status}{where}{why}; its {len(side.values)} value(s) are what it measured "
         "before that, and measuring it again may fail the same way"
     )
+
+
+def shown_value(cell: Mapping[str, Any], factor: Factor, declared: Any) -> str:
+    """A side's value of `factor` as that side ran it: its declared value, else what its own
+    argv passes (an adapter's default, said as such)."""
+    if declared is None and factor.kind in ("server_flag", "bench_setting"):
+        value, from_argv = own_value(cell, factor.kind, factor.name)
+        if from_argv:
+            return f"{factor.shown(value)} (in its argv, not declared)"
+    return factor.shown(declared)
+
+
+def plan_notes(good: Side, bad: Side, tolerance: float) -> list[str]:
+    """What the plan must say before its experiments: a side that failed, bundles made on
+    another machine (a run needs --yes), a recorded change already within --tolerance."""
+    lines = []
+    for side, what in ((good, "GOOD"), (bad, "BAD")):
+        failed = failure_line(side, what)
+        if failed:
+            lines.append(f"note: {failed}")
+    foreign = [w for s, w in ((good, "GOOD"), (bad, "BAD")) if not made_here(s.run)]
+    if foreign:
+        verb = "come" if len(foreign) > 1 else "comes"
+        lines.append(
+            f"note: {' and '.join(foreign)} {verb} from a bundle made on another machine (or "
+            "one that does not say where): running needs --yes, which shows the commands"
+        )
+    recorded = reproduction(good.values, bad.values, None, None, tolerance=tolerance)
+    change = recorded.recorded.change
+    if recorded.outcome == "not_significant":
+        why = (
+            f"already within --tolerance {100 * tolerance:g}%"
+            if abs(change) <= tolerance
+            else "not significant beyond the noise"
+        )
+        lines.append(
+            f"note: the recorded change, {100 * change:+.1f}%, is {why}: investigate stops "
+            "there and runs nothing (a smaller --tolerance looks closer)"
+        )
+    return lines
+
+
+def factor_lines(
+    good_cell: Mapping[str, Any], bad_cell: Mapping[str, Any], factors: Sequence[Factor]
+) -> list[str]:
+    """The plan's factors, an adapter difference first (then nothing is testable, and the
+    experiments line says none will run), each side's value as that side ran it."""
+    adapters = adapter_changes(good_cell, bad_cell)
+    lines = ["factors (declared differences):"]
+    for a in adapters:
+        lines.append(f"  {a.label}, not swappable: another engine or client")
+    for f in factors:
+        if adapters:
+            how = f"not testable: the {adapters[0].section} adapters differ"
+        else:
+            how = "testable" if f.testable else f"not testable: {f.why_not}"
+        lines.append(
+            f"  {f.label}: {shown_value(good_cell, f, f.good)} (GOOD) vs "
+            f"{shown_value(bad_cell, f, f.bad)} (BAD), {how}"
+        )
+    if not factors and not adapters:
+        lines.append("  none: GOOD and BAD declare the same cell")
+    if adapters:
+        a = adapters[0]
+        lines.append(
+            f"experiments: none: GOOD and BAD run different {a.section} adapters ({a.good} "
+            f"vs {a.bad}), and investigate refuses to run them (compare with `orch diff`)"
+        )
+    return lines
