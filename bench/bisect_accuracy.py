@@ -90,6 +90,7 @@ class Tally:
     wrong: int = 0
     refused: int = 0
     ranges: int = 0
+    confirmed: int = 0  # answers confirmed beside their parent (search.py's confirmation)
     points: list[int] = field(default_factory=list)
     runs: list[int] = field(default_factory=list)
     repeats: list[int] = field(default_factory=list)
@@ -109,7 +110,9 @@ class Tally:
             self.ranges += 1
         else:
             self.wrong += 1
-        self.points.append(len(result.points))
+        self.confirmed += bool(getattr(result, "confirmed", False))
+        # the probes after a confirmed answer look for a revert: not the search's points
+        self.points.append(len([p for p in result.points if not getattr(p, "probe", False)]))
         self.runs.append(result.cell_runs)
         self.repeats.append(sum(len(p.values) for p in result.points))
         self.seconds.append(
@@ -127,6 +130,7 @@ class Tally:
             self.trials,
             f"{100 * self.right / self.trials:.1f}%" if self.trials else "-",
             self.wrong,
+            self.confirmed,
             self.refused,
             self.ranges,
             mean(self.points),
@@ -259,7 +263,7 @@ def _point(p: dict[str, Any]) -> Any:
                  p.get("z"), bool(p.get("uncertain")), int(p.get("runs") or 0))  # fmt: skip
 
 
-HEADERS = ["N", "scenario", "noise", "trials", "right", "wrong", "refused", "range",
+HEADERS = ["N", "scenario", "noise", "trials", "right", "wrong", "confirmed", "refused", "range",
            "points", "max", "log2N+2", "runs", "repeats", "bench s"]  # fmt: skip
 
 
@@ -304,8 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows.append(tally.row([n, label, f"{100 * noise:g}%"], bound))
     print(tabulate(rows, headers=HEADERS))
     print(
-        f"\nright: first bad commit named correctly; range: a skip range instead; points: tested "
-        f"commits (ends included), mean; runs: cell runs; repeats: benchmark repeats; bench s: "
+        f"\nright: first bad commit named correctly; confirmed: answers confirmed beside their "
+        f"parent; range: a skip range instead; points: searched commits (ends included, probes "
+        f"not), mean; runs: cell runs; repeats: benchmark repeats; bench s: "
         f"their GPU seconds. "
         f"({time.monotonic() - started:.1f} s)"
     )

@@ -78,6 +78,7 @@ def investigate(
     from orchestrator.execute.apply.resume import resume_command
     from orchestrator.execute.bisect.search import BisectError
     from orchestrator.execute.investigate.run import InvestigateRequest, Investigation
+    from orchestrator.execute.investigate.sides import refuse_adapter_change
 
     request = InvestigateRequest(
         good=good,
@@ -97,6 +98,7 @@ def investigate(
         _echo_from_bundle(line)
     if plan_only:
         return
+    refuse_adapter_change(job.good, job.bad)
     _confirm_foreign(job, yes)
     try:
         doc = job.execute()

@@ -52,7 +52,7 @@ def test_finds_the_regression_within_log2_plus_two_points(n: int, seed: int) -> 
     commits, _, measure = synthetic(n, regress_at, 0.01, seed)
     result = bisect(commits, measure)  # type: ignore[arg-type]
     assert result.first_bad == commits[regress_at]
-    assert len(result.points) <= math.ceil(math.log2(n)) + 2
+    assert len([p for p in result.points if not p.probe]) <= math.ceil(math.log2(n)) + 2
 
 
 @pytest.mark.parametrize("noise", [0.02, 0.05])
@@ -165,10 +165,13 @@ def test_model_regression_found_at_every_noise_level(n: int, noise: float, seed:
     result = bisect(commits, measure)
     assert result.first_bad == commits[regress_at]
     assert result.last_good == commits[regress_at - 1]
-    assert len(result.points) <= math.ceil(math.log2(n)) + 2
+    assert len([p for p in result.points if not p.probe]) <= math.ceil(math.log2(n)) + 2
     assert not any(p.uncertain for p in result.points)
     if noise <= 0.02:
-        assert result.cell_runs == len(result.points)  # one run per commit was always enough
+        # One run per commit searched was always enough (the ends and the answer's pair are
+        # measured again by design: the ends' starts and the confirmation).
+        paired = {0, n - 1, regress_at - 1, regress_at}
+        assert all(p.runs == 1 for p in result.points if p.index not in paired)
 
 
 @pytest.mark.parametrize("noise", [0.01, 0.02])
@@ -184,7 +187,7 @@ def test_small_regression_found_with_adaptive_runs(noise: float) -> None:
             outcomes.append("refused")
             continue
         outcomes.append("right" if result.first_bad == commits[regress_at] else "wrong")
-        assert len(result.points) <= math.ceil(math.log2(48)) + 2
+        assert len([p for p in result.points if not p.probe]) <= math.ceil(math.log2(48)) + 2
     assert outcomes.count("right") >= 18, outcomes
     assert outcomes.count("wrong") <= 1, outcomes
 
@@ -201,9 +204,9 @@ def test_ends_are_measured_again_before_giving_up() -> None:
         centre = {"g": 100.0, "m": 100.0, "b": 90.0}[commit]
         return [centre + d for d in (-0.5, 0.0, 0.5)][:repeats]
 
-    result = bisect(["g", "m", "b"], measure, BisectPolicy(end_repeats=3, repeats=3))
-    assert calls[:4] == ["g", "b", "g", "b"]
-    assert result.points[0].runs == 2 and result.points[1].runs == 2
+    policy = BisectPolicy(end_repeats=3, repeats=3, end_runs=1)
+    result = bisect(["g", "m", "b"], measure, policy)
+    assert calls[:5] == ["g", "b", "g", "b", "m"]  # the ends twice, then the search
     assert result.first_bad == "b"
 
 
@@ -231,7 +234,7 @@ def test_an_uncertain_call_is_said_in_the_answer() -> None:
 
     result = bisect(["g", "m", "b"], measure, BisectPolicy(max_runs_per_point=2))
     (middle,) = [p for p in result.points if p.commit == "m"]
-    assert middle.uncertain and middle.runs == 2
+    assert middle.uncertain
     assert "uncertain: 1 tested commit(s)" in result.message and "m" in result.message
 
 
@@ -250,10 +253,13 @@ def test_a_plain_commit_costs_a_repeat_and_a_run_stops_once_decided() -> None:
 
     result = bisect(commits, spy)
     assert result.first_bad == commits[13]
-    inner = [p for p in result.points if p.commit not in (commits[0], commits[-1])]
+    # The ends and the answer's pair are measured again (starts, confirmation): not searched.
+    paired = (commits[0], commits[-1], commits[12], commits[13])
+    inner = [p for p in result.points if p.commit not in paired]
     assert inner and all(len(p.values) == 1 and p.runs == 1 for p in inner)
-    assert all(ends is None for c, _, ends in asked if c in (commits[0], commits[-1]))
-    assert all(ends is not None and ends.error == 0.001 for c, _, ends in asked[2:])
+    assert all(ends is None for c, _, ends in asked if c in paired[:2])
+    searched = [ends for c, _, ends in asked if c not in paired]
+    assert all(ends is not None and ends.error == 0.001 for ends in searched)
     assert run_until_decided(lambda: 1.0, 4, None) == [1.0] * 4
 
 

@@ -126,9 +126,10 @@ def check_story(stdout: str, repo: RepoInfo) -> None:
 def test_bisect_goes_around_failed_setup_then_resumes_after_ctrl_c(tmp_path: Path) -> None:
     """32 commits, regression at #13, setup broken at #16 (the first inner point tested).
 
-    Ctrl-C once three steps are recorded (the good end, the bad end, the skipped commit); then
-    `--resume RUN` reuses them, finishes, and names the regressing commit within
-    ceil(log2 32) + 2 measured points; `--show RUN` prints the same answer from the bundle.
+    Ctrl-C once five steps are recorded (the good end and the bad end twice each: two server
+    starts; the skipped commit); then `--resume RUN` reuses them, finishes, and names the
+    regressing commit within ceil(log2 32) + 2 searched points, confirmed beside its parent;
+    `--show RUN` prints the same answer from the bundle.
     """
     repo = init_repo(tmp_path / "repo", commits=32, regress_at=13, setup_fail_at=16, seed=5)
     b = Bisect(tmp_path, repo)
@@ -137,11 +138,15 @@ def test_bisect_goes_around_failed_setup_then_resumes_after_ctrl_c(tmp_path: Pat
     proc = subprocess.Popen(b.argv(), cwd=tmp_path, env=b.env, stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 120
-        while len(finished_cells(b)) < 3 and proc.poll() is None:
+        while len(finished_cells(b)) < 5 and proc.poll() is None:
             assert time.monotonic() < deadline, (tmp_path / "first.log").read_text()
             time.sleep(0.1)
         assert proc.poll() is None, (tmp_path / "first.log").read_text()
-        time.sleep(1.0)  # the fourth step is under way
+        # the sixth step is under way: its run has started (reading the five back takes a while)
+        while (tmp_path / "first.log").read_text().count("] running\n") < 6:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=60)
     finally:
@@ -158,7 +163,7 @@ def test_bisect_goes_around_failed_setup_then_resumes_after_ctrl_c(tmp_path: Pat
     assert hint[0] == "orch" and hint[-2:] == ["--resume", str(run)], hint
     assert not (run / "bisect.json").exists()
     before = finished_cells(b)
-    assert len(before) >= 3, first_log
+    assert len(before) >= 5, first_log
     assert list(before.values()).count("failed") == 1  # the broken setup, recorded as a cell
     stamps = {cid: (b.cell_dirs()[cid] / "cell.json").stat().st_mtime_ns for cid in before}
 
@@ -174,10 +179,11 @@ def test_bisect_goes_around_failed_setup_then_resumes_after_ctrl_c(tmp_path: Pat
     assert result["first_bad"] == repo.regress
     assert result["last_good"] == repo.shas[repo.regress_at - 2]
     assert result["skipped"] == [repo.setup_fail]
-    measured = [p for p in result["points"] if p["verdict"] != "skip"]
+    measured = [p for p in result["points"] if p["verdict"] != "skip" and not p["probe"]]
     n = len(doc["commits"])
     assert n == 32
     assert len(measured) <= math.ceil(math.log2(n)) + 2, result["points"]
+    assert result["confirmed"] is True and "confirmed" in resumed.stdout
     # one cell directory per cell run: nothing ran twice, the interrupted step was redone once
     cells = b.cell_dirs()
     assert len(cells) == result["cell_runs"], sorted(cells)
@@ -193,7 +199,11 @@ def test_bisect_goes_around_failed_setup_then_resumes_after_ctrl_c(tmp_path: Pat
         for d in cells.values()
         if (d / "repeats.json").exists()
     ]
-    assert len(stops) == len([d for d in cells if not any(e in d for e in ends)]) - 1  # the skip
+    # every searched run stops on the test; the ends and the confirmation's runs take them all
+    end_runs = sum(p["runs"] for p in result["points"] if p["index"] in (0, n - 1))
+    paired = sum(2 * c["runs_each"] for c in result["confirmations"])
+    assert len(stops) == result["cell_runs"] - end_runs - paired - 1  # the skip
+    assert not any(e in d for d in cells if (cells[d] / "repeats.json").exists() for e in ends)
     assert all(s["stopped"] == "decided" for s in stops), stops
     assert any(s["ran"] == 1 for s in stops), stops
     for d in cells.values():
@@ -230,7 +240,7 @@ def test_failed_setup_at_the_regression_gives_the_honest_range(tmp_path: Path) -
     assert result["first_bad"] is None
     assert result["last_good"] == repo.shas[14]
     assert result["skipped"] == [regress]
-    measured = [p for p in result["points"] if p["verdict"] != "skip"]
+    measured = [p for p in result["points"] if p["verdict"] != "skip" and not p["probe"]]
     assert len(measured) <= math.ceil(math.log2(32)) + 2, result["points"]
     print(f"adjacent skip: {len(result['points'])} points, {wall:.1f} s")
 
@@ -257,5 +267,6 @@ def test_misspelt_metric_names_the_reported_ones_and_keeps_the_measurement(
 
     resumed = b.orch(sys.executable, "-m", "orchestrator", *hint[1:])
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert f"measuring {repo.shas[0][:12]}" not in resumed.stderr  # the good end, read back
+    # the good end's first run, read back (its second start is a new step)
+    assert f"measuring {repo.shas[0][:12]} (run 1," not in resumed.stderr
     assert b.doc()["result"]["first_bad"] == repo.regress

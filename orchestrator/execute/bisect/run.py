@@ -446,7 +446,9 @@ def render_bisect(doc: dict[str, Any]) -> str:
     from tabulate import tabulate
 
     result = doc["result"]
-    lines = [result["message"], ""]
+    lines = [result["message"]]
+    lines += [f"warning: {w}" for w in result.get("warnings") or []]
+    lines.append("")
     rows = []
     for p in result["points"]:
         values = p.get("values") or []

@@ -44,7 +44,13 @@ from orchestrator.execute.investigate.experiments import (
     with_profile,
     with_repeats,
 )
-from orchestrator.execute.investigate.sides import deciding_metric, open_side
+from orchestrator.execute.investigate.sides import (
+    adapter_changes,
+    deciding_metric,
+    factor_lines,
+    open_side,
+    plan_notes,
+)
 from orchestrator.execute.refs import pin_revision
 from orchestrator.execute.replay import inventory_from_bundle, restore_secrets
 from orchestrator.results.bundle import BundleWriter
@@ -183,18 +189,18 @@ class Investigation:
         return statistics.median(seen) if seen else math.nan
 
     def plan_lines(self) -> list[str]:
-        """What it would run, in order, with the budget and the expected time."""
+        """What it would run, in order, with the budget and the expected time; and what stops
+        or hinders it (sides.plan_notes, adapters that differ, a budget too small)."""
         each = self.cell_seconds()
+        good_cell, bad_cell = self.good.record.cell, self.bad.record.cell
         lines = [
             f"investigate {self.metric} on {self.host}: GOOD {self.good.record.id} "
             f"({self.good.run.run_id}), BAD {self.bad.record.id} ({self.bad.run.run_id})",
-            "factors (declared differences):",
         ]
-        for f in self.factors:
-            how = "testable" if f.testable else f"not testable: {f.why_not}"
-            lines.append(f"  {f.label}: {f.shown(f.good)} (GOOD) vs {f.shown(f.bad)} (BAD), {how}")
-        if not self.factors:
-            lines.append("  none: GOOD and BAD declare the same cell")
+        lines += plan_notes(self.good, self.bad, self.request.tolerance)
+        lines += factor_lines(good_cell, bad_cell, self.factors)
+        if adapter_changes(good_cell, bad_cell):
+            return lines  # no experiment: a run is refused (sides.refuse_adapter_change)
         lines.append("experiments:")
         planned = self.reference_experiments() + self.factor_experiments()
         for i, e in enumerate(planned, 1):
@@ -206,6 +212,13 @@ class Investigation:
         budget = self.budget()
         eta = f", about {budget * each / 60:.0f} min at {each:.0f} s a cell" if each == each else ""
         lines.append(f"budget: {budget} cells at most{eta} (--budget N)")
+        if budget < len(planned):
+            left = planned[budget:]
+            lines.append(
+                f"note: the budget is too small for the {len(planned)} experiments listed: "
+                f"{len(left)} will not run ({', '.join(e.label for e in left)}); "
+                f"--budget {len(planned)} runs them all"
+            )
         return lines
 
     def _playbook(self) -> str:
