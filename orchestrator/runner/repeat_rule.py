@@ -147,6 +147,7 @@ def decide(
                 float(against["tolerance"]),
                 float(against["error"]),
                 float(against["noise_z"]),
+                float(against.get("start_noise", 0.0)),
             )
             judged[m] = {
                 "n": len(got),
