@@ -6,10 +6,11 @@ deciding metric the same as recorded, higher, or lower by the tolerance, each wr
 about `error`; else it runs the cell's own count. The test looks only from 5 repeats a side,
 where the outlier screen works, and not while a fifth or more of a side is screened out: with
 20 % slow repeats an earlier look made 7-10 % wrong calls (tests/analyze/test_audit_stopping.py
-measures it). A record of fewer than 5 readable repeats gets no stop. The recorded repeats are the fixed side: they
-cannot be measured again, so unlike bisect's rounds nothing is interleaved, and a host that
-drifted since the run is what the audit is there to find. The reference values are read from the
-recorded repeats' files with the runner's own reader, so both sides are in the runner's units.
+measures it). A record of fewer than 5 readable repeats gets no stop. The recorded repeats are
+the fixed side: they cannot be measured again, so unlike bisect's rounds nothing is
+interleaved, and a host that drifted since the run is what the audit is there to find. The
+reference values are read from the recorded repeats' files with the runner's own reader, so
+both sides are in the runner's units.
 
 The verdict stays the controller's (`verdicts.reproduction`, `orch diff`'s test on the parsed
 repeats); the stop only saves repeats, and what it decided is shown beside the verdict.
