@@ -55,11 +55,12 @@ RULE = {"min": 3, "max": 8, "until": 0.02, "confidence": 0.9, "metrics": ["t"]}
 
 
 def test_decide_waits_for_min_and_an_interval_then_settles_or_stops_at_max() -> None:
-    quiet = [100.0, 100.1, 99.9, 100.0, 100.2, 99.8]
-    assert decide({"t": quiet[:4]}, RULE, 4)[0] is None  # no 90% interval from 4
-    reason, judged = decide({"t": quiet[:5]}, RULE, 5)
+    quiet = [100.0, 100.1, 99.9, 100.0, 100.2, 99.8, 100.1]
+    # 90% over the looks from 6 to 8 repeats: each look's interval at 96.7%, none from 5
+    assert decide({"t": quiet[:5]}, RULE, 5)[0] is None
+    reason, judged = decide({"t": quiet[:6]}, RULE, 6)
     assert reason == "settled" and judged["t"]["half_width"] == pytest.approx(0.002, rel=0.1)
-    assert decide({"t": quiet[:5]}, {**RULE, "min": 6}, 5)[0] is None
+    assert decide({"t": quiet[:6]}, {**RULE, "min": 7}, 6)[0] is None
     loud = [100.0, 130.0, 70.0, 120.0, 80.0, 125.0, 75.0, 110.0]
     assert decide({"t": loud[:7]}, RULE, 7)[0] is None
     reason, judged = decide({"t": loud}, RULE, 8)
@@ -70,9 +71,9 @@ def test_decide_waits_for_min_and_an_interval_then_settles_or_stops_at_max() -> 
 
 def test_every_deciding_metric_must_settle() -> None:
     rule = {**RULE, "metrics": ["a", "b"]}
-    a = [100.0, 100.1, 99.9, 100.0, 100.2]
-    assert decide({"a": a, "b": a}, rule, 5)[0] == "settled"
-    assert decide({"a": a, "b": [1.0, 2.0, 3.0, 4.0, 5.0]}, rule, 5)[0] is None
+    a = [100.0, 100.1, 99.9, 100.0, 100.2, 100.1]
+    assert decide({"a": a, "b": a}, rule, 6)[0] == "settled"
+    assert decide({"a": a, "b": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]}, rule, 6)[0] is None
 
 
 @pytest.mark.parametrize(
