@@ -190,3 +190,39 @@ def test_the_sequential_test_keeps_its_error_and_needs_fewer_repeats_than_a_fixe
     fixed = (1.6449 * noise / (gap / 2)) ** 2
     assert wrong / trials <= error + 0.01, wrong / trials
     assert used / trials <= 0.75 * fixed, (used / trials, fixed)
+
+
+def _coverage_given_settled(draw: Callable[[random.Random], float], true_median: float) -> float:
+    """Of the runs the rule settled (until 2%, 90%, 3..12 repeats), the share whose recorded
+    interval holds the true median."""
+    rule = {"min": 3, "max": 12, "until": 0.02, "confidence": 0.9, "metrics": ["t"]}
+    settled = covered = 0
+    for trial in range(1500):
+        rng = random.Random(f"settled-{trial}")
+        values: list[float] = []
+        for n in range(1, 13):
+            values.append(draw(rng))
+            stopped, judged = decide({"t": values}, rule, n)
+            if stopped is not None:
+                break
+        if stopped == "settled":
+            settled += 1
+            covered += judged["t"]["low"] <= true_median <= judged["t"]["high"]
+    return covered / settled
+
+
+@pytest.mark.parametrize(
+    ("draw", "true_median"),
+    [
+        (lambda r: 100 * (1 + 0.02 * r.gauss(0, 1)), 100.0),
+        (lambda r: 100 * (1 + 0.02 * r.expovariate(1.0)), 100 * (1 + 0.02 * math.log(2))),
+    ],
+    ids=["normal-2pct", "skewed"],
+)
+def test_a_settled_interval_keeps_its_coverage(
+    draw: Callable[[random.Random], float], true_median: float
+) -> None:
+    """Issue 36 item 10: stopping at the first narrow interval made "settled" intervals cover
+    88 % (normal, 2 % noise, until 2 %) where 90 % was stated; spent across the looks they
+    cover 95 % or more."""
+    assert _coverage_given_settled(draw, true_median) >= 0.9
