@@ -161,6 +161,7 @@ class Against(_Frozen):
     tolerance: float
     error: float
     noise_z: float
+    start_noise: float = 0.0  # sd (log scale) of a server start's offset, where it is known
 
 
 class RepeatRule(_Frozen):

@@ -28,8 +28,8 @@ class ComparePolicy:
 
     tolerance: float = 0.04  # the smallest relative change worth calling (4%)
     error: float = 0.05  # each of the two tests' error (Wald's bounds)
-    min_rounds: int = 2  # rounds before the first look (a round: one A, one B)
-    max_rounds: int = 6  # then "unsure"
+    min_rounds: int = 5  # rounds before the first look: the outlier screen needs 5 a side
+    max_rounds: int = 10  # then "unsure"
     noise_z: float = 1.645  # the noise at its 95% upper bound
 
 

@@ -8,14 +8,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from orchestrator.runner import compare_rule
 
-# Both samples at least this large: use Mann-Whitney; otherwise require non-overlapping ranges.
-MIN_SAMPLES_FOR_TEST = 5
-# scipy's rule: exact distribution unless both samples are larger than this (or there are ties).
+# Both samples at least this large for a test; one value a side shows no noise ("single").
+MIN_SAMPLES_FOR_TEST = 2
+# No ties and one side this small: the exact Gaussian-binomial distribution of U (any other side).
 _EXACT_MAX_SMALL_SIDE = 8
+# With ties, the exact conditional distribution up to this many values in all (a few ms);
+# beyond it the normal approximation with tie correction is within a few percent of it.
+EXACT_MAX_VALUES = 40
 
 
 def _require(values: Sequence[float], what: str) -> list[float]:
@@ -126,34 +130,100 @@ def u_cdf(n1: int, n2: int, u: int) -> float:
     return sum(counts[: u + 1]) / sum(counts)
 
 
-def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
-    """Two-sided Mann-Whitney U test: `(U of a, p)`, as scipy.stats.mannwhitneyu's defaults.
+@lru_cache(maxsize=256)
+def _rank_sum_counts(doubled_ranks: tuple[int, ...], n1: int) -> tuple[tuple[int, int], ...]:
+    """How many of the C(N, n1) ways to pick `n1` of the (doubled, so integer) ranks give each
+    rank sum: the exact permutation distribution, ties included, by dynamic programming."""
+    table: list[dict[int, int]] = [{} for _ in range(n1 + 1)]
+    table[0][0] = 1
+    for index, rank in enumerate(doubled_ranks):
+        for k in range(min(index + 1, n1), 0, -1):  # downwards: each rank picked at most once
+            row, below = table[k], table[k - 1]
+            for total, count in below.items():
+                row[total + rank] = row.get(total + rank, 0) + count
+    return tuple(sorted(table[n1].items()))
 
-    Exact null distribution when there are no ties and one sample has at most 8 values;
-    otherwise the normal approximation with tie correction and continuity correction.
+
+@dataclass(frozen=True)
+class RankTest:
+    """A two-sided Mann-Whitney U test: U of the first sample, its p-value and the smallest
+    p-value any arrangement of these values could give (`exact`: from the exact distribution,
+    conditional on the ties, not the normal approximation)."""
+
+    u: float
+    p: float
+    smallest_p: float
+    exact: bool
+
+
+def smallest_p(n1: int, n2: int) -> float:
+    """The smallest two-sided p an exact rank test of n1 against n2 untied values can reach:
+    the two most extreme arrangements out of C(n1 + n2, n1) (ties only make it larger)."""
+    if n1 < 1 or n2 < 1:
+        return 1.0
+    return min(1.0, 2.0 / math.comb(n1 + n2, n1))
+
+
+def rank_test(a: Sequence[float], b: Sequence[float]) -> RankTest:
+    """Two-sided Mann-Whitney U test, exact for small samples with or without ties.
+
+    No ties and one side of at most 8: the exact distribution of U. Ties and at most
+    `EXACT_MAX_VALUES` values in all: the exact permutation distribution of the rank sum over the
+    observed mid-ranks (as R's coin::wilcox_test(distribution = "exact")); p is the chance of a
+    rank sum at least as far from its mean as the observed one. Otherwise the normal
+    approximation with tie and continuity corrections (scipy.stats.mannwhitneyu's defaults),
+    which with ties at n = 5 can be 2.4 times too small, hence the exact path.
     """
     xs = _require(a, "Mann-Whitney U")
     ys = _require(b, "Mann-Whitney U")
     n1, n2 = len(xs), len(ys)
+    n = n1 + n2
     ranks, ties = _ranks(xs + ys)
     r1 = math.fsum(ranks[:n1])
     u1 = r1 - n1 * (n1 + 1) / 2.0
-    u2 = n1 * n2 - u1
-    u = max(u1, u2)
+    u = max(u1, n1 * n2 - u1)
     has_ties = any(t > 1 for t in ties)
     if not has_ties and (n1 <= _EXACT_MAX_SMALL_SIDE or n2 <= _EXACT_MAX_SMALL_SIDE):
         counts = u_distribution(n1, n2)
-        tail = sum(counts[round(u) :])  # P(U >= u) by symmetry with the lower tail
-        p = 2.0 * tail / sum(counts)
-    else:
-        n = n1 + n2
-        tie_term = sum(t**3 - t for t in ties)
-        var = n1 * n2 / 12.0 * ((n + 1) - tie_term / (n * (n - 1)))
-        if var <= 0.0:  # every value tied: no evidence of any difference
-            return u1, 1.0
-        z = (u - n1 * n2 / 2.0 - 0.5) / math.sqrt(var)
-        p = math.erfc(z / math.sqrt(2.0))  # 2 * normal survival function
-    return u1, min(1.0, max(0.0, p))
+        total = sum(counts)
+        # P(U >= u) by symmetry with the lower tail; U = n1 n2 / 2 exactly: every arrangement
+        p = 1.0 if 2 * round(u) == n1 * n2 else 2.0 * sum(counts[round(u) :]) / total
+        return RankTest(u1, min(1.0, p), smallest_p(n1, n2), True)
+    if n <= EXACT_MAX_VALUES:
+        doubled = [round(2 * r) for r in ranks]
+        grand = sum(doubled)
+        observed = abs(n * sum(doubled[:n1]) - n1 * grand)  # n * |rank sum - its mean|, doubled
+        counts_by_sum = _rank_sum_counts(tuple(sorted(doubled)), n1)
+        total = math.comb(n, n1)
+        far = sum(c for s, c in counts_by_sum if abs(n * s - n1 * grand) >= observed)
+        widest = max(abs(n * s - n1 * grand) for s, _ in counts_by_sum)
+        least = sum(c for s, c in counts_by_sum if abs(n * s - n1 * grand) >= widest)
+        return RankTest(u1, min(1.0, far / total), min(1.0, least / total), True)
+    return RankTest(u1, normal_rank_p(xs, ys), smallest_p(n1, n2), False)
+
+
+def normal_rank_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Mann-Whitney's two-sided p by the normal approximation with tie and continuity
+    corrections (scipy.stats.mannwhitneyu(method="asymptotic")): for large samples only."""
+    xs = _require(a, "Mann-Whitney U")
+    ys = _require(b, "Mann-Whitney U")
+    n1, n2 = len(xs), len(ys)
+    n = n1 + n2
+    ranks, ties = _ranks(xs + ys)
+    u1 = math.fsum(ranks[:n1]) - n1 * (n1 + 1) / 2.0
+    u = max(u1, n1 * n2 - u1)
+    tie_term = sum(t**3 - t for t in ties)
+    var = n1 * n2 / 12.0 * ((n + 1) - tie_term / (n * (n - 1)))
+    if var <= 0.0:  # every value tied: no evidence of any difference
+        return 1.0
+    z = (u - n1 * n2 / 2.0 - 0.5) / math.sqrt(var)
+    return min(1.0, max(0.0, math.erfc(z / math.sqrt(2.0))))  # 2 * normal survival function
+
+
+def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """Two-sided Mann-Whitney U test: `(U of a, p)`, exact for small samples (`rank_test`)."""
+    got = rank_test(a, b)
+    return got.u, got.p
 
 
 @dataclass(frozen=True)
@@ -161,20 +231,22 @@ class Comparison:
     """How sample b relates to sample a.
 
     `ratio` is median(b) / median(a) (None when median(a) is 0); `delta` is median(b) - median(a).
-    `significant` is true only when |ratio - 1| reaches the threshold (`moved`) and the
-    statistical check (`method`) agrees; `p_value` is set for the Mann-Whitney method.
+    `significant` is true only when |ratio - 1| reaches the threshold (`moved`) and the exact
+    rank test (`method` "mann-whitney", `rank_test`) gives p < alpha; `smallest_p` is the least p
+    these sample sizes could give (at 2 v 2: 0.33, so never significant at 5 %).
     """
 
     ratio: float | None
     delta: float
     significant: bool
-    method: Literal["mann-whitney", "ranges", "single"]
+    method: Literal["mann-whitney", "single"]
     p_value: float | None
     median_a: float
     median_b: float
     n_a: int
     n_b: int
     moved: bool = False  # |ratio - 1| reached the threshold (from 0: any change)
+    smallest_p: float | None = None
 
     @property
     def delta_pct(self) -> float | None:
@@ -191,9 +263,10 @@ def compare(
 ) -> Comparison:
     """Compare two samples as asv does: a ratio threshold AND a statistical check must agree.
 
-    With at least 5 values on both sides the check is Mann-Whitney U (p < alpha); with fewer,
-    the ranges [min, max] of the two samples must not overlap. A side with one value shows no
-    noise at all: method "single", never significant (callers say they cannot tell).
+    The check is the exact two-sided Mann-Whitney test (`rank_test`) at every size from 2 a
+    side, so its p-values can join one Holm family whatever the repeats; small samples cannot
+    reach every alpha (`smallest_p`) and then are never significant. A side with one value shows
+    no noise at all: method "single", never significant (callers say they cannot tell).
     """
     xs = _require(a, "compare")
     ys = _require(b, "compare")
@@ -205,16 +278,15 @@ def compare(
         ratio = None
         big_enough = mb != 0.0  # from zero, any change is an infinite ratio
     p: float | None = None
-    method: Literal["mann-whitney", "ranges", "single"]
-    if min(len(xs), len(ys)) < 2:
+    least: float | None = None
+    method: Literal["mann-whitney", "single"]
+    if min(len(xs), len(ys)) < MIN_SAMPLES_FOR_TEST:
         method, test_agrees = "single", False
-    elif len(xs) >= MIN_SAMPLES_FOR_TEST and len(ys) >= MIN_SAMPLES_FOR_TEST:
-        method = "mann-whitney"
-        _, p = mann_whitney_u(xs, ys)
-        test_agrees = p < alpha
     else:
-        method = "ranges"
-        test_agrees = max(xs) < min(ys) or max(ys) < min(xs)
+        method = "mann-whitney"
+        got = rank_test(xs, ys)
+        p, least = got.p, got.smallest_p
+        test_agrees = p < alpha
     return Comparison(
         ratio=ratio,
         delta=mb - ma,
@@ -226,7 +298,17 @@ def compare(
         n_a=len(xs),
         n_b=len(ys),
         moved=big_enough,
+        smallest_p=least,
     )
+
+
+def reach_text(n_a: int, n_b: int, least: float, alpha: float, family: int = 1) -> str | None:
+    """'2 v 2: cannot reach 5 %; smallest p 0.33' when these sizes (in a Holm family of
+    `family`) can never give an adjusted p below alpha; None when they can."""
+    if min(1.0, least * family) < alpha:
+        return None
+    within = f" in a family of {family}" if family > 1 else ""
+    return f"{n_a} v {n_b}: cannot reach {alpha:.0%}{within}; smallest p {least:.2g}"
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

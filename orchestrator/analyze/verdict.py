@@ -203,7 +203,10 @@ def settle_record(cell_dir: Path, cell: Cell, repeats: list[dict[str, Any]]) -> 
     rule = cell.bench.settle
     assert rule is not None and rule.until is not None
     runner = _read_json(cell_dir / REPEATS_JSON)
-    judged = {m: judge(values_of(repeats, m), rule.until, rule.confidence) for m in rule.metrics}
+    judged = {
+        m: judge(values_of(repeats, m), rule.until, rule.confidence, cell.bench.repeats, rule.min)
+        for m in rule.metrics
+    }
     settled = bool(judged) and all(j["settled"] for j in judged.values())
     return {
         "min": rule.min,
@@ -225,7 +228,9 @@ def unsettled_note(block: dict[str, Any]) -> str:
         if j.get("settled"):
             continue
         width = j.get("half_width")
-        if width is None:
+        if j.get("unsteady"):
+            parts.append(f"{metric}: {j['unsteady']}")
+        elif width is None:
             parts.append(
                 f"{metric}: {j['n']} values, too few for a {block['confidence']:.0%} interval"
             )

@@ -75,20 +75,21 @@ def test_an_expected_metric_decides_and_moves_only_when_significant(tmp_path: Pa
     assert judged.metric == "median_ttft_ms" and verdict.reproduces
     rows = {r[1]: r[-1] for r in render_reproductions([verdict])}
     assert rows["median_ttft_ms"] == (
-        "yes (outside tolerance, within noise: ranges); repeats unstable"  # spread over 10%
+        "can't tell (outside tolerance; 3 v 3: cannot reach 5%; smallest p 0.1: add repeats); "
+        "repeats unstable"
     )
     assert rows["output_throughput"] == "yes (not judged)"
 
     slower = _cells(
         tmp_path / "slower",
-        _rows(THROUGHPUT_RECORDED, [100.0, 101.0, 99.0]),
-        _rows(THROUGHPUT_RERUN, [150.0, 151.0, 149.0]),
+        _rows([*THROUGHPUT_RECORDED, 84.3], [100.0, 101.0, 99.0, 100.5]),
+        _rows([*THROUGHPUT_RERUN, 85.1], [150.0, 151.0, 149.0, 150.5]),
         **expect,
     )
     verdict = reproduction(*slower, tolerance=0.05)
     assert not verdict.reproduces
     rows = {r[1]: r[-1] for r in render_reproductions([verdict])}
-    assert rows["median_ttft_ms"] == "NO (outside tolerance, significant (ranges))"
+    assert rows["median_ttft_ms"] == "NO (outside tolerance, significant (mann-whitney, p=0.0286))"
 
 
 def test_one_repeat_a_side_falls_back_to_the_tolerance(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from analyze_fixtures import base_cell, snapshot, write_run
 
 from orchestrator.analyze.diff.cells import diff_runs
@@ -160,9 +161,30 @@ def test_expect_names_decide_and_lead(tmp_path: Path) -> None:
     assert diff.section("metrics").metrics[0].metric == "median_ttft_ms"
 
 
-def test_ranges_say_they_are_not_corrected(tmp_path: Path) -> None:
+def test_small_samples_get_the_exact_test_and_say_what_they_cannot_reach(tmp_path: Path) -> None:
+    """Issue 36 item 3: 3 v 3 is tested (exact p 0.1), not judged by ranges outside Holm."""
     pair, text = _diff(
         tmp_path, {"repeats": _repeats(STEADY[:3])}, {"repeats": _repeats(SLOWER[:3])}
     )
-    assert [m.method for m in pair.section("metrics").metrics] == ["ranges", "ranges"]
-    assert "ranges: fewer than 5 repeats a side, so no p-value to correct" in text
+    metrics = pair.section("metrics").metrics
+    assert [m.method for m in metrics] == ["mann-whitney", "mann-whitney"]
+    assert all(m.p_value is not None and m.family == 1 for m in metrics)
+    assert not any(m.significant for m in metrics)  # -16%, but 3 v 3 cannot reach 5%
+    assert "3 v 3: cannot reach 5%; smallest p 0.1" in text
+
+
+def test_a_run_diff_corrects_across_its_cells(tmp_path: Path) -> None:
+    """Issue 36 item 11: 4 cells of 6 v 6 at p = 0.0022 each pass alone; Holm over the run's
+    four deciding metrics and four others (and their families said) keeps each one."""
+    cells = [base_cell(f"c{i}-1a2b3c4d") for i in range(4)]
+    good = load_run(
+        write_run(tmp_path, "good", [{"cell": c, "repeats": _repeats(STEADY)} for c in cells])
+    )
+    bad = load_run(
+        write_run(tmp_path, "bad", [{"cell": c, "repeats": _repeats(SLOWER)} for c in cells])
+    )
+    diff = diff_runs(good.cells, bad.cells)
+    deciding = [m for p in diff.pairs for m in p.section("metrics").metrics if m.decides]
+    assert len(deciding) == 4 and all(m.family == 4 for m in deciding)
+    assert all(m.p_adjusted == pytest.approx(4 * m.p_value) for m in deciding if m.p_value)
+    assert all(m.significant for m in deciding)  # 4 x 0.0022 is still below 5%

@@ -97,7 +97,8 @@ def test_an_effect_whose_interval_holds_zero_is_never_called() -> None:
     bad_now = [60.0, 61.5, 58.5]
     experiment = [61.8, 62.5, 63.9]  # above every BAD-now value
     (f,) = judge(bad_now, sample(FAST, seed=1), {"x": experiment}, tolerance=0.03)
-    assert f.effect is not None and f.effect.significant  # the ranges agree...
+    # 3 v 3: the exact test's p is 0.1 at best (issue 36 item 3), the interval holds zero too
+    assert f.effect is not None and not f.effect.significant
     assert f.effect.low < 0 < f.effect.high  # ...the interval does not
     assert f.verdict == "ruled_out"
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 
 import pytest
 
@@ -54,19 +56,68 @@ def test_mann_whitney_hand_case() -> None:
     assert stats.mann_whitney_u([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == (0.0, pytest.approx(0.1))
 
 
-def test_mann_whitney_ties_use_normal_approximation_with_tie_correction() -> None:
+def test_normal_approximation_with_tie_correction_matches_scipy() -> None:
     # scipy's test_tie_correct, checked there against R's wilcox.test(x, y, exact=FALSE):
     # x = 1..4, y = 1..5 -> U = 8, p = 0.7086240584439.
-    u, p = stats.mann_whitney_u([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0, 5.0])
-    assert u == 8.0
-    assert p == pytest.approx(0.7086240584439, rel=1e-9)
-    # Same test, y shifted so that ties remain in part: U = 7, p = 0.5368784563079.
+    assert stats.normal_rank_p([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(
+        0.7086240584439, rel=1e-9
+    )
     y = [1.0, 2.01, 3.0, 4.01, 5.0]
-    u, p = stats.mann_whitney_u([1.0, 2.0, 3.0, 4.0], y)
-    assert u == 7.0
-    assert p == pytest.approx(0.5368784563079, rel=1e-9)
-    # Everything tied: no evidence at all.
+    assert stats.normal_rank_p([1.0, 2.0, 3.0, 4.0], y) == pytest.approx(0.5368784563079, rel=1e-9)
+    assert stats.normal_rank_p([1.0] * 5, [1.0] * 6) == 1.0
+
+
+def _brute_force_p(a: list[float], b: list[float]) -> float:
+    """The permutation p of the rank sum over every split of the pooled mid-ranks."""
+    ranks, _ = stats._ranks(a + b)
+    n, n1 = len(ranks), len(a)
+    mean = n1 * (n + 1) / 2.0
+    observed = abs(sum(ranks[:n1]) - mean)
+    splits = list(itertools.combinations(range(n), n1))
+    far = sum(abs(sum(ranks[i] for i in pick) - mean) >= observed - 1e-9 for pick in splits)
+    return far / len(splits)
+
+
+def test_ties_use_the_exact_conditional_distribution() -> None:
+    # The mid-rank permutation distribution, against enumerating every split.
+    rng = random.Random(3)
+    for _ in range(60):
+        n1, n2 = rng.randint(2, 6), rng.randint(2, 6)
+        a = [float(rng.randint(1, 4)) for _ in range(n1)]
+        b = [float(rng.randint(1, 4)) for _ in range(n2)]
+        got = stats.rank_test(a, b)
+        assert got.exact and got.p == pytest.approx(_brute_force_p(a, b), rel=1e-12)
     assert stats.mann_whitney_u([1.0] * 5, [1.0] * 6)[1] == 1.0
+
+
+def test_normal_approximation_with_ties_was_too_small_at_five_a_side() -> None:
+    """Issue 36 item 11: the old path (normal approximation whenever ties exist) gave p up to
+    2.4x too small at n = 5; the exact conditional p is never below the true tail."""
+    worst = 0.0
+    rng = random.Random(11)
+    for _ in range(400):
+        a = [float(rng.randint(1, 5)) for _ in range(5)]
+        b = [float(rng.randint(2, 6)) for _ in range(5)]
+        exact = stats.rank_test(a, b).p
+        if exact < 0.2:
+            worst = max(worst, exact / stats.normal_rank_p(a, b))
+    assert worst > 2.0  # the approximation's error this replaces
+    assert _brute_force_p([1.0, 2.0, 2.0, 3.0, 3.0], [3.0, 4.0, 4.0, 5.0, 5.0]) == pytest.approx(
+        stats.rank_test([1.0, 2.0, 2.0, 3.0, 3.0], [3.0, 4.0, 4.0, 5.0, 5.0]).p
+    )
+
+
+def test_smallest_p_said_where_a_size_cannot_reach_alpha() -> None:
+    assert stats.smallest_p(2, 2) == pytest.approx(1 / 3)
+    assert stats.smallest_p(5, 5) == pytest.approx(2 / 252)
+    assert stats.reach_text(2, 2, stats.smallest_p(2, 2), 0.05) == (
+        "2 v 2: cannot reach 5%; smallest p 0.33"
+    )
+    # 5 v 5 alone can; in a Holm family of 18 it cannot (18 x 0.0079 = 0.14)
+    assert stats.reach_text(5, 5, stats.smallest_p(5, 5), 0.05) is None
+    assert "cannot reach 5% in a family of 18" in str(
+        stats.reach_text(5, 5, stats.smallest_p(5, 5), 0.05, 18)
+    )
 
 
 def test_mann_whitney_large_samples_normal_approximation() -> None:
@@ -97,14 +148,17 @@ def test_compare_mann_whitney_method() -> None:
     assert e.method == "mann-whitney" and not e.significant
 
 
-def test_compare_ranges_method() -> None:
+def test_compare_small_samples_use_the_exact_test() -> None:
+    # 3 v 3 disjoint: the exact p is 0.1 (the old "ranges" rule called it, at a 10% level)
     c = stats.compare([94.0, 93.0, 95.0], [82.0, 83.0, 81.0])
-    assert c.method == "ranges" and c.p_value is None and c.significant
+    assert c.method == "mann-whitney" and c.p_value == pytest.approx(0.1) and not c.significant
+    assert c.smallest_p == pytest.approx(0.1)
+    assert stats.compare([94.0, 93.0, 95.0, 96.0], [82.0, 83.0, 81.0, 80.0]).significant
     overlap = stats.compare([94.0, 80.0, 95.0], [82.0, 83.0, 81.0])
-    assert overlap.method == "ranges" and not overlap.significant
+    assert overlap.method == "mann-whitney" and not overlap.significant
     small = stats.compare([100.0, 101.0], [102.0, 103.0])  # disjoint but +2%: below threshold
     assert not small.significant
-    zero = stats.compare([0.0, 0.0], [1.0, 1.0])
+    zero = stats.compare([0.0, 0.0, 0.0], [1.0, 1.0, 1.0], alpha=0.2)
     assert zero.ratio is None and zero.delta_pct is None and zero.significant
 
 

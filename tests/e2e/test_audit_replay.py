@@ -45,7 +45,7 @@ THROTTLED_SM_CLOCK = 990  # half the clock: compute-bound steps take about twice
 
 def playbook_data(repo: Path, port: int) -> dict[str, Any]:
     """good vs bad, EAGLE-3 2-step, tuned NCCL, tp 8, with an expectation on throughput."""
-    data = eagle3_playbook(repo, port, name="audit-e2e", dest=DEST, repeats=3)
+    data = eagle3_playbook(repo, port, name="audit-e2e", dest=DEST, repeats=6)
     data["expect"] = {"output_throughput": {"min": 75}}
     assert data["env"]["ORCH_SIM_SEED"]  # seeded: a rerun differs from the record by timing only
     return data
@@ -278,6 +278,8 @@ def test_audit_integrity_drift_and_rerun(recorded: Recorded) -> None:
     assert slow.returncode == 1, slow.stdout + slow.stderr
     assert "reproduction: FAILED" in slow.stdout
     assert "outside tolerance" in slow.stdout
-    # half the clock is far past the tolerance: the rerun stopped once the test was sure
-    assert re.search(r"rerun decided after 2 of 3 repeats: \S+ lower than recorded", slow.stdout)
+    # half the clock is far past the tolerance: the rerun is decided (its first look is at 5)
+    assert re.search(
+        r"rerun decided after [56] of 6 repeats: \S+ lower than recorded", slow.stdout
+    ), slow.stdout
     assert "(not judged)" in slow.stdout  # tails are shown, the verdict rests on expect:

@@ -55,11 +55,12 @@ RULE = {"min": 3, "max": 8, "until": 0.02, "confidence": 0.9, "metrics": ["t"]}
 
 
 def test_decide_waits_for_min_and_an_interval_then_settles_or_stops_at_max() -> None:
-    quiet = [100.0, 100.1, 99.9, 100.0, 100.2, 99.8]
-    assert decide({"t": quiet[:4]}, RULE, 4)[0] is None  # no 90% interval from 4
-    reason, judged = decide({"t": quiet[:5]}, RULE, 5)
+    quiet = [100.0, 100.1, 99.9, 100.0, 100.2, 99.8, 100.1]
+    # 90% over the looks from 6 to 8 repeats: each look's interval at 96.7%, none from 5
+    assert decide({"t": quiet[:5]}, RULE, 5)[0] is None
+    reason, judged = decide({"t": quiet[:6]}, RULE, 6)
     assert reason == "settled" and judged["t"]["half_width"] == pytest.approx(0.002, rel=0.1)
-    assert decide({"t": quiet[:5]}, {**RULE, "min": 6}, 5)[0] is None
+    assert decide({"t": quiet[:6]}, {**RULE, "min": 7}, 6)[0] is None
     loud = [100.0, 130.0, 70.0, 120.0, 80.0, 125.0, 75.0, 110.0]
     assert decide({"t": loud[:7]}, RULE, 7)[0] is None
     reason, judged = decide({"t": loud}, RULE, 8)
@@ -70,9 +71,9 @@ def test_decide_waits_for_min_and_an_interval_then_settles_or_stops_at_max() -> 
 
 def test_every_deciding_metric_must_settle() -> None:
     rule = {**RULE, "metrics": ["a", "b"]}
-    a = [100.0, 100.1, 99.9, 100.0, 100.2]
-    assert decide({"a": a, "b": a}, rule, 5)[0] == "settled"
-    assert decide({"a": a, "b": [1.0, 2.0, 3.0, 4.0, 5.0]}, rule, 5)[0] is None
+    a = [100.0, 100.1, 99.9, 100.0, 100.2, 100.1]
+    assert decide({"a": a, "b": a}, rule, 6)[0] == "settled"
+    assert decide({"a": a, "b": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]}, rule, 6)[0] is None
 
 
 @pytest.mark.parametrize(
@@ -189,3 +190,39 @@ def test_the_sequential_test_keeps_its_error_and_needs_fewer_repeats_than_a_fixe
     fixed = (1.6449 * noise / (gap / 2)) ** 2
     assert wrong / trials <= error + 0.01, wrong / trials
     assert used / trials <= 0.75 * fixed, (used / trials, fixed)
+
+
+def _coverage_given_settled(draw: Callable[[random.Random], float], true_median: float) -> float:
+    """Of the runs the rule settled (until 2%, 90%, 3..12 repeats), the share whose recorded
+    interval holds the true median."""
+    rule = {"min": 3, "max": 12, "until": 0.02, "confidence": 0.9, "metrics": ["t"]}
+    settled = covered = 0
+    for trial in range(1500):
+        rng = random.Random(f"settled-{trial}")
+        values: list[float] = []
+        for n in range(1, 13):
+            values.append(draw(rng))
+            stopped, judged = decide({"t": values}, rule, n)
+            if stopped is not None:
+                break
+        if stopped == "settled":
+            settled += 1
+            covered += judged["t"]["low"] <= true_median <= judged["t"]["high"]
+    return covered / settled
+
+
+@pytest.mark.parametrize(
+    ("draw", "true_median"),
+    [
+        (lambda r: 100 * (1 + 0.02 * r.gauss(0, 1)), 100.0),
+        (lambda r: 100 * (1 + 0.02 * r.expovariate(1.0)), 100 * (1 + 0.02 * math.log(2))),
+    ],
+    ids=["normal-2pct", "skewed"],
+)
+def test_a_settled_interval_keeps_its_coverage(
+    draw: Callable[[random.Random], float], true_median: float
+) -> None:
+    """Issue 36 item 10: stopping at the first narrow interval made "settled" intervals cover
+    88 % (normal, 2 % noise, until 2 %) where 90 % was stated; spent across the looks they
+    cover 95 % or more."""
+    assert _coverage_given_settled(draw, true_median) >= 0.9

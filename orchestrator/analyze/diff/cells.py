@@ -37,6 +37,7 @@ from orchestrator.analyze.diff.model import (
     RunDiff,
     Section,
     as_dict,
+    correct,
     deciding_metrics,
     dict_entries,
     metric_deltas,
@@ -218,7 +219,7 @@ def _metrics_section(
 ) -> Section:
     section = Section("metrics", SECTION_TITLES["metrics"])
     section.metrics = metric_deltas(a, b, deciding, ratio_threshold=ratio_threshold, alpha=alpha)
-    if any(m.method in ("mann-whitney", "ranges") for m in section.metrics):
+    if any(m.method == "mann-whitney" for m in section.metrics):
         section.notes.append(REPEATS_NOTE)
     starts = start_level_note(a.metrics, b.metrics, deciding[0]) if deciding else ""
     section.notes += [starts] if starts else []  # the start as the unit (analyze/replication.py)
@@ -326,7 +327,11 @@ def diff_runs(
     ratio_threshold: float = 0.05,
     alpha: float = 0.05,
 ) -> RunDiff:
-    """Pair cells by id, then the rest by (axes, host), and diff each pair; list the unpaired."""
+    """Pair cells by id, then the rest by (axes, host), and diff each pair; list the unpaired.
+
+    The metric p-values are Holm-corrected across every pair, not per cell (`correct`): a run
+    of 50 cells asks "did anything change?" 50 times, and its chance of one false alarm among
+    them stays below `alpha` (one family for the deciding metrics, one for the others)."""
     pairs: list[tuple[CellEvidence, CellEvidence, Literal["id", "axes"]]] = []
     b_by_id = {c.id: c for c in b_cells}
     rest_a: list[CellEvidence] = []
@@ -358,6 +363,7 @@ def diff_runs(
         )
         for x, y, how in pairs
     ]
+    correct([m for d in diffs for m in d.section("metrics").metrics], alpha)
     return RunDiff(
         a_run=a_cells[0].run_id if a_cells else None,
         b_run=b_cells[0].run_id if b_cells else None,

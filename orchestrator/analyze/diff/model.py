@@ -13,7 +13,14 @@ from typing import Any, Literal
 from orchestrator.adapters.base import HEADLINE_THROUGHPUT
 from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.analyze.metrics import REPEAT_KEY, finite_number
-from orchestrator.analyze.stats import UNSTABLE_SPREAD, compare, holm, median, stability
+from orchestrator.analyze.stats import (
+    UNSTABLE_SPREAD,
+    compare,
+    holm,
+    median,
+    reach_text,
+    stability,
+)
 from orchestrator.cell import canonical_json
 
 SECTION_TITLES: dict[str, str] = {
@@ -67,8 +74,10 @@ class Outlier:
 class MetricDelta:
     """One metric on both sides: medians, relative change and whether it is significant.
 
-    `p_value` is the test's own; `p_adjusted` is it after Holm's correction over the metrics of
-    its family in this diff (the deciding ones, or the others), and `significant` rests on it.
+    `p_value` is the exact rank test's own (`stats.rank_test`, every size from 2 a side);
+    `p_adjusted` is it after Holm's correction over the metrics of its family (the deciding
+    ones, or the others; in a run diff, over every paired cell), and `significant` rests on it
+    and on `moved`. `smallest_p`: the least p these sizes could give.
     `decides`: a metric the playbook cares about (its `expect:`, else the headline throughput).
     """
 
@@ -83,6 +92,10 @@ class MetricDelta:
     p_value: float | None
     p_adjusted: float | None = None
     family: int = 1  # how many metrics `p_adjusted` was corrected over
+    moved: bool = False  # the change reached the ratio threshold
+    smallest_p: float | None = None
+    # '2 v 2: cannot reach 5%; smallest p 0.33' where these sizes in this family never can
+    cannot_reach: str | None = None
     decides: bool = False
     outliers_a: list[Outlier] = field(default_factory=list)
     outliers_b: list[Outlier] = field(default_factory=list)
@@ -273,10 +286,11 @@ def metric_deltas(
 ) -> list[MetricDelta]:
     """Every metric of either cell compared, deciding metrics first.
 
-    A change is significant when it reaches `ratio_threshold` and the test agrees
-    (`stats.compare`); Mann-Whitney p-values are Holm-corrected within two families: the
-    deciding metrics, and the others. The few metrics a playbook cares about keep their power,
-    and one of 18 secondary metrics crossing p < 0.05 by chance is not called a change.
+    A change is significant when it reaches `ratio_threshold` and the exact rank test agrees
+    (`stats.compare`); its p-values, at every sample size, are Holm-corrected within two
+    families (`correct`): the deciding metrics, and the others. The few metrics a playbook
+    cares about keep their power, and one of 18 secondary metrics crossing p < 0.05 by chance
+    is not called a change.
     """
     names = [m for m in deciding if m in a.metric_names or m in b.metric_names]
     names += [m for m in a.metric_names + b.metric_names if m not in names]
@@ -306,6 +320,7 @@ def metric_deltas(
         if xs and ys:
             c = compare(xs, ys, ratio_threshold=ratio_threshold, alpha=alpha)
             delta.delta_pct, delta.method, delta.p_value = c.delta_pct, c.method, c.p_value
+            delta.moved, delta.smallest_p = c.moved, c.smallest_p
             delta.significant = c.significant
             if c.method == "single" and c.delta != 0:
                 # One run on a side shows no noise: a move past the threshold cannot be judged
@@ -314,12 +329,21 @@ def metric_deltas(
             elif c.p_value is not None:
                 delta.significant = c.moved  # and the Holm-adjusted p below
         out.append(delta)
+    correct(out, alpha)
+    return out
+
+
+def correct(deltas: list[MetricDelta], alpha: float) -> None:
+    """Holm-correct the tested deltas in place, two families: the deciding metrics and the
+    others; `significant` then needs the move and the adjusted p below `alpha`. A run diff
+    calls it again over every paired cell's deltas, so a run's family counts all its cells."""
     for decides in (True, False):
-        family = [m for m in out if m.decides is decides and m.p_value is not None]
+        family = [m for m in deltas if m.decides is decides and m.p_value is not None]
         for m, adjusted in zip(family, holm([m.p_value or 0.0 for m in family]), strict=True):
             m.p_adjusted, m.family = adjusted, len(family)
-            m.significant = bool(m.significant) and adjusted < alpha
-    return out
+            m.significant = m.moved and adjusted < alpha
+            least = m.smallest_p if m.smallest_p is not None else 0.0
+            m.cannot_reach = reach_text(m.n_a, m.n_b, least, alpha, len(family))
 
 
 # --- small helpers -----------------------------------------------------------------------------

@@ -43,9 +43,10 @@ def _entry_lines(entry: Entry) -> list[str]:
 def _test_text(m: MetricDelta) -> str:
     if m.p_value is None:
         return f"{m.method}"
+    reach = f"; {m.cannot_reach}" if m.cannot_reach else ""
     if m.p_adjusted is not None and m.family > 1:
-        return f"{m.method}, p={m.p_value:.3g}, Holm p={m.p_adjusted:.3g} over {m.family}"
-    return f"{m.method}, p={m.p_value:.3g}"
+        return f"{m.method}, p={m.p_value:.3g}, Holm p={m.p_adjusted:.3g} over {m.family}{reach}"
+    return f"{m.method}, p={m.p_value:.3g}{reach}"
 
 
 def _repeats_text(m: MetricDelta) -> str:
@@ -83,10 +84,10 @@ def _metric_lines(metrics: list[MetricDelta]) -> list[str]:
     lines = ["  " + line for line in table.splitlines()]
     if any(m.decides for m in metrics):
         lines.append("  * decides: what the playbook cares about (expect:, else the headline)")
-    if len(metrics) > 1 and any(m.method == "ranges" for m in metrics):
+    if any(m.cannot_reach for m in metrics):
         lines.append(
-            "  ranges: fewer than 5 repeats a side, so no p-value to correct for the number of "
-            "metrics (Holm); add repeats for Mann-Whitney U"
+            "  cannot reach: the exact test's smallest p at these repeats (times the Holm "
+            "family) is above alpha, so no change can be called; add repeats"
         )
     if any(_repeats_text(m) for m in metrics):
         lines.append(

@@ -3,10 +3,14 @@
 A rerun cell keeps its recorded id and gains a repeats rule: after `min` repeats, the runner
 stops as soon as Sobel and Wald's three-decision test (runner/compare_rule.py) calls every
 deciding metric the same as recorded, higher, or lower by the tolerance, each wrong call at most
-about `error`; else it runs the cell's own count. The recorded repeats are the fixed side: they
-cannot be measured again, so unlike bisect's rounds nothing is interleaved, and a host that
-drifted since the run is what the audit is there to find. The reference values are read from the
-recorded repeats' files with the runner's own reader, so both sides are in the runner's units.
+about `error`; else it runs the cell's own count. The test looks only from 5 repeats a side,
+where the outlier screen works, and not while a fifth or more of a side is screened out: with
+20 % slow repeats an earlier look made 7-10 % wrong calls (tests/analyze/test_audit_stopping.py
+measures it). A record of fewer than 5 readable repeats gets no stop. The recorded repeats are
+the fixed side: they cannot be measured again, so unlike bisect's rounds nothing is
+interleaved, and a host that drifted since the run is what the audit is there to find. The
+reference values are read from the recorded repeats' files with the runner's own reader, so
+both sides are in the runner's units.
 
 The verdict stays the controller's (`verdicts.reproduction`, `orch diff`'s test on the parsed
 repeats); the stop only saves repeats, and what it decided is shown beside the verdict.
@@ -26,6 +30,7 @@ from orchestrator.cell import Against, Cell, RepeatRule, Watch
 from orchestrator.errors import BundleError
 from orchestrator.results.documents import read_json
 from orchestrator.results.layout import BENCH_DIR, REPEATS_JSON
+from orchestrator.runner.compare_rule import OUTLIER_MIN_VALUES
 from orchestrator.runner.repeat_rule import watched_value
 
 
@@ -35,7 +40,9 @@ class AuditStopPolicy:
 
     error: float = 0.05  # each of the test's two SPRTs
     noise_z: float = 1.645  # the noise at its 95% upper bound
-    min_repeats: int = 2  # before the first look (the record gives the other side's noise)
+    min_repeats: int = OUTLIER_MIN_VALUES  # before the first look: the outlier screen's minimum
+    # sd (log scale) of a server start's own offset: the record and the rerun are two starts
+    start_noise: float = 0.0
 
 
 def recorded_values(cell_dir: Path, watch: Watch) -> list[float]:
@@ -57,7 +64,7 @@ def with_audit_stop(
 ) -> Cell:
     """The cell with the rule that stops its rerun once the comparison is decided; unchanged
     (every repeat runs) when the runner cannot read a deciding metric between repeats or the
-    record holds fewer than two readable repeats of one."""
+    record holds fewer readable repeats of one than the outlier screen needs (5)."""
     policy = policy or AuditStopPolicy()
     deciding, source = deciding_metrics(recorded)
     if source == "all" or cell.bench.repeats <= policy.min_repeats:
@@ -70,7 +77,7 @@ def with_audit_stop(
         if watch is None:
             return cell
         values = recorded_values(recorded.path, watch)
-        if len(values) < 2:
+        if len(values) < OUTLIER_MIN_VALUES:
             return cell
         watches.append(watch)
         reference[metric] = tuple(values)
@@ -81,6 +88,7 @@ def with_audit_stop(
             tolerance=tolerance,
             error=policy.error,
             noise_z=policy.noise_z,
+            start_noise=policy.start_noise,
         ),
         metrics=tuple(w.metric for w in watches),
         watch=tuple(watches),

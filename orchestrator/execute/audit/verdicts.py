@@ -70,10 +70,12 @@ class MetricReproduction:
     p_value: float | None = None
     p_adjusted: float | None = None  # Holm over the judged (or the other) metrics
     unstable: bool = False  # an outlying repeat or a high spread on either side
+    cannot_reach: str | None = None  # the sizes' smallest p cannot reach alpha (`stats`)
 
     @property
     def reproduces(self) -> bool:
-        """Not a significant change, as `orch diff` tests it. With a single repeat on a side
+        """Not a significant change, as `orch diff` tests it (too few repeats for the exact
+        test to reach alpha: never significant, and said). With a single repeat on a side
         there is no noise to test against: then within tolerance."""
         if self.method == "single":
             return self.within_tolerance
@@ -284,6 +286,7 @@ def reproduction(
                 p_value=d.p_value,
                 p_adjusted=d.p_adjusted,
                 unstable=d.unstable,
+                cannot_reach=d.cannot_reach,
             )
         )
     return out
@@ -329,6 +332,8 @@ def _verdict(m: MetricReproduction) -> str:
         verdict = "yes (not judged)" if m.reproduces else "differs (not judged)"
     elif m.reproduces and m.within_tolerance:
         verdict = "yes"
+    elif m.reproduces and m.cannot_reach:
+        verdict = f"can't tell (outside tolerance; {m.cannot_reach}: add repeats)"
     elif m.reproduces:
         verdict = f"yes (outside tolerance, within noise: {_test(m)})"
     elif m.method == "single":
@@ -353,8 +358,9 @@ def deciding_lines(items: Sequence[CellReproduction]) -> list[str]:
             lines.append(f"judged on: {', '.join(names)} ({what}; {cells})")
     lines.append(
         "test: as orch diff: a metric fails to reproduce when it moved past the tolerance and "
-        "the move is significant (Mann-Whitney U with 5+ repeats a side, Holm-corrected over "
-        "the judged metrics; non-overlapping ranges with 2-4; one repeat: the tolerance alone)"
+        "the move is significant (exact Mann-Whitney U, ties included, Holm-corrected over "
+        "the judged metrics; where the repeats are too few for its p to reach alpha: can't "
+        "tell, counted as reproduced; one repeat a side: the tolerance alone)"
     )
     lines.append(f"note: {REPEATS_NOTE}")
     return lines
