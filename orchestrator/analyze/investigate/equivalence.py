@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from orchestrator.runner.compare_rule import outlier_indexes
 
@@ -77,38 +78,12 @@ def _t_pdf(t: float, dof: float) -> float:
     return math.exp(log_c - (dof + 1) / 2 * math.log1p(t * t / dof))
 
 
-def _normal_quantile(p: float) -> float:
-    """Acklam's rational approximation, refined by one Halley step (|error| < 1e-12)."""
-    a = (-39.69683028665376, 220.9460984245205, -275.9285104469687, 138.357751867269)
-    a += (-30.66479806614716, 2.506628277459239)
-    b = (-54.47609879822406, 161.5858368580409, -155.6989798598866, 66.80131188771972)
-    b += (-13.28068155288572,)
-    c = (-0.007784894002430293, -0.3223964580411365, -2.400758277161838, -2.549732539343734)
-    c += (4.374664141464968, 2.938163982698783)
-    d = (0.007784695709041462, 0.3224671290700398, 2.445134137142996, 3.754408661907416)
-    if p < 0.02425 or p > 1 - 0.02425:
-        q = math.sqrt(-2 * math.log(min(p, 1 - p)))
-        x = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
-            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1
-        )
-        x = x if p < 0.5 else -x
-    else:
-        q = p - 0.5
-        r = q * q
-        x = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q / (
-            ((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1
-        )
-    e = 0.5 * math.erfc(-x / math.sqrt(2)) - p
-    u = e * math.sqrt(2 * math.pi) * math.exp(x * x / 2)
-    return x - u / (1 + x * u / 2)
-
-
 def t_quantile(p: float, dof: float) -> float:
     """The p-quantile of Student's t (0 < p < 1): Cornish-Fisher's start (Abramowitz and
     Stegun 26.7.5), then Newton's steps on `t_sf`."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"quantile {p} is outside (0, 1)")
-    z = _normal_quantile(p)
+    z = NormalDist().inv_cdf(p)
     if math.isinf(dof):
         return z
     g1 = (z**3 + z) / 4
@@ -214,14 +189,14 @@ class LogEffect:
 
     def interval(self, level: float) -> tuple[float, float]:
         """The two-sided `level` interval of the relative change, B over A, minus 1."""
-        if not self.se == self.se or self.dof <= 0:
+        if math.isnan(self.se) or self.dof <= 0:
             return -math.inf, math.inf
         half = self.se * (t_quantile(0.5 + level / 2.0, self.dof) if self.se > 0 else 0.0)
         return math.expm1(self.diff - half), math.expm1(self.diff + half)
 
     def p_value(self) -> float:
         """Welch's two-sided p of "no change"."""
-        if not self.se == self.se or self.dof <= 0:
+        if math.isnan(self.se) or self.dof <= 0:
             return 1.0
         if self.se == 0.0:
             return 0.0 if self.diff != 0.0 else 1.0
@@ -252,7 +227,7 @@ def log_effect(
 
 def _combined(pa: SideSpread, pb: SideSpread, notes: tuple[str, ...], bimodal: bool) -> LogEffect:
     estimated = [(v, d) for v, d in ((pa.var_mean, pa.dof), (pb.var_mean, pb.dof))]
-    if any(not v == v or d < 1 for v, d in estimated):
+    if any(math.isnan(v) or d < 1 for v, d in estimated):
         return LogEffect(pb.mean - pa.mean, math.nan, 0.0, pa, pb, notes, bimodal)
     total = pa.var_mean + pb.var_mean + pa.known + pb.known
     denominator = math.fsum(v * v / d for v, d in estimated)
@@ -266,7 +241,7 @@ def repeats_to_decide(
     """About how many repeats of B in all (A fixed) would decide, were the spread and the
     change what this sample shows: the fewer of "enough to rule out" and "enough to be
     significant at `alpha` (two-sided)"; None when more repeats of B alone cannot."""
-    if not effect.se == effect.se or effect.b.unit != "repeat" or effect.b.n < 2:
+    if math.isnan(effect.se) or effect.b.unit != "repeat" or effect.b.n < 2:
         return None
     var_repeat = effect.b.var_mean * effect.b.n  # one repeat's variance
     fixed = effect.a.var_mean + effect.a.known + effect.b.known
@@ -277,9 +252,7 @@ def repeats_to_decide(
         targets.append(room / t_quantile(1.0 - alpha_equivalence, dof))
     if effect.diff != 0.0:
         targets.append(abs(effect.diff) / t_quantile(1.0 - alpha / 2.0, dof))
-    needed = [
-        math.ceil(var_repeat / (se * se - fixed)) for se in targets if se * se - fixed > 0
-    ]
+    needed = [math.ceil(var_repeat / (se * se - fixed)) for se in targets if se * se - fixed > 0]
     return max(min(needed), n_b + 1) if needed else None
 
 

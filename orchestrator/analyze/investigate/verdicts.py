@@ -207,7 +207,9 @@ class Finding:
             "worse": "makes BAD worse, not the cause",
             "not_measured": "not measured",
         }[self.verdict]
-        extra = f": {'; '.join(self.notes)}" if self.notes and self.verdict != "not_measured" else ""
+        extra = (
+            f": {'; '.join(self.notes)}" if self.notes and self.verdict != "not_measured" else ""
+        )
         return f"{self.label}: {self.measured()}, {said}{extra}"
 
 
@@ -275,8 +277,12 @@ def judge(
             start_sd=start_sd,
         )
         found.append(
-            Finding(label, _effect_of(logs, bad_now, xs, tolerance), logs=logs,
-                    look=(look or {}).get(label, 1))  # fmt: skip
+            Finding(
+                label,
+                _effect_of(logs, bad_now, xs, tolerance),
+                logs=logs,
+                look=(look or {}).get(label, 1),
+            )
         )
     tested = [f for f in found if f.effect is not None]
     m = max(family or len(tested), len(tested))

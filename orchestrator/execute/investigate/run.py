@@ -39,8 +39,11 @@ from orchestrator.execute.audit.stopping import with_audit_stop
 from orchestrator.execute.bisect.run import Bisection, BisectSetup
 from orchestrator.execute.investigate.experiments import (
     EXPERIMENT_REPEATS,
+    LOOKS,
     REFERENCE_REPEATS,
     Experiment,
+    follow_up_repeats,
+    holm_family,
     with_profile,
     with_repeats,
 )
@@ -114,6 +117,7 @@ class Investigation:
             self.run_id = open_run(request.resume, request.results_dir).path.name
         self.cells: list[Cell] = []
         self.spent = 0
+        self.family = 0  # Holm's m, declared once the experiments that fit the budget are known
 
     def _host(self) -> str:
         if self.request.limit:
@@ -166,12 +170,19 @@ class Investigation:
         return with_audit_stop(cell, bad_now, tolerance=self.request.tolerance)
 
     def budget(self) -> int:
-        """--budget, else every experiment, one of all factors together, and a bisect."""
+        """--budget, else every experiment, a second look at each (more repeats for an
+        inconclusive one), one of all factors together, and a bisect."""
         if self.request.budget is not None:
             return self.request.budget
         testable = [f for f in self.factors if f.testable]
         bisect = BISECT_ALLOWANCE if any(f.kind == "commit" for f in testable) else 0
-        return 2 + len(testable) + (1 if len(testable) > 1 else 0) + bisect
+        return 2 + 2 * len(testable) + (1 if len(testable) > 1 else 0) + bisect
+
+    def planned_family(self) -> int:
+        """Holm's family size, fixed before anything runs: the single-factor experiments the
+        budget holds, and one of several together."""
+        room = max(self.budget() - 2, 0)
+        return holm_family(min(len(self.factor_experiments()), room))
 
     def cell_seconds(self) -> float:
         """A cell's expected seconds: the median of GOOD's and BAD's recorded durations."""
@@ -206,6 +217,11 @@ class Investigation:
         budget = self.budget()
         eta = f", about {budget * each / 60:.0f} min at {each:.0f} s a cell" if each == each else ""
         lines.append(f"budget: {budget} cells at most{eta} (--budget N)")
+        lines.append(
+            f"verdicts: Holm over {self.planned_family()} test(s) at 5 %, each experiment looked "
+            f"at up to {LOOKS} times (an inconclusive one gets more repeats); 'ruled out' needs "
+            f"its interval inside ±{self.request.tolerance:.0%}"
+        )
         return lines
 
     def _playbook(self) -> str:
@@ -300,16 +316,21 @@ class Investigation:
         room = budget - 2
         doc["not_tested"] = [e.label for e in experiments[room:]]
         experiments = experiments[: max(room, 0)]
+        self.family = holm_family(len(experiments))
+        doc["holm_family"], doc["looks"] = self.family, LOOKS
         findings: list[Finding] = []
         if experiments:
             self.out(f"step 2: {len(experiments)} controlled experiment(s), one factor each")
             measured = self._run(experiments)
             for label, evidence in measured.items():
                 doc["cells"][label] = self._cell_ref(evidence)
-            samples = {k: self._values(v) for k, v in measured.items()}
-            findings = judge(bad_now, good_now, samples, tolerance=tolerance)
+            samples: dict[str, Sequence[float] | None] = {
+                k: self._values(v) for k, v in measured.items()
+            }
+            findings = self._judge(bad_now, good_now, samples)
             for f in findings:
                 self.out(f"  {f.line()}")
+            findings, samples = self._look_again(findings, experiments, samples, now, doc)
             findings = self._together(findings, experiments, samples, now, doc)
         result = None
         commit = next((e for e in experiments if e.factors[0].kind == "commit"), None)
@@ -321,6 +342,83 @@ class Investigation:
         if carried and commit is not None and self.request.bisect:
             result = self._bisect(commit.factors[0], budget - self.spent, doc)
         return self._finish(doc, state, findings, result)
+
+    def _judge(
+        self,
+        bad_now: Sequence[float],
+        good_now: Sequence[float],
+        samples: Mapping[str, Sequence[float] | None],
+        look: Mapping[str, int] | None = None,
+    ) -> list[Finding]:
+        return judge(
+            bad_now,
+            good_now,
+            samples,
+            tolerance=self.request.tolerance,
+            family=self.family,
+            looks=LOOKS,
+            look=look,
+        )
+
+    def _reserved(self, findings: Sequence[Finding], experiments: Sequence[Experiment]) -> int:
+        """Cells kept back for what follows the second looks: factors together, a bisect."""
+        commit = next((e.label for e in experiments if e.factors[0].kind == "commit"), None)
+        verdict = next((f.verdict for f in findings if f.label == commit), None)
+        bisect = self.request.bisect and verdict not in (None, "ruled_out", "worse")
+        return (1 if len(experiments) >= 2 else 0) + (BISECT_ALLOWANCE if bisect else 0)
+
+    def _look_again(
+        self,
+        findings: list[Finding],
+        experiments: Sequence[Experiment],
+        samples: Mapping[str, Sequence[float] | None],
+        references: Mapping[str, CellEvidence | None],
+        doc: dict[str, Any],
+    ) -> tuple[list[Finding], dict[str, Sequence[float] | None]]:
+        """Step 2c: each inconclusive experiment measured again with the repeats its spread says
+        would decide, within the budget, and judged once more on all its repeats (its second
+        and last look). The findings already decided stay as printed."""
+        pooled: dict[str, Sequence[float] | None] = dict(samples)
+        by_label = {e.label: e for e in experiments}
+        again: list[Experiment] = []
+        room = self.budget() - self.spent - self._reserved(findings, experiments)
+        for f in findings:
+            if f.verdict != "inconclusive" or f.label not in by_label or len(again) >= room:
+                continue
+            repeats = follow_up_repeats(f.more_repeats, len(samples.get(f.label) or ()))
+            if repeats is None:
+                continue
+            base = with_repeats(self.bad.record.cell, repeats)
+            data = swapped(base, by_label[f.label].factors)
+            axis = f"{data['axes'].get('investigate', f.label)}, look 2"
+            cell = self._cell(relabeled(data, axis))
+            again.append(Experiment(f"{f.label} (look 2)", cell, by_label[f.label].factors))
+        skipped = [f.label for f in findings if f.verdict == "inconclusive"]
+        if not again:
+            if skipped:
+                doc["notes"].append(
+                    "inconclusive, not measured again (over the budget, or more repeats of it "
+                    "alone would not decide): " + ", ".join(skipped)
+                )
+            return findings, pooled
+        self.out(f"step 2c: {len(again)} inconclusive experiment(s) measured again")
+        measured = self._run(again)
+        for e in again:
+            label = e.label.removesuffix(" (look 2)")
+            doc["cells"][e.label] = self._cell_ref(measured[e.label])
+            more = self._values(measured[e.label]) or []
+            pooled[label] = list(pooled.get(label) or []) + more
+        good_now, bad_now = (self._values(references[k]) or [] for k in (GOOD_NOW, BAD_NOW))
+        looked = {e.label.removesuffix(" (look 2)") for e in again}
+        judged = self._judge(bad_now, good_now, pooled, look={k: 2 for k in looked})
+        out = []
+        for old, new in zip(findings, judged, strict=True):
+            if old.label in looked:
+                self.out(f"  {new.line()} (look 2, {len(pooled[old.label] or [])} repeats)")
+                out.append(new)
+            else:
+                out.append(old)  # decided at its first look: printed, so kept as printed
+        return out, pooled
 
     def _together(
         self,
@@ -356,9 +454,10 @@ class Investigation:
         doc["cells"][label] = self._cell_ref(measured[label])
         every = {**samples, label: self._values(measured[label])}
         good_now, bad_now = (self._values(references[k]) or [] for k in (GOOD_NOW, BAD_NOW))
-        judged = judge(bad_now, good_now, every, tolerance=self.request.tolerance)
+        judged = self._judge(bad_now, good_now, every)
         self.out(f"  {judged[-1].line()}")
-        return judged  # Holm now corrects over every experiment, this one included
+        # Holm's family was declared with this test in it: the verdicts printed stay as printed
+        return [*findings, judged[-1]]
 
     def _bisect(self, factor: Factor, room: int, doc: dict[str, Any]) -> dict[str, Any] | None:
         if room < 4:
