@@ -11,8 +11,9 @@ each side's variance, since repeats inside one start cannot show it.
 2017): a factor is ruled out only when the (1 - 2 alpha) interval lies inside +-tolerance.
 Between "significant" and "ruled out" lies "inconclusive", with what it would take to decide.
 
-The outlier screen leaves out one lone outlying repeat and says so; when it flags two or more,
-they are a second mode, not noise: the sample is kept whole and called bimodal.
+Nothing is trimmed: the outlier screen's findings are said (one lone outlying repeat; two or
+more are a second mode, and the sample is called bimodal), and the interval is the whole
+sample's.
 """
 
 from __future__ import annotations
@@ -114,23 +115,53 @@ class Screened:
     bimodal: bool
 
 
+# Two groups apart by this many within-group sds (and GROUPS_APART_MIN on the log scale) are
+# two modes: on normal samples of 5, 7 and 10 this calls 3 %, 1.2 % and 0.1 % bimodal.
+GROUPS_APART_SDS, GROUPS_APART_MIN = 6.0, 0.02
+
+
+def _two_groups(logs: Sequence[float]) -> tuple[int, float] | None:
+    """Split at the widest gap between sorted logs (2 or more a group): (the smaller group's
+    size, its mean's relative distance from the other's) when the gap is wide, else None."""
+    xs = sorted(logs)
+    n = len(xs)
+    if n < 5:
+        return None
+    i = max(range(2, n - 1), key=lambda k: xs[k] - xs[k - 1])
+    low, high = xs[:i], xs[i:]
+    ss = math.fsum((x - _mean(low)) ** 2 for x in low) + math.fsum(
+        (x - _mean(high)) ** 2 for x in high
+    )
+    gap = xs[i] - xs[i - 1]
+    if gap < GROUPS_APART_MIN or gap <= GROUPS_APART_SDS * math.sqrt(ss / (n - 2)):
+        return None
+    small, big = (low, high) if len(low) < len(high) else (high, low)
+    return len(small), math.expm1(_mean(small) - _mean(big))
+
+
 def screened(values: Sequence[float], starts: Sequence[str] | None = None) -> Screened:
-    """`values` (positive) on the log scale, screened: one outlying repeat is left out (a slow
-    or lost repeat); two or more are a second mode, kept whole and said ("bimodal")."""
+    """`values` (positive) on the log scale, whole, with what the screen saw said: two groups
+    far apart, or two or more outlying repeats, are a second mode ("bimodal"); one outlying
+    repeat is a lone slow or fast one. Nothing is left out: trimming the farthest value of a
+    small sample shrinks its spread and the interval with it (95 % intervals missed 7.9 % with
+    the old screen, 5.5 % without)."""
     flagged = outlier_indexes(values)
     ordered = sorted(values)
     center = ordered[len(ordered) // 2]
-    if len(flagged) >= 2:
-        shift = sum(values[i] for i in flagged) / len(flagged) / center - 1.0
-        note = f"bimodal: {len(flagged)} of {len(values)} repeats at {shift:+.0%}, all kept"
-        return Screened(tuple(math.log(x) for x in values), _opt(starts), (note,), True)
-    keep = [i for i in range(len(values)) if i not in flagged]
+    logs = tuple(math.log(x) for x in values)
+    groups = _two_groups(logs)
+    if groups is not None or len(flagged) >= 2:
+        if groups is not None:
+            size, shift = groups
+        else:
+            size, shift = len(flagged), sum(values[i] for i in flagged) / len(flagged) / center - 1
+        note = f"bimodal: {size} of {len(values)} repeats at {shift:+.0%}, all kept"
+        return Screened(logs, _opt(starts), (note,), True)
     notes = tuple(
-        f"1 outlying repeat of {len(values)} left out ({values[i] / center - 1.0:+.0%})"
+        f"1 outlying repeat of {len(values)} ({values[i] / center - 1.0:+.0%}), kept"
         for i in flagged
     )
-    kept_starts = tuple(starts[i] for i in keep) if starts is not None else None
-    return Screened(tuple(math.log(values[i]) for i in keep), kept_starts, notes, False)
+    return Screened(logs, _opt(starts), notes, False)
 
 
 def _opt(starts: Sequence[str] | None) -> tuple[str, ...] | None:

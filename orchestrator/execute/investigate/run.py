@@ -39,6 +39,7 @@ from orchestrator.execute.audit.stopping import with_audit_stop
 from orchestrator.execute.bisect.run import Bisection, BisectSetup
 from orchestrator.execute.investigate.experiments import (
     EXPERIMENT_REPEATS,
+    FOLLOW_UP_MAX,
     LOOKS,
     REFERENCE_REPEATS,
     Experiment,
@@ -67,6 +68,9 @@ Echo = Callable[[str], None]
 # some twice; printed with the plan, so a user sees the default before anything runs.
 BISECT_ALLOWANCE = 12
 GOOD_NOW, BAD_NOW = "GOOD now", "BAD now"
+BAD_AGAIN, LOOK_2 = "BAD now (look 2)", " (look 2)"
+# BAD now's second cell, at step 2c: its spread is in every comparison.
+BAD_AGAIN_REPEATS = 2 * REFERENCE_REPEATS
 # A factor that brings back less than this share of the gap leaves room for the others together.
 FULL_SHARE = 0.9
 
@@ -118,6 +122,7 @@ class Investigation:
         self.cells: list[Cell] = []
         self.spent = 0
         self.family = 0  # Holm's m, declared once the experiments that fit the budget are known
+        self.bad_now: list[float] | None = None  # BAD now's values, measured again at step 2c
 
     def _host(self) -> str:
         if self.request.limit:
@@ -170,13 +175,13 @@ class Investigation:
         return with_audit_stop(cell, bad_now, tolerance=self.request.tolerance)
 
     def budget(self) -> int:
-        """--budget, else every experiment, a second look at each (more repeats for an
-        inconclusive one), one of all factors together, and a bisect."""
+        """--budget, else GOOD and BAD now, every experiment, a second look at each (BAD now
+        and an inconclusive one measured again), one of all factors together, and a bisect."""
         if self.request.budget is not None:
             return self.request.budget
         testable = [f for f in self.factors if f.testable]
         bisect = BISECT_ALLOWANCE if any(f.kind == "commit" for f in testable) else 0
-        return 2 + 2 * len(testable) + (1 if len(testable) > 1 else 0) + bisect
+        return 3 + 2 * len(testable) + (1 if len(testable) > 1 else 0) + bisect
 
     def planned_family(self) -> int:
         """Holm's family size, fixed before anything runs: the single-factor experiments the
@@ -292,6 +297,7 @@ class Investigation:
         self.out(f"step 1: GOOD and BAD measured again on {self.host}")
         now = self._run(self.reference_experiments())
         good_now, bad_now = self._values(now[GOOD_NOW]), self._values(now[BAD_NOW])
+        self.bad_now = bad_now
         if good_now is None or bad_now is None:
             doc["notes"].append("GOOD or BAD could not be measured again; see the run's cells")
             return self._finish(doc, recorded, [], None)
@@ -375,46 +381,54 @@ class Investigation:
         references: Mapping[str, CellEvidence | None],
         doc: dict[str, Any],
     ) -> tuple[list[Finding], dict[str, Sequence[float] | None]]:
-        """Step 2c: each inconclusive experiment measured again with the repeats its spread says
-        would decide, within the budget, and judged once more on all its repeats (its second
-        and last look). The findings already decided stay as printed."""
+        """Step 2c, within the budget: BAD now measured again (its spread is in every
+        comparison) and each inconclusive experiment with the repeats its spread asks for, then
+        judged once more on all their repeats (the second and last look). The findings already
+        decided stay as printed."""
         pooled: dict[str, Sequence[float] | None] = dict(samples)
-        by_label = {e.label: e for e in experiments}
-        again: list[Experiment] = []
+        undecided = [f for f in findings if f.verdict == "inconclusive"]
         room = self.budget() - self.spent - self._reserved(findings, experiments)
-        for f in findings:
-            if f.verdict != "inconclusive" or f.label not in by_label or len(again) >= room:
-                continue
-            repeats = follow_up_repeats(f.more_repeats, len(samples.get(f.label) or ()))
-            if repeats is None:
-                continue
-            base = with_repeats(self.bad.record.cell, repeats)
-            data = swapped(base, by_label[f.label].factors)
-            axis = f"{data['axes'].get('investigate', f.label)}, look 2"
-            cell = self._cell(relabeled(data, axis))
-            again.append(Experiment(f"{f.label} (look 2)", cell, by_label[f.label].factors))
-        skipped = [f.label for f in findings if f.verdict == "inconclusive"]
-        if not again:
-            if skipped:
+        if not undecided or room < 2:
+            if undecided:
                 doc["notes"].append(
-                    "inconclusive, not measured again (over the budget, or more repeats of it "
-                    "alone would not decide): " + ", ".join(skipped)
+                    "inconclusive, not measured again (over the budget): "
+                    + ", ".join(f.label for f in undecided)
                 )
             return findings, pooled
-        self.out(f"step 2c: {len(again)} inconclusive experiment(s) measured again")
+        bad_again = relabeled(with_repeats(self.bad.record.cell, BAD_AGAIN_REPEATS), "bad-now-2")
+        again = [Experiment(BAD_AGAIN, self._cell(bad_again))]
+        by_label = {e.label: e for e in experiments}
+        for f in undecided[: room - 1]:
+            n = len(samples.get(f.label) or ())
+            # what BAD now alone keeps open, the new BAD now repeats may settle: a middling count
+            repeats = follow_up_repeats(f.more_repeats, n) or FOLLOW_UP_MAX // 2
+            data = swapped(with_repeats(self.bad.record.cell, repeats), by_label[f.label].factors)
+            axis = f"{data['axes'].get('investigate', f.label)}, look 2"
+            cell = self._cell(relabeled(data, axis))
+            again.append(Experiment(f"{f.label}{LOOK_2}", cell, by_label[f.label].factors))
+        left = [f.label for f in undecided[room - 1 :]]
+        if left:
+            doc["notes"].append(
+                "inconclusive, not measured again (over the budget): " + ", ".join(left)
+            )
+        self.out(f"step 2c: BAD now and {len(again) - 1} inconclusive experiment(s) measured again")
         measured = self._run(again)
         for e in again:
-            label = e.label.removesuffix(" (look 2)")
             doc["cells"][e.label] = self._cell_ref(measured[e.label])
-            more = self._values(measured[e.label]) or []
-            pooled[label] = list(pooled.get(label) or []) + more
-        good_now, bad_now = (self._values(references[k]) or [] for k in (GOOD_NOW, BAD_NOW))
-        looked = {e.label.removesuffix(" (look 2)") for e in again}
-        judged = self._judge(bad_now, good_now, pooled, look={k: 2 for k in looked})
+            label = e.label.removesuffix(LOOK_2)
+            if label in pooled:
+                pooled[label] = list(pooled[label] or []) + (
+                    self._values(measured[label + LOOK_2]) or []
+                )
+        good_now = self._values(references[GOOD_NOW]) or []
+        self.bad_now = list(self.bad_now or []) + (self._values(measured[BAD_AGAIN]) or [])
+        looked = {e.label.removesuffix(LOOK_2) for e in again[1:]}
+        judged = self._judge(self.bad_now, good_now, pooled, look={k: 2 for k in looked})
         out = []
         for old, new in zip(findings, judged, strict=True):
             if old.label in looked:
-                self.out(f"  {new.line()} (look 2, {len(pooled[old.label] or [])} repeats)")
+                n = len(pooled[old.label] or [])
+                self.out(f"  {new.line()} (look 2: {n} repeats, BAD now {len(self.bad_now)})")
                 out.append(new)
             else:
                 out.append(old)  # decided at its first look: printed, so kept as printed
@@ -453,8 +467,8 @@ class Investigation:
         measured = self._run([together])
         doc["cells"][label] = self._cell_ref(measured[label])
         every = {**samples, label: self._values(measured[label])}
-        good_now, bad_now = (self._values(references[k]) or [] for k in (GOOD_NOW, BAD_NOW))
-        judged = self._judge(bad_now, good_now, every)
+        good_now = self._values(references[GOOD_NOW]) or []
+        judged = self._judge(self.bad_now or [], good_now, every)
         self.out(f"  {judged[-1].line()}")
         # Holm's family was declared with this test in it: the verdicts printed stay as printed
         return [*findings, judged[-1]]
