@@ -90,6 +90,9 @@ class InvestigateRequest:
     resume: str | None = None
     bisect: bool = True
     argv: Sequence[str] = ()
+    # the between-start sd on the log scale, where known (a recorded between-start variance):
+    # each cell is one server start, and repeats inside it cannot show this part of the noise
+    start_sd: float = 0.0
 
 
 class Investigation:
@@ -226,6 +229,15 @@ class Investigation:
             f"verdicts: Holm over {self.planned_family()} test(s) at 5 %, each experiment looked "
             f"at up to {LOOKS} times (an inconclusive one gets more repeats); 'ruled out' needs "
             f"its interval inside ±{self.request.tolerance:.0%}"
+        )
+        lines.append(
+            "unit: each cell is one server start; "
+            + (
+                f"a between-start sd of {self.request.start_sd:.1%} is added to each side"
+                if self.request.start_sd
+                else "no between-start sd is known, so repeats inside a start are taken as "
+                "independent (a start-to-start spread makes factors look significant)"
+            )
         )
         return lines
 
@@ -364,6 +376,7 @@ class Investigation:
             family=self.family,
             looks=LOOKS,
             look=look,
+            start_sd=self.request.start_sd,
         )
 
     def _reserved(self, findings: Sequence[Finding], experiments: Sequence[Experiment]) -> int:
@@ -536,6 +549,7 @@ class Investigation:
             "metric": self.metric,
             "host": self.host,
             "tolerance": self.request.tolerance,
+            "start_sd": self.request.start_sd,
             "factors": [asdict(f) | {"label": f.label} for f in self.factors],
             "host_facts": host_facts(self.good.evidence, self.bad.evidence),
             "cells": {},
