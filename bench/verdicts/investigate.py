@@ -12,7 +12,8 @@ repeats `follow_up_repeats` asks for), then judged once more.
 A repeat is `center * exp(start + within)`: one start effect (sd `start_sd`) per cell, a within
 noise per repeat; with "slow 20 %", each repeat is 10-20 % slow with probability 0.2. "Modelled"
 rows give judge the true between-start sd (what a recorded between-start variance provides);
-"not modelled" rows give it none, as when only repeats inside one start are known.
+"not modelled" rows give it none, as when only repeats inside one start are known; "starts the
+unit" rows measure each side as 3 server starts of 3 repeats and judge per-start means.
 
 Rows (each: verdict, condition, trials, stated_rate, measured_rate, seconds):
 - ruled out when it explains: one factor restores the whole +8 % gap (tolerance 3 %).
@@ -76,18 +77,29 @@ def investigation(
     start_sd: float = 0.0,
     modelled: bool = True,
     slow: float = 0.0,
+    starts: int = 1,
 ) -> list[str]:
-    """The final verdict of each factor (its true effect on BAD in `effects`, relative)."""
+    """The final verdict of each factor (its true effect on BAD in `effects`, relative).
+    `starts` > 1: each side is that many server starts of 3 repeats, the start the unit."""
+    ids: dict[str, list[str]] = {}
 
-    def measured(center: float, n: int) -> list[float]:
-        return cell(rng, center, n, noise=noise, start_sd=start_sd, slow=slow)
+    def measured(label: str, center: float, n: int) -> list[float]:
+        if starts == 1:
+            return cell(rng, center, n, noise=noise, start_sd=start_sd, slow=slow)
+        out: list[float] = []
+        for _ in range(starts if label not in ids else 1):  # a second look adds one start
+            start = f"{label}-{len(set(ids.get(label, [])))}"
+            out += cell(rng, center, 3, noise=noise, start_sd=start_sd, slow=slow)
+            ids.setdefault(label, []).extend([start] * 3)
+        return out
 
-    bad = measured(100.0, REFERENCE_REPEATS)
-    good = measured(100.0 * (1 + GAP), REFERENCE_REPEATS)
+    bad = measured("BAD now", 100.0, REFERENCE_REPEATS)
+    good = measured("GOOD now", 100.0 * (1 + GAP), REFERENCE_REPEATS)
     samples: dict[str, Sequence[float] | None] = {
-        f"f{i}": measured(100.0 * (1 + e), EXPERIMENT_REPEATS) for i, e in enumerate(effects)
+        f"f{i}": measured(f"f{i}", 100.0 * (1 + e), EXPERIMENT_REPEATS)
+        for i, e in enumerate(effects)
     }
-    given = start_sd if modelled else 0.0
+    given = start_sd if modelled and starts == 1 else 0.0
 
     def judged(look: dict[str, int] | None = None) -> dict[str, Finding]:
         found = judge(
@@ -99,6 +111,7 @@ def investigation(
             looks=LOOKS,
             look=look,
             start_sd=given,
+            starts=ids or None,
         )
         return {f.label: f for f in found}
 
@@ -111,9 +124,9 @@ def investigation(
         if f.verdict != "inconclusive":
             continue
         more = follow_up_repeats(f.more_repeats, EXPERIMENT_REPEATS) or FOLLOW_UP_MAX // 2
-        again[label] = list(samples[label] or []) + measured(100.0 * (1 + e), more)
+        again[label] = list(samples[label] or []) + measured(label, 100.0 * (1 + e), more)
     if again:  # step 2c: BAD now measured again too, then a second look at the undecided
-        bad = bad + measured(100.0, BAD_AGAIN_REPEATS)
+        bad = bad + measured("BAD now", 100.0, BAD_AGAIN_REPEATS)
         samples.update(again)
         second = judged({k: 2 for k in again})
         for k in again:
@@ -161,15 +174,25 @@ class Condition:
     start_sd: float
     modelled: bool
     slow: float
+    starts: int = 1
 
     def _verdicts(self, rng: random.Random, effects: Sequence[float]) -> list[str]:
         return investigation(
-            rng, effects, start_sd=self.start_sd, modelled=self.modelled, slow=self.slow
+            rng,
+            effects,
+            start_sd=self.start_sd,
+            modelled=self.modelled,
+            slow=self.slow,
+            starts=self.starts,
         )
 
     def ruled_out_when_it_explains(self, rng: random.Random) -> bool:
         """One factor restores the whole gap: ruled out?"""
         return self._verdicts(rng, [GAP])[0] == "ruled_out"
+
+    def does_not_explain(self, rng: random.Random) -> bool:
+        """One factor restores the whole gap: anything but "explains"?"""
+        return self._verdicts(rng, [GAP])[0] != "explains"
 
     def blamed_a_null_factor(self, rng: random.Random) -> bool:
         """Four factors that do nothing: any of them blamed?"""
@@ -215,6 +238,15 @@ def rows(seed: int = 0, quick: bool = False) -> list[dict[str, object]]:
                     cond.blamed_a_null_factor,
                     n=trials // 2,
                 )
+    for start_sd in (0.0, 0.01, 0.02):
+        cond = Condition(start_sd, False, 0.0, starts=3)
+        how = f"start sd {start_sd:.0%}, 3 starts x 3 repeats a side, starts the unit"
+        row("ruled out when it explains", f"whole +8% gap, noise 3%, {how}", 0.05,
+            cond.ruled_out_when_it_explains)  # fmt: skip
+        row("blamed a null factor", f"4 null factors, noise 3%, {how}", 0.05,
+            cond.blamed_a_null_factor, n=trials // 2)  # fmt: skip
+        row("explains (power)", f"whole +8% gap, noise 3%, {how} (1 - power)", float("nan"),
+            cond.does_not_explain)  # fmt: skip
     row(
         "ruled out at the tolerance",
         "true effect exactly +3%, tolerance 3%, noise 1%",
