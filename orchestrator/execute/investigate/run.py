@@ -39,14 +39,20 @@ from orchestrator.execute.audit.stopping import with_audit_stop
 from orchestrator.execute.bisect.run import Bisection, BisectSetup
 from orchestrator.execute.investigate.experiments import (
     EXPERIMENT_REPEATS,
-    FOLLOW_UP_MAX,
     LOOKS,
     REFERENCE_REPEATS,
     Experiment,
-    follow_up_repeats,
     holm_family,
     with_profile,
     with_repeats,
+)
+from orchestrator.execute.investigate.looks import (
+    BAD_NOW,
+    BISECT_ALLOWANCE,
+    GOOD_NOW,
+    look_again,
+    plan_verdict_lines,
+    together,
 )
 from orchestrator.execute.investigate.sides import deciding_metric, open_side
 from orchestrator.execute.refs import pin_revision
@@ -64,15 +70,6 @@ from orchestrator.results.read import open_run
 from orchestrator.secrets.values import extra_vars_in_argv, secrets_of_run
 
 Echo = Callable[[str], None]
-# Cells a bisect may take beyond the experiments: its two ends and about log2(commits) runs,
-# some twice; printed with the plan, so a user sees the default before anything runs.
-BISECT_ALLOWANCE = 12
-GOOD_NOW, BAD_NOW = "GOOD now", "BAD now"
-BAD_AGAIN, LOOK_2 = "BAD now (look 2)", " (look 2)"
-# BAD now's second cell, at step 2c: its spread is in every comparison.
-BAD_AGAIN_REPEATS = 2 * REFERENCE_REPEATS
-# A factor that brings back less than this share of the gap leaves room for the others together.
-FULL_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -225,19 +222,8 @@ class Investigation:
         budget = self.budget()
         eta = f", about {budget * each / 60:.0f} min at {each:.0f} s a cell" if each == each else ""
         lines.append(f"budget: {budget} cells at most{eta} (--budget N)")
-        lines.append(
-            f"verdicts: Holm over {self.planned_family()} test(s) at 5 %, each experiment looked "
-            f"at up to {LOOKS} times (an inconclusive one gets more repeats); 'ruled out' needs "
-            f"its interval inside ±{self.request.tolerance:.0%}"
-        )
-        lines.append(
-            "unit: each cell is one server start; "
-            + (
-                f"a between-start sd of {self.request.start_sd:.1%} is added to each side"
-                if self.request.start_sd
-                else "no between-start sd is known, so repeats inside a start are taken as "
-                "independent (a start-to-start spread makes factors look significant)"
-            )
+        lines += plan_verdict_lines(
+            self.planned_family(), self.request.tolerance, self.request.start_sd
         )
         return lines
 
@@ -348,8 +334,8 @@ class Investigation:
             findings = self._judge(bad_now, good_now, samples)
             for f in findings:
                 self.out(f"  {f.line()}")
-            findings, samples = self._look_again(findings, experiments, samples, now, doc)
-            findings = self._together(findings, experiments, samples, now, doc)
+            findings, samples = look_again(self, findings, experiments, samples, now, doc)
+            findings = together(self, findings, experiments, samples, now, doc)
         result = None
         commit = next((e for e in experiments if e.factors[0].kind == "commit"), None)
         carried = (
@@ -378,113 +364,6 @@ class Investigation:
             look=look,
             start_sd=self.request.start_sd,
         )
-
-    def _reserved(self, findings: Sequence[Finding], experiments: Sequence[Experiment]) -> int:
-        """Cells kept back for what follows the second looks: factors together, a bisect."""
-        commit = next((e.label for e in experiments if e.factors[0].kind == "commit"), None)
-        verdict = next((f.verdict for f in findings if f.label == commit), None)
-        bisect = self.request.bisect and verdict not in (None, "ruled_out", "worse")
-        return (1 if len(experiments) >= 2 else 0) + (BISECT_ALLOWANCE if bisect else 0)
-
-    def _look_again(
-        self,
-        findings: list[Finding],
-        experiments: Sequence[Experiment],
-        samples: Mapping[str, Sequence[float] | None],
-        references: Mapping[str, CellEvidence | None],
-        doc: dict[str, Any],
-    ) -> tuple[list[Finding], dict[str, Sequence[float] | None]]:
-        """Step 2c, within the budget: BAD now measured again (its spread is in every
-        comparison) and each inconclusive experiment with the repeats its spread asks for, then
-        judged once more on all their repeats (the second and last look). The findings already
-        decided stay as printed."""
-        pooled: dict[str, Sequence[float] | None] = dict(samples)
-        undecided = [f for f in findings if f.verdict == "inconclusive"]
-        room = self.budget() - self.spent - self._reserved(findings, experiments)
-        if not undecided or room < 2:
-            if undecided:
-                doc["notes"].append(
-                    "inconclusive, not measured again (over the budget): "
-                    + ", ".join(f.label for f in undecided)
-                )
-            return findings, pooled
-        bad_again = relabeled(with_repeats(self.bad.record.cell, BAD_AGAIN_REPEATS), "bad-now-2")
-        again = [Experiment(BAD_AGAIN, self._cell(bad_again))]
-        by_label = {e.label: e for e in experiments}
-        for f in undecided[: room - 1]:
-            n = len(samples.get(f.label) or ())
-            # what BAD now alone keeps open, the new BAD now repeats may settle: a middling count
-            repeats = follow_up_repeats(f.more_repeats, n) or FOLLOW_UP_MAX // 2
-            data = swapped(with_repeats(self.bad.record.cell, repeats), by_label[f.label].factors)
-            axis = f"{data['axes'].get('investigate', f.label)}, look 2"
-            cell = self._cell(relabeled(data, axis))
-            again.append(Experiment(f"{f.label}{LOOK_2}", cell, by_label[f.label].factors))
-        left = [f.label for f in undecided[room - 1 :]]
-        if left:
-            doc["notes"].append(
-                "inconclusive, not measured again (over the budget): " + ", ".join(left)
-            )
-        self.out(f"step 2c: BAD now and {len(again) - 1} inconclusive experiment(s) measured again")
-        measured = self._run(again)
-        for e in again:
-            doc["cells"][e.label] = self._cell_ref(measured[e.label])
-            label = e.label.removesuffix(LOOK_2)
-            if label in pooled:
-                pooled[label] = list(pooled[label] or []) + (
-                    self._values(measured[label + LOOK_2]) or []
-                )
-        good_now = self._values(references[GOOD_NOW]) or []
-        self.bad_now = list(self.bad_now or []) + (self._values(measured[BAD_AGAIN]) or [])
-        looked = {e.label.removesuffix(LOOK_2) for e in again[1:]}
-        judged = self._judge(self.bad_now, good_now, pooled, look={k: 2 for k in looked})
-        out = []
-        for old, new in zip(findings, judged, strict=True):
-            if old.label in looked:
-                n = len(pooled[old.label] or [])
-                self.out(f"  {new.line()} (look 2: {n} repeats, BAD now {len(self.bad_now)})")
-                out.append(new)
-            else:
-                out.append(old)  # decided at its first look: printed, so kept as printed
-        return out, pooled
-
-    def _together(
-        self,
-        findings: list[Finding],
-        experiments: Sequence[Experiment],
-        samples: Mapping[str, Sequence[float] | None],
-        references: Mapping[str, CellEvidence | None],
-        doc: dict[str, Any],
-    ) -> list[Finding]:
-        """Factors at once, where single ones leave the question open: all of them when none
-        explains the change (does what is declared explain it at all?), and all but the
-        explaining one when it leaves a share of the gap (do the rest add up to it?). `samples`
-        are the experiments' values as measured, `references` GOOD and BAD measured now."""
-        explains = [f for f in findings if f.verdict == "explains"]
-        if not explains and len(experiments) >= 2:
-            joint, label = list(experiments), "all factors together"
-        elif len(explains) == 1 and (explains[0].share or 1) < FULL_SHARE:
-            joint = [e for e in experiments if e.label != explains[0].label]
-            label = f"all but {explains[0].label.split(':')[0]} together"
-        else:
-            return findings
-        if len(joint) < 2:
-            return findings
-        if self.spent >= self.budget():
-            doc["not_tested"].append(label)
-            return findings
-        factors = tuple(f for e in joint for f in e.factors)
-        base = with_repeats(self.bad.record.cell, EXPERIMENT_REPEATS)
-        cell = self._stopping(swapped(base, factors), references[BAD_NOW])
-        together = Experiment(label, cell, factors)
-        self.out(f"step 2b: {label}")
-        measured = self._run([together])
-        doc["cells"][label] = self._cell_ref(measured[label])
-        every = {**samples, label: self._values(measured[label])}
-        good_now = self._values(references[GOOD_NOW]) or []
-        judged = self._judge(self.bad_now or [], good_now, every)
-        self.out(f"  {judged[-1].line()}")
-        # Holm's family was declared with this test in it: the verdicts printed stay as printed
-        return [*findings, judged[-1]]
 
     def _bisect(self, factor: Factor, room: int, doc: dict[str, Any]) -> dict[str, Any] | None:
         if room < 4:
