@@ -39,7 +39,9 @@ def test_plan_lists_factors_and_runs_nothing(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "commit: aaaaaaaaaaaa (GOOD) vs bbbbbbbbbbbb (BAD), testable" in done.stdout
     assert "env NCCL_ALGO: Ring (GOOD) vs PAT (BAD), testable" in done.stdout
-    assert "budget: 17 cells at most" in done.stdout  # 2 + 2 factors + together + 12 bisect
+    # 2 + 2 factors, each looked at twice (+ BAD now again), + together + 12 bisect
+    assert "budget: 20 cells at most" in done.stdout
+    assert "Holm over 3 test(s)" in done.stdout
     assert _runs(tmp_path) == before
 
 

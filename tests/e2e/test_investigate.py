@@ -172,14 +172,16 @@ def test_the_commit_is_found_the_flag_ruled_out_and_resume_redoes_nothing(
     assert doc["reproduction"]["outcome"] == "reproduces"
     verdicts = {e["label"].split(":")[0]: e["verdict"] for e in doc["experiments"]}
     assert verdicts["commit"] == "explains"
-    assert verdicts["server --max-running-requests"] == "ruled_out"
-    assert verdicts["repo setup"] == "ruled_out"
+    # factors that do nothing: ruled out where the noise allows it (its interval inside the
+    # tolerance), else inconclusive; never blamed (the rates: tests/analyze/test_investigate_*)
+    assert verdicts["server --max-running-requests"] in ("ruled_out", "inconclusive")
+    assert verdicts["repo setup"] in ("ruled_out", "inconclusive")
     assert doc["phase_grown"].startswith("target verify forward: ")
     assert verdicts["env NCCL_ALGO"] != "explains"  # smaller than the commit's, kept apart
     assert doc["bisect"]["first_bad"] == recorded.repo.regress
     said = doc["verdict"]
     assert said.startswith(f"the change is commit {recorded.repo.regress[:12]} '")
-    assert "server --max-running-requests" in said.split("ruled out:")[1]
+    assert "server --max-running-requests" in said.split("ruled out")[1]
     assert said in done.stdout and (folder / "investigation.md").read_text().count(said) == 1
 
 

@@ -42,7 +42,11 @@ def outcome_doc(state: Reproduction, findings: Sequence[Finding], metric: str) -
             "line": f.line(),
             "measured": f.measured(),
             "share": f.share,
+            "share_range": [f.share_low, f.share_high] if f.share is not None else None,
             "p_adjusted": f.p_adjusted,
+            "look": f.look,
+            "more_repeats": f.more_repeats,
+            "notes": list(f.notes),
             "effect": asdict(f.effect) if f.effect else None,
         }
         for f in findings

@@ -46,6 +46,7 @@ def verdict_sentence(doc: Mapping[str, Any]) -> str:
     explains = [e for e in experiments if e["verdict"] == "explains"]
     partly = [e for e in experiments if e["verdict"] == "partly"]
     ruled = [e for e in experiments if e["verdict"] == "ruled_out"]
+    open_ = [e for e in experiments if e["verdict"] == "inconclusive"]
     parts = []
     bisect = doc.get("bisect") or {}
     first = _first_bad(bisect)
@@ -65,6 +66,12 @@ def verdict_sentence(doc: Mapping[str, Any]) -> str:
         )
     if ruled:
         parts.append("ruled out: " + ", ".join(str(e["label"]).split(":")[0] for e in ruled))
+    if open_:
+        # neither shown nor ruled out: still a suspect, never silently dropped
+        parts.append(
+            "inconclusive (not ruled out): "
+            + ", ".join(str(e["label"]).split(":")[0] for e in open_)
+        )
     if doc.get("phase_grown"):
         parts.append(f"grown: {doc['phase_grown']}")
     facts = doc.get("host_facts") or []

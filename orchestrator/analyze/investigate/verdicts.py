@@ -1,10 +1,18 @@
 """`orch investigate`'s judgements, on samples alone: is the change real and still there, and
 what does each controlled experiment move?
 
-Significance is `orch diff`'s (stats.compare: the threshold AND Mann-Whitney with 5+ repeats a
-side, non-overlapping ranges with fewer), Holm-corrected across the experiments of one
-investigation. The effect's interval is a t interval of the difference of mean logs (outliers
-left out), said as a relative change: what "ruled out: +0.4 % ± 1.1 %" means.
+Step 1 (is it real, is it still there) judges as `orch diff` does (stats.compare). A controlled
+experiment is judged on the log scale (equivalence.py): Welch's interval of the change, one centre
+(the difference of mean logs) and one scale. Its verdict is one of
+
+- "ruled out": two one-sided tests (Schuirmann 1987; Lakens 2017) at alpha each: the
+  (1 - 2 alpha) interval lies inside +-tolerance. Never when the interval reaches past it.
+- "explains" / "partly" / "worse": Welch's p, Holm-corrected over a family whose size is fixed
+  when the investigation is planned (a verdict once printed never changes), is below alpha.
+- "inconclusive": neither, said with what would decide it (more repeats, or a larger tolerance).
+
+An experiment may be looked at twice (more repeats for an inconclusive one): each look spends
+alpha / looks, so the stated rates hold over both looks (Bonferroni over looks).
 """
 
 from __future__ import annotations
@@ -14,21 +22,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orchestrator.analyze.stats import compare, holm, median
-from orchestrator.runner.compare_rule import log_difference
+from orchestrator.analyze.investigate.equivalence import (
+    LogEffect,
+    log_effect,
+    repeats_to_decide,
+    share_interval,
+)
+from orchestrator.analyze.stats import compare, holm
 
 Outcome = Literal["reproduces", "host_changed", "transient", "not_significant"]
-Verdict = Literal["explains", "partly", "ruled_out", "worse", "not_measured"]
-# t quantiles for a two-sided 95 % interval, by degrees of freedom; 1.96 beyond the table.
-_T975: tuple[float, ...] = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262)
-_T975 += (2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)
+Verdict = Literal["explains", "partly", "ruled_out", "inconclusive", "worse", "not_measured"]
 # An experiment that brings back at least this share of the gap (on log scale) explains it.
 EXPLAINS_SHARE = 0.5
+# The share of the gap is said with this two-sided interval (Fieller's, on the log scale).
+SHARE_LEVEL = 0.90
 
 
 @dataclass(frozen=True)
 class Effect:
-    """B against A: the relative change of the medians and a 95 % interval of the change."""
+    """B against A: the relative change (of geometric means: the centre of the interval) and a
+    95 % Welch interval of it on the log scale; `significant`, `method` and `p_value` are
+    `orch diff`'s judgement (step 1), `p_welch` the experiments' test."""
 
     change: float
     low: float
@@ -38,30 +52,23 @@ class Effect:
     p_value: float | None
     n_a: int
     n_b: int
+    p_welch: float = 1.0
+    notes: tuple[str, ...] = ()
+    bimodal: bool = False
 
     def said(self) -> str:
-        """`+0.4 % ± 1.1 %` (the interval's half-width, on the change)."""
+        """`+0.4% [-0.7%, +1.5%]`: the change and its 95 % interval, and what the screen did."""
+        notes = f" ({'; '.join(self.notes)})" if self.notes else ""
         if math.isinf(self.high - self.low):
-            return f"{self.change:+.1%} (too few repeats for an interval)"
-        return f"{self.change:+.1%} ± {(self.high - self.low) / 2:.1%}"
+            return f"{self.change:+.1%} (too few repeats for an interval){notes}"
+        return f"{self.change:+.1%} [{self.low:+.1%}, {self.high:+.1%}]{notes}"
 
 
-def _t(dof: int) -> float:
-    return _T975[dof - 1] if dof <= len(_T975) else 1.96
-
-
-def effect(a: Sequence[float], b: Sequence[float], *, tolerance: float) -> Effect:
-    """How B moved from A (positive samples), judged as `orch diff` judges."""
+def _effect_of(logs: LogEffect, a: Sequence[float], b: Sequence[float], tolerance: float) -> Effect:
     judged = compare(a, b, ratio_threshold=tolerance)
-    logs = log_difference(a, b)
-    change = median(b) / median(a) - 1.0
-    if logs.dof < 1 or min(logs.n_a, logs.n_b) < 2:
-        low, high = -math.inf, math.inf
-    else:
-        half = _t(logs.dof) * logs.sd * math.sqrt(1 / logs.n_a + 1 / logs.n_b)
-        low, high = math.expm1(logs.diff - half), math.expm1(logs.diff + half)
+    low, high = logs.interval(0.95)
     return Effect(
-        change,
+        math.expm1(logs.diff),
         low,
         high,
         judged.significant,
@@ -69,7 +76,25 @@ def effect(a: Sequence[float], b: Sequence[float], *, tolerance: float) -> Effec
         judged.p_value,
         len(a),
         len(b),
+        logs.p_value(),
+        logs.notes,
+        logs.bimodal,
     )
+
+
+def effect(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    tolerance: float,
+    start_sd: float = 0.0,
+    starts_a: Sequence[str] | None = None,
+    starts_b: Sequence[str] | None = None,
+) -> Effect:
+    """How B moved from A (positive samples): `orch diff`'s judgement and Welch's interval on
+    the log scale (`start_sd`: the between-start sd on the log scale, where a side has one)."""
+    logs = log_effect(a, b, starts_a=starts_a, starts_b=starts_b, start_sd=start_sd)
+    return _effect_of(logs, a, b, tolerance)
 
 
 @dataclass(frozen=True)
@@ -147,27 +172,68 @@ class Finding:
     p_adjusted: float | None = None
     verdict: Verdict = "not_measured"
     notes: list[str] = field(default_factory=list)
+    share_low: float | None = None  # SHARE_LEVEL interval of the share (None: unbounded)
+    share_high: float | None = None
+    look: int = 1  # which look at this experiment (2: after more repeats)
+    more_repeats: int | None = None  # inconclusive: about this many repeats in all would decide
+    logs: LogEffect | None = None
+
+    def _share(self) -> str:
+        if self.share is None:
+            return ""
+        if self.share_low is None or self.share_high is None:
+            return f" ({self.share:.0%} of the gap, its range unbounded)"
+        return (
+            f" ({self.share:.0%} of the gap, {SHARE_LEVEL:.0%} range "
+            f"{self.share_low:.0%} to {self.share_high:.0%})"
+        )
 
     def measured(self) -> str:
-        """`+0.4 % ± 1.1 % (2 % of the gap), p 0.41`: the effect on BAD, without the label."""
+        """`+0.4% [-0.7%, +1.5%] (2% of the gap, 90% range -9% to 13%), p 0.41`."""
         if self.effect is None:
             return "not measured (" + ("; ".join(self.notes) or "the cell failed") + ")"
-        share = f" ({self.share:.0%} of the gap)" if self.share is not None else ""
         p = f", p {self.p_adjusted:.3g}" if self.p_adjusted is not None else ""
-        return f"{self.effect.said()}{share}{p}"
+        return f"{self.effect.said()}{self._share()}{p}"
 
     def line(self) -> str:
-        """`env NCCL_ALGO: (not set) -> Ring: +0.4 % ± 1.1 %, ruled out`."""
+        """`env NCCL_ALGO: (not set) -> Ring: +0.4% [-0.7%, +1.5%] ..., ruled out`."""
         if self.effect is None:
             return f"{self.label}: {self.measured()}"
         said = {
             "explains": "explains the change",
             "partly": "explains part of the change",
             "ruled_out": "ruled out",
+            "inconclusive": "inconclusive",
             "worse": "makes BAD worse, not the cause",
             "not_measured": "not measured",
         }[self.verdict]
-        return f"{self.label}: {self.measured()}, {said}"
+        extra = (
+            f": {'; '.join(self.notes)}" if self.notes and self.verdict != "not_measured" else ""
+        )
+        return f"{self.label}: {self.measured()}, {said}{extra}"
+
+
+def _inconclusive_notes(
+    f: Finding, logs: LogEffect, n_b: int, *, tolerance: float, alpha: float, looks: int
+) -> tuple[list[str], int | None]:
+    """What it would take to decide: about how many repeats, or which tolerance."""
+    a_look = alpha / looks
+    low, high = logs.interval(1.0 - 2.0 * a_look)
+    reach = max(abs(math.log1p(low)), abs(math.log1p(high))) if low > -1 else math.inf
+    notes = [
+        f"its {1.0 - 2.0 * a_look:.0%} interval reaches {math.expm1(reach):.1%}, past the "
+        f"±{tolerance:.0%} tolerance, and the change is not significant"
+    ]
+    needed = repeats_to_decide(
+        logs, n_b, tolerance=tolerance, alpha_equivalence=a_look, alpha=a_look
+    )
+    if needed is not None:
+        notes.append(f"about {needed} repeats in all would decide (from the spread seen)")
+    else:
+        notes.append("more repeats of this experiment alone would not decide (BAD now's spread)")
+    if math.isfinite(reach):
+        notes.append(f"a tolerance above ±{math.expm1(reach):.1%} would rule it out")
+    return notes, needed
 
 
 def judge(
@@ -177,36 +243,70 @@ def judge(
     *,
     tolerance: float,
     alpha: float = 0.05,
+    family: int | None = None,
+    looks: int = 1,
+    look: Mapping[str, int] | None = None,
+    start_sd: float = 0.0,
+    starts: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Finding]:
-    """Each experiment's effect on BAD-now, Holm-corrected across the experiments, and its
-    share of the gap to GOOD-now."""
-    gap = math.log(median(good_now) / median(bad_now))
-    found = [
-        Finding(label, effect(bad_now, xs, tolerance=tolerance) if xs else None)
-        for label, xs in experiments.items()
-    ]
-    tested = [f for f in found if f.effect is not None and f.effect.p_value is not None]
-    adjusted = holm([f.effect.p_value for f in tested if f.effect and f.effect.p_value is not None])
-    for f, p in zip(tested, adjusted, strict=True):
-        f.p_adjusted = p
-    for f in found:
-        if f.effect is None:
+    """Each experiment's effect on BAD-now, its verdict and its share of the gap to GOOD-now.
+
+    `family`: the number of experiments declared at plan time (Holm's m; the ones not measured
+    yet count as p = 1, so a verdict given now stands whatever comes later); `looks`: how many
+    times an experiment may be judged (alpha is split between them); `look`: which look each
+    label is at; `starts`: the server start of each value, by label ("BAD now" and "GOOD now"
+    for the references) where known, `start_sd` the between-start sd (log scale) otherwise."""
+    starts = starts or {}
+    gap = log_effect(
+        bad_now,
+        good_now,
+        starts_a=starts.get("BAD now"),
+        starts_b=starts.get("GOOD now"),
+        start_sd=start_sd,
+    )
+    found: list[Finding] = []
+    for label, xs in experiments.items():
+        if not xs:
+            found.append(Finding(label, None))
             continue
-        moved = math.log1p(f.effect.change)
-        f.share = moved / gap if gap else None
-        # the test, the correction and the interval must all agree: a report never calls an
-        # effect whose interval holds zero
-        significant = (
-            f.effect.significant
-            and (f.p_adjusted is None or f.p_adjusted < alpha)
-            and (f.effect.low > 0 or f.effect.high < 0)
+        logs = log_effect(
+            bad_now,
+            xs,
+            starts_a=starts.get("BAD now"),
+            starts_b=starts.get(label),
+            start_sd=start_sd,
         )
-        if not significant:
+        found.append(
+            Finding(
+                label,
+                _effect_of(logs, bad_now, xs, tolerance),
+                logs=logs,
+                look=(look or {}).get(label, 1),
+            )
+        )
+    tested = [f for f in found if f.effect is not None]
+    m = max(family or len(tested), len(tested))
+    raw = [min(1.0, f.effect.p_welch * looks) for f in tested if f.effect is not None]
+    adjusted = holm(raw + [1.0] * (m - len(tested)))
+    for f, p in zip(tested, adjusted, strict=False):
+        f.p_adjusted = p
+    for f in tested:
+        assert f.effect is not None and f.logs is not None
+        f.share = f.logs.diff / gap.diff if gap.diff else None
+        if f.share is not None:
+            f.share_low, f.share_high = share_interval(f.logs, gap, SHARE_LEVEL)
+        if f.logs.equivalent(tolerance, alpha / looks):
             f.verdict = "ruled_out"
-        elif f.share is None or f.share < 0:
-            f.verdict = "worse"
-        elif f.share >= EXPLAINS_SHARE:
-            f.verdict = "explains"
+        elif f.p_adjusted is not None and f.p_adjusted < alpha:
+            if f.share is None or f.share < 0:
+                f.verdict = "worse"
+            elif f.share >= EXPLAINS_SHARE:
+                f.verdict = "explains"
+            else:
+                f.verdict = "partly"
         else:
-            f.verdict = "partly"
+            f.verdict = "inconclusive"
+            f.notes, f.more_repeats = _inconclusive_notes(
+                f, f.logs, f.effect.n_b, tolerance=tolerance, alpha=alpha, looks=looks
+            )
     return found

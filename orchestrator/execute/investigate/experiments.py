@@ -16,6 +16,27 @@ from orchestrator.errors import InputError
 REFERENCE_REPEATS = 6
 # An experiment's most repeats; it stops earlier once the test against BAD-now decides.
 EXPERIMENT_REPEATS = 8
+# An inconclusive experiment is looked at once more, with more repeats in a cell of its own:
+# at least this many, at most FOLLOW_UP_MAX (the estimate from the spread seen decides).
+FOLLOW_UP_MIN, FOLLOW_UP_MAX = 4, 16
+# Each experiment is judged at most this many times; each look spends alpha / LOOKS.
+LOOKS = 2
+
+
+def holm_family(experiments: int) -> int:
+    """The tests an investigation of `experiments` single-factor experiments may make, declared
+    before anything runs: each one, and one of several factors together when there are two or
+    more. Fixed up front, so a verdict printed at step 2 stands whatever step 2b finds."""
+    return experiments + (1 if experiments >= 2 else 0)
+
+
+def follow_up_repeats(needed: int | None, measured: int) -> int | None:
+    """The repeats of an inconclusive experiment's second cell: what the spread says would
+    decide (`needed` in all, `measured` so far), within FOLLOW_UP_MIN..FOLLOW_UP_MAX; None when
+    more repeats of it alone cannot decide."""
+    if needed is None:
+        return None
+    return min(max(needed - measured, FOLLOW_UP_MIN), FOLLOW_UP_MAX)
 
 
 @dataclass

@@ -39,10 +39,20 @@ from orchestrator.execute.audit.stopping import with_audit_stop
 from orchestrator.execute.bisect.run import Bisection, BisectSetup
 from orchestrator.execute.investigate.experiments import (
     EXPERIMENT_REPEATS,
+    LOOKS,
     REFERENCE_REPEATS,
     Experiment,
+    holm_family,
     with_profile,
     with_repeats,
+)
+from orchestrator.execute.investigate.looks import (
+    BAD_NOW,
+    BISECT_ALLOWANCE,
+    GOOD_NOW,
+    look_again,
+    plan_verdict_lines,
+    together,
 )
 from orchestrator.execute.investigate.sides import (
     adapter_changes,
@@ -66,12 +76,6 @@ from orchestrator.results.read import open_run
 from orchestrator.secrets.values import extra_vars_in_argv, secrets_of_run
 
 Echo = Callable[[str], None]
-# Cells a bisect may take beyond the experiments: its two ends and about log2(commits) runs,
-# some twice; printed with the plan, so a user sees the default before anything runs.
-BISECT_ALLOWANCE = 12
-GOOD_NOW, BAD_NOW = "GOOD now", "BAD now"
-# A factor that brings back less than this share of the gap leaves room for the others together.
-FULL_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,9 @@ class InvestigateRequest:
     resume: str | None = None
     bisect: bool = True
     argv: Sequence[str] = ()
+    # the between-start sd on the log scale, where known (a recorded between-start variance):
+    # each cell is one server start, and repeats inside it cannot show this part of the noise
+    start_sd: float = 0.0
 
 
 class Investigation:
@@ -120,6 +127,8 @@ class Investigation:
             self.run_id = open_run(request.resume, request.results_dir).path.name
         self.cells: list[Cell] = []
         self.spent = 0
+        self.family = 0  # Holm's m, declared once the experiments that fit the budget are known
+        self.bad_now: list[float] | None = None  # BAD now's values, measured again at step 2c
 
     def _host(self) -> str:
         if self.request.limit:
@@ -172,12 +181,19 @@ class Investigation:
         return with_audit_stop(cell, bad_now, tolerance=self.request.tolerance)
 
     def budget(self) -> int:
-        """--budget, else every experiment, one of all factors together, and a bisect."""
+        """--budget, else GOOD and BAD now, every experiment, a second look at each (BAD now
+        and an inconclusive one measured again), one of all factors together, and a bisect."""
         if self.request.budget is not None:
             return self.request.budget
         testable = [f for f in self.factors if f.testable]
         bisect = BISECT_ALLOWANCE if any(f.kind == "commit" for f in testable) else 0
-        return 2 + len(testable) + (1 if len(testable) > 1 else 0) + bisect
+        return 3 + 2 * len(testable) + (1 if len(testable) > 1 else 0) + bisect
+
+    def planned_family(self) -> int:
+        """Holm's family size, fixed before anything runs: the single-factor experiments the
+        budget holds, and one of several together."""
+        room = max(self.budget() - 2, 0)
+        return holm_family(min(len(self.factor_experiments()), room))
 
     def cell_seconds(self) -> float:
         """A cell's expected seconds: the median of GOOD's and BAD's recorded durations."""
@@ -219,6 +235,9 @@ class Investigation:
                 f"{len(left)} will not run ({', '.join(e.label for e in left)}); "
                 f"--budget {len(planned)} runs them all"
             )
+        lines += plan_verdict_lines(
+            self.planned_family(), self.request.tolerance, self.request.start_sd
+        )
         return lines
 
     def _playbook(self) -> str:
@@ -289,6 +308,7 @@ class Investigation:
         self.out(f"step 1: GOOD and BAD measured again on {self.host}")
         now = self._run(self.reference_experiments())
         good_now, bad_now = self._values(now[GOOD_NOW]), self._values(now[BAD_NOW])
+        self.bad_now = bad_now
         if good_now is None or bad_now is None:
             doc["notes"].append("GOOD or BAD could not be measured again; see the run's cells")
             return self._finish(doc, recorded, [], None)
@@ -313,17 +333,22 @@ class Investigation:
         room = budget - 2
         doc["not_tested"] = [e.label for e in experiments[room:]]
         experiments = experiments[: max(room, 0)]
+        self.family = holm_family(len(experiments))
+        doc["holm_family"], doc["looks"] = self.family, LOOKS
         findings: list[Finding] = []
         if experiments:
             self.out(f"step 2: {len(experiments)} controlled experiment(s), one factor each")
             measured = self._run(experiments)
             for label, evidence in measured.items():
                 doc["cells"][label] = self._cell_ref(evidence)
-            samples = {k: self._values(v) for k, v in measured.items()}
-            findings = judge(bad_now, good_now, samples, tolerance=tolerance)
+            samples: dict[str, Sequence[float] | None] = {
+                k: self._values(v) for k, v in measured.items()
+            }
+            findings = self._judge(bad_now, good_now, samples)
             for f in findings:
                 self.out(f"  {f.line()}")
-            findings = self._together(findings, experiments, samples, now, doc)
+            findings, samples = look_again(self, findings, experiments, samples, now, doc)
+            findings = together(self, findings, experiments, samples, now, doc)
         result = None
         commit = next((e for e in experiments if e.factors[0].kind == "commit"), None)
         carried = (
@@ -335,43 +360,23 @@ class Investigation:
             result = self._bisect(commit.factors[0], budget - self.spent, doc)
         return self._finish(doc, state, findings, result)
 
-    def _together(
+    def _judge(
         self,
-        findings: list[Finding],
-        experiments: Sequence[Experiment],
+        bad_now: Sequence[float],
+        good_now: Sequence[float],
         samples: Mapping[str, Sequence[float] | None],
-        references: Mapping[str, CellEvidence | None],
-        doc: dict[str, Any],
+        look: Mapping[str, int] | None = None,
     ) -> list[Finding]:
-        """Factors at once, where single ones leave the question open: all of them when none
-        explains the change (does what is declared explain it at all?), and all but the
-        explaining one when it leaves a share of the gap (do the rest add up to it?). `samples`
-        are the experiments' values as measured, `references` GOOD and BAD measured now."""
-        explains = [f for f in findings if f.verdict == "explains"]
-        if not explains and len(experiments) >= 2:
-            joint, label = list(experiments), "all factors together"
-        elif len(explains) == 1 and (explains[0].share or 1) < FULL_SHARE:
-            joint = [e for e in experiments if e.label != explains[0].label]
-            label = f"all but {explains[0].label.split(':')[0]} together"
-        else:
-            return findings
-        if len(joint) < 2:
-            return findings
-        if self.spent >= self.budget():
-            doc["not_tested"].append(label)
-            return findings
-        factors = tuple(f for e in joint for f in e.factors)
-        base = with_repeats(self.bad.record.cell, EXPERIMENT_REPEATS)
-        cell = self._stopping(swapped(base, factors), references[BAD_NOW])
-        together = Experiment(label, cell, factors)
-        self.out(f"step 2b: {label}")
-        measured = self._run([together])
-        doc["cells"][label] = self._cell_ref(measured[label])
-        every = {**samples, label: self._values(measured[label])}
-        good_now, bad_now = (self._values(references[k]) or [] for k in (GOOD_NOW, BAD_NOW))
-        judged = judge(bad_now, good_now, every, tolerance=self.request.tolerance)
-        self.out(f"  {judged[-1].line()}")
-        return judged  # Holm now corrects over every experiment, this one included
+        return judge(
+            bad_now,
+            good_now,
+            samples,
+            tolerance=self.request.tolerance,
+            family=self.family,
+            looks=LOOKS,
+            look=look,
+            start_sd=self.request.start_sd,
+        )
 
     def _bisect(self, factor: Factor, room: int, doc: dict[str, Any]) -> dict[str, Any] | None:
         if room < 4:
@@ -436,6 +441,7 @@ class Investigation:
             "metric": self.metric,
             "host": self.host,
             "tolerance": self.request.tolerance,
+            "start_sd": self.request.start_sd,
             "factors": [asdict(f) | {"label": f.label} for f in self.factors],
             "host_facts": host_facts(self.good.evidence, self.bad.evidence),
             "cells": {},
