@@ -15,6 +15,7 @@ from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.patterns import LimitFile, check_limit
 from orchestrator.config.playbook import load_playbook, note_secrets_in, parse_extra_vars
 from orchestrator.errors import InputError
+from orchestrator.execute.images import pin_images
 from orchestrator.execute.refs import RefKey, Resolution, pin_refs
 from orchestrator.plan.build import build_cells
 from orchestrator.plan.lint import expect_name_error, plan_warnings
@@ -73,6 +74,12 @@ class Plan:
         location = self.playbook.locate(("repo", "version"))
         cells, resolutions = pin_refs(
             self.cells, self.inventory, earlier=earlier, ask_hosts=ask_hosts, location=location
+        )
+        cells, _ = pin_images(
+            cells,
+            self.inventory,
+            ask_hosts=ask_hosts,
+            location=self.playbook.locate(("server", "container", "image")),
         )
         return self.with_cells(cells), resolutions
 
