@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, Optional, Tuple
 
+from orchestrator.runner.container_steps import engine_env
 from orchestrator.runner.context import SESSION_DIR_SUFFIX
 from orchestrator.runner.layout import CAPTURES_DIR, SERVER_JSON, SERVER_LOG
 from orchestrator.runner.preflight import PreflightSteps
@@ -171,13 +172,18 @@ class ServerSteps(PreflightSteps):
         cwd = self.server_cwd()
         if not os.path.isdir(cwd):
             raise StepFailed("server cwd %s does not exist" % cwd)
+        env = self.server_env()
+        container: Optional[Dict[str, Any]] = None
+        if self.container_spec_doc() is not None:  # pulled here: `run` starts it at once
+            argv, container = self.container_start_argv(argv, env)
+            env = engine_env(container, env)
         # Kept open for the server's whole life (its session); closed in do_stop/finish.
         self.server_log_fh = open(self.server_log_path, "wb")  # noqa: SIM115
         try:
             self.proc = self.spawn(
                 argv,
                 cwd=cwd,
-                env=self.server_env(),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=self.server_log_fh,
                 stderr=subprocess.STDOUT,
@@ -217,6 +223,10 @@ class ServerSteps(PreflightSteps):
             "markers": {"ORCH_RUN_ID": self.run_id, "ORCH_CELL_ID": self.cell_id},
             "started": now(),
         }
+        if container is not None:
+            self.server_doc["container"] = container  # before the check: stop finds it
+            write_json(self.path(SERVER_JSON), self.server_doc)
+            self.container_started(container, pid)
         write_json(self.path(SERVER_JSON), self.server_doc)
         self.session = {
             "key": self.session_key,
