@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from orchestrator.cell import Cell
 from orchestrator.config.host import Host, Inventory
@@ -16,6 +17,7 @@ from orchestrator.container_pin import ContainerPin
 from orchestrator.errors import InputError, OrchError, SourceLocation
 from orchestrator.execute.ship import ensure_runner
 from orchestrator.execute.transport.connect import Connection, connect
+from orchestrator.results.documents import recorded_plan_cells
 from orchestrator.runner.image import parse_image
 from orchestrator.runner.registry import registry_digest
 
@@ -27,14 +29,16 @@ def pin_images(
     cells: Sequence[Cell],
     inventory: Inventory,
     *,
+    earlier: Mapping[ImageKey, tuple[str, str]] | None = None,
     ask_hosts: bool = True,
     location: SourceLocation | None = None,
     conn_factory: Callable[[Host], Connection] = connect,
 ) -> tuple[list[Cell], list[str]]:
     """`cells` with every server image pinned to a digest, and one line per image saying
     what it was pinned to. Without `ask_hosts` (`orch plan`) only a host on this machine is
-    asked; the others' tags stay unpinned. InputError (exit 2) when a registry has no such
-    tag, or when `orch apply` cannot ask any host."""
+    asked; the others' tags stay unpinned; `earlier` (a resumed run's first pins) wins over
+    asking again. InputError (exit 2) when a registry has no such tag, or when `orch apply`
+    cannot ask any host."""
     found: dict[ImageKey, tuple[str, str]] = {}  # key -> (digest, by)
     notes: dict[ImageKey, str] = {}
     for cell in cells:
@@ -47,6 +51,9 @@ def pin_images(
         ref = parse_image(pin.image)
         if ref.digest:
             found[key] = (ref.digest, "reference")
+            continue
+        if earlier and key in earlier:  # one run never mixes two images of one tag
+            found[key] = earlier[key]
             continue
         host = inventory.hosts[cell.host]
         if not ask_hosts and host.connection != "local":
@@ -127,3 +134,17 @@ def _ask(
     reason = doc.get("reason") if isinstance(doc, dict) else None
     unknown = bool(doc.get("unknown")) if isinstance(doc, dict) else False
     return None, str(reason or f"rc {res.rc}"), not unknown
+
+
+def recorded_images(run_dir: Path) -> dict[ImageKey, tuple[str, str]]:
+    """The image pins a run's first start recorded (plan.json), for a resume to keep."""
+    out: dict[ImageKey, tuple[str, str]] = {}
+    for cell in recorded_plan_cells(run_dir) or []:
+        server = cell.get("server")
+        pin = server.get("container") if isinstance(server, dict) else None
+        if not isinstance(pin, dict) or not pin.get("digest") or not pin.get("image"):
+            continue
+        conf = pin.get("conf")
+        key = (str(pin["image"]), pin.get("tls_verify") is not False, str(conf) if conf else None)
+        out.setdefault(key, (str(pin["digest"]), f"kept from the first start of {run_dir.name}"))
+    return out

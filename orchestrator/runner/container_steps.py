@@ -30,8 +30,10 @@ from orchestrator.runner.container import (
 )
 from orchestrator.runner.context import CellContext
 from orchestrator.runner.guard import GUARD
+from orchestrator.runner.image import ImageRefError, parse_image
 from orchestrator.runner.procs import MARKER_VAR, proc_alive
 from orchestrator.runner.protocol import StepFailed
+from orchestrator.runner.registry import registry_digest
 
 PULL_TIMEOUT = 3600.0  # seconds: an engine's image is tens of GB
 STARTED_TIMEOUT = 120.0  # seconds from `run` until the container's init runs
@@ -114,6 +116,9 @@ class ContainerSteps(CellContext):
             "image_id": pinned_id,
             "runtime_version": runtime_version(runtime, run_env),
         }
+        moved = tag_now(str(doc["image"]), spec.image.digest, doc)
+        if moved:
+            record["tag_moved_to"] = moved
         run = command_lines(spec, argv, name=name, env_names=names, label_map=label_map)[0]
         return run, record
 
@@ -188,6 +193,29 @@ class ContainerSteps(CellContext):
             stopped.append(words[1])
         if stopped:
             detail["container_orphans"] = stopped
+
+
+def tag_now(image: str, pinned: str, doc: Dict[str, Any]) -> Optional[str]:
+    """The digest `image`'s tag names now when it is no longer the pinned one (the tag moved
+    after the plan: the pin still runs, the record says so); None otherwise or unknown."""
+    try:
+        ref = parse_image(image)
+    except ImageRefError:
+        return None
+    if ref.digest or not ref.tag:
+        return None
+    conf = str(doc["conf"]) if doc.get("conf") else None
+    now, _why, _known = registry_digest(image, doc.get("tls_verify") is not False, conf, 60.0)
+    return now if now is not None and now != pinned else None
+
+
+def container_moved_warning(record: Dict[str, Any]) -> str:
+    """What server_start says when the image's tag moved after the plan."""
+    return "the tag of %s now names %s; this run keeps the pinned %s" % (
+        record["image"],
+        record["tag_moved_to"],
+        record["digest"],
+    )
 
 
 def runtime_version(runtime: str, env: Dict[str, str]) -> Optional[str]:

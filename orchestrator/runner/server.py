@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, Optional, Tuple
 
-from orchestrator.runner.container_steps import engine_env
+from orchestrator.runner.container_steps import container_moved_warning, engine_env
 from orchestrator.runner.context import SESSION_DIR_SUFFIX
 from orchestrator.runner.layout import CAPTURES_DIR, SERVER_JSON, SERVER_LOG
 from orchestrator.runner.preflight import PreflightSteps
@@ -235,6 +235,8 @@ class ServerSteps(PreflightSteps):
             "started_server": True,
             "server_pid": pid,
         }
+        if container is not None and container.get("tag_moved_to"):
+            return {"pid": pid, "warning": container_moved_warning(container)}
         return {"pid": pid}
 
     # step 6: ready

@@ -174,3 +174,26 @@ def test_orch_plan_prints_the_image_and_its_command_line(tmp_path: Path) -> None
     assert "server.container podman 127.0.0.1:5000/orch/sim:v1: a tag" in proc.stdout
     assert "container: podman run --rm --init" in proc.stdout
     assert "--tls-verify=false" in proc.stdout
+
+
+def test_a_resume_keeps_the_first_start_s_image_pins(tmp_path: Path) -> None:
+    from orchestrator.execute.images import recorded_images
+
+    plan = _plan(tmp_path, "  container:\n    image: reg.example:5000/orch/sim:v1\n")
+    pin = plan.cells[0].server.container  # type: ignore[union-attr]
+    assert pin is not None
+    first = pin.model_copy(update={"digest": DIGEST, "resolved_by": "host localhost"})
+    cells = [
+        c.model_copy(update={"server": c.server.model_copy(update={"container": first})})  # type: ignore[union-attr]
+        for c in plan.cells
+    ]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "plan.json").write_text(
+        json.dumps({"cells": [c.model_dump(mode="json") for c in cells]})
+    )
+    kept = recorded_images(run)
+    assert list(kept.values()) == [(DIGEST, "kept from the first start of run")]
+    # The registry at reg.example is never asked: the recorded pin wins.
+    resumed, _ = plan.pinned(images=kept)
+    assert {c.server.container.digest for c in resumed.cells} == {DIGEST}  # type: ignore[union-attr]

@@ -115,11 +115,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _apply(tmp_path: Path, text: str, env: dict[str, str]) -> subprocess.Popen[str]:
+def _apply(tmp_path: Path, text: str, env: dict[str, str], *more: str) -> subprocess.Popen[str]:
     (tmp_path / "pb.yml").write_text(text)
     (tmp_path / "home").mkdir(exist_ok=True)
     return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "apply", "pb.yml", "--results", "results"],
+        [sys.executable, "-m", "orchestrator", "apply", "pb.yml", "--results", "results", *more],
         cwd=tmp_path,
         env={**env, "HOME": str(tmp_path / "home")},
         stdout=subprocess.PIPE,
@@ -243,3 +243,52 @@ def test_a_slurm_runtime_is_refused_outside_slurm_with_the_reason(tmp_path: Path
     info = json.loads((_cell(tmp_path) / "cell.json").read_text())
     assert info["failed_step"] == "server_start", info
     assert "pyxis runs only inside a Slurm job" in info["reason"]
+
+
+def test_a_tag_moved_between_plan_and_run_is_caught_and_the_pin_still_runs(
+    podman_env: dict[str, str],  # noqa: F811
+    sim_image: tuple[str, list[str]],
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    tag, mounts = sim_image
+    port = _free_port()
+    text = _playbook(tag, mounts, podman_env["CONTAINERS_CONF"], port, 1)
+    pinned = _digest(tag, podman_env)
+    with socket.socket() as held:  # the first start fails at preflight: its port is taken
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        out, _ = _apply(tmp_path, text, podman_env).communicate(timeout=240)
+    (run,) = [p for p in (tmp_path / "results").iterdir() if (p / "run.json").exists()]
+    assert json.loads((_cell(tmp_path) / "cell.json").read_text())["status"] == "failed", out
+    # Between the plan and the retry the tag moves to another image.
+    root = tmp_path / "v2"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "orch-image").write_text("sim v2\n")
+    subprocess.run(["tar", "-C", str(root), "-cf", str(tmp_path / "v2.tar"), "."], check=True)
+    other = tag.rsplit(":", 1)[0] + ":v2"
+    _run(["podman", "import", "-q", str(tmp_path / "v2.tar"), other], podman_env)
+    _run(["podman", "push", "-q", "--tls-verify=false", other], podman_env)
+    _run(["skopeo", "copy", "--src-tls-verify=false", "--dest-tls-verify=false",
+          f"docker://{other}", f"docker://{tag}"], podman_env)  # fmt: skip
+    moved = _digest(tag, podman_env)
+    assert moved != pinned
+    proc = _apply(tmp_path, text, podman_env, "--resume", run.name, "--retry-failed")
+    out, _ = proc.communicate(timeout=240)
+    try:
+        assert proc.returncode == 0, out
+        record = json.loads((_cell(tmp_path) / "server.json").read_text())["container"]
+        assert record["digest"] == pinned and record["tag_moved_to"] == moved
+        assert f"now names {moved}" in out  # said on the terminal
+    finally:
+        back = f"docker://{tag.rsplit(':', 1)[0]}@{pinned}"  # the tag back, for the others
+        _run(["skopeo", "copy", "--src-tls-verify=false", "--dest-tls-verify=false",
+              back, f"docker://{tag}"], podman_env)  # fmt: skip
+
+
+def _digest(tag: str, env: dict[str, str]) -> str:
+    return _run(
+        ["skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}", f"docker://{tag}"],
+        env,
+    ).strip()
