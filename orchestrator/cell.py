@@ -21,6 +21,7 @@ from pydantic import (
     model_serializer,
 )
 
+from orchestrator.container_pin import ContainerPin, without_container_pin
 from orchestrator.runner.redaction import is_secret_name
 
 CELL_SCHEMA_VERSION = 1
@@ -115,6 +116,7 @@ class ServerSpec(_Frozen):
     # Variables the adapter puts in the server's environment unless `env:` names them (e.g.
     # SPT_NOENV=1, so re-titled workers keep a readable /proc/PID/environ); verified like `env`.
     env_defaults: dict[str, str] = Field(default_factory=dict)
+    container: ContainerPin | None = None  # the image the server runs in (runner/container.py)
 
     @model_serializer(mode="wrap")
     def _without_session_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -128,6 +130,8 @@ class ServerSpec(_Frozen):
                 data.pop("between", None)
             if not data.get("env_defaults"):
                 data.pop("env_defaults", None)
+            if data.get("container") is None:
+                data.pop("container", None)
         return data
 
 
@@ -442,6 +446,7 @@ def cell_id_text(host: str, spec: Any, masks: Mapping[str, str] | None = None) -
         spec = _mask_env(spec)
         if isinstance(spec.get("repo"), Mapping):
             spec = {**spec, "repo": repo_id_data(spec["repo"])}
+        spec = without_container_pin(spec)
     if not isinstance(spec, Mapping) or "axes" not in spec or min(spec) != "axes":
         return mask_secrets(canonical_json([host, spec]), masks or {})
     rest = {k: canonical_json(v) for k, v in spec.items() if k != "axes"}

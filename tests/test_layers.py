@@ -15,7 +15,7 @@ LAYERS = (
     ("errors",),
     ("runner",),  # the host side: stdlib only, shipped as runner.pyz
     ("sim",),  # the simulated world (server, client, nvidia-smi, NCCL): stdlib only
-    ("cell",),
+    ("cell", "container_pin"),  # container_pin: the Cell's image pin, beside it
     ("config",),
     ("secrets",),  # the name rule, every source of secret values, redaction of every shape
     ("results",),  # the bundle on disk: knows no plan
@@ -117,7 +117,7 @@ def test_no_code_outside_the_transports_asks_which_transport_it_has() -> None:
 # pins, the apply engine, the workflows built on it.
 EXECUTE_LAYERS = (
     ("transport",),
-    ("ship", "machine", "secret_values", "refs"),
+    ("ship", "machine", "secret_values", "refs", "images"),
     ("apply",),
     ("facts", "replay", "bisect"),
     ("audit",),

@@ -12,6 +12,7 @@ from orchestrator.execute.apply.outcomes import ApplyOptions
 from orchestrator.execute.apply.progress import Progress
 from orchestrator.execute.apply.resume import check_resume_plan, resume_target
 from orchestrator.execute.apply.run import Run
+from orchestrator.execute.images import recorded_images
 from orchestrator.execute.refs import Resolution, recorded_resolutions
 from orchestrator.results.bundle import check_writable
 
@@ -41,13 +42,14 @@ def prepare_apply(
         raise InputError(
             "--retry-failed needs --resume RUN", hint="the run whose failed cells to run again"
         )
-    results_dir, run_id, earlier = request.results_dir, None, None
+    results_dir, run_id, earlier, images = request.results_dir, None, None, None
     if request.resume is not None:
         results_dir, run_id = resume_target(request.resume, results_dir)
         check_resume_plan(results_dir / run_id, [c.id for c in plan.cells])
         earlier = recorded_resolutions(results_dir / run_id)
+        images = recorded_images(results_dir / run_id)
         check_writable(results_dir / run_id)  # before the run lock is taken there
-    pinned, resolutions = plan.pinned(earlier)
+    pinned, resolutions = plan.pinned(earlier, images=images)
     options = ApplyOptions(
         results_dir=results_dir,
         run_id=run_id,

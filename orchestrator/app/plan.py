@@ -15,6 +15,7 @@ from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.patterns import LimitFile, check_limit
 from orchestrator.config.playbook import load_playbook, note_secrets_in, parse_extra_vars
 from orchestrator.errors import InputError
+from orchestrator.execute.images import ImageKey, pin_images
 from orchestrator.execute.refs import RefKey, Resolution, pin_refs
 from orchestrator.plan.build import build_cells
 from orchestrator.plan.lint import expect_name_error, plan_warnings
@@ -66,13 +67,25 @@ class Plan:
         return self.with_cells(cells)
 
     def pinned(
-        self, earlier: Mapping[RefKey, Resolution] | None = None, *, ask_hosts: bool = True
+        self,
+        earlier: Mapping[RefKey, Resolution] | None = None,
+        *,
+        ask_hosts: bool = True,
+        images: Mapping[ImageKey, tuple[str, str]] | None = None,
     ) -> tuple[Plan, list[Resolution]]:
-        """The plan with each branch or tag pinned to one commit (a resume's earlier pins win);
-        without `ask_hosts` only the controller asks the origins (planning connects to none)."""
+        """The plan with each branch or tag pinned to one commit and each image tag to one
+        digest (a resume's earlier pins and `images` win); without `ask_hosts` only the
+        controller asks the origins (planning connects to none)."""
         location = self.playbook.locate(("repo", "version"))
         cells, resolutions = pin_refs(
             self.cells, self.inventory, earlier=earlier, ask_hosts=ask_hosts, location=location
+        )
+        cells, _ = pin_images(
+            cells,
+            self.inventory,
+            earlier=images,
+            ask_hosts=ask_hosts,
+            location=self.playbook.locate(("server", "container", "image")),
         )
         return self.with_cells(cells), resolutions
 

@@ -69,6 +69,8 @@ def echo_plan(
         )
     for res in resolutions:
         echo(f"repo.version {res.describe()}")
+    for line in image_lines(cells):
+        echo(line)
     with_server = [c for c in cells if c.server is not None]
     if with_server:
         starts = len({servers[c.id] for c in with_server})
@@ -98,12 +100,45 @@ def echo_plan(
                     if k not in c.env:  # a declared variable wins over the adapter's
                         echo(f"  env {k}={shlex.quote(v)} (server only, set by the adapter)")
                 echo(f"  server: {shlex.join(redact_text(a, secrets) for a in c.server.argv)}")
+                for command in container_commands(c):
+                    echo(f"  container: {shlex.join(redact_text(a, secrets) for a in command)}")
             for n in c.nodes:
                 if n.server is not None:
                     argv = shlex.join(redact_text(a, secrets) for a in n.server.argv)
                     echo(f"  node {n.rank} ({n.host}): {argv}")
             echo(f"  bench:  {shlex.join(redact_text(a, secrets) for a in c.bench.argv)}")
             echo(f"  repeats: {c.bench.warmup} warmup + {repeats_text(c.bench)}")
+
+
+def image_lines(cells: list[Cell]) -> list[str]:
+    """One line per distinct server image: the reference, its runtime and the digest it is
+    pinned to (or who will pin it)."""
+    out: dict[str, str] = {}
+    for c in cells:
+        pin = c.server.container if c.server is not None else None
+        if pin is None:
+            continue
+        if pin.digest is None:
+            state = "a tag: `orch apply` pins it to its registry digest on the host"
+        else:
+            state = f"{pin.digest} ({pin.resolved_by or 'pinned'})"
+        out.setdefault(f"{pin.runtime} {pin.image}", state)
+    return [f"server.container {key}: {state}" for key, state in out.items()]
+
+
+def container_commands(cell: Cell) -> list[list[str]]:
+    """The commands that start the cell's server in its container, as the runner will run
+    them (`<pid>`: the runner's pid, known on the host)."""
+    from orchestrator.runner.container import command_lines, container_name, labels, spec_of
+
+    server = cell.server
+    if server is None or server.container is None:
+        return []
+    spec = spec_of(server.container.model_dump(mode="json"))
+    names = sorted({*cell.env, *server.env_defaults, "ORCH_RUN_ID", "ORCH_CELL_ID"})
+    label_map = {**labels("<run>", cell.id, 0), "orch.runner-pid": "<pid>"}
+    name = container_name("RUN", cell.id)
+    return command_lines(spec, server.argv, name=name, env_names=names, label_map=label_map)
 
 
 def repeats_text(bench: BenchSpec) -> str:

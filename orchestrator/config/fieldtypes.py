@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import PlainValidator, WithJsonSchema
 
 from orchestrator.config.fields import (
+    FieldProblem,
     check_args_mapping,
     check_env_mapping,
     command_validator,
@@ -26,7 +27,14 @@ from orchestrator.config.fields import (
     validate_vars,
 )
 from orchestrator.config.repeats import repeats_validator
-from orchestrator.config.values import BENCH_ADAPTER_NAMES, SERVER_ADAPTER_NAMES
+from orchestrator.config.values import (
+    BENCH_ADAPTER_NAMES,
+    SERVER_ADAPTER_NAMES,
+    describe,
+    is_template,
+)
+from orchestrator.runner.container import RUNTIMES, ContainerSpecError, Mount
+from orchestrator.runner.image import ImageRefError, parse_image
 
 _TEMPLATE_SCHEMA: dict[str, Any] = {
     "type": "string",
@@ -224,4 +232,58 @@ TBenchAdapter = Annotated[
     Any,
     PlainValidator(one_of(*BENCH_ADAPTER_NAMES)),
     _or_template(_enum(*BENCH_ADAPTER_NAMES)),
+]
+
+
+def _image_validator(value: Any) -> Any:
+    """An image reference (`[REGISTRY/]REPOSITORY[:TAG][@sha256:HEX]`), the bad part named."""
+    if is_template(value):
+        return value
+    if not isinstance(value, str):
+        raise FieldProblem(f"expected an image reference, got {describe(value)}")
+    try:
+        parse_image(value)
+    except ImageRefError as exc:
+        raise FieldProblem(str(exc), hint="e.g. registry.example:5000/team/sglang:v0.5") from None
+    return value
+
+
+def _mounts_validator(value: Any) -> Any:
+    """A list of `SRC:DST[:ro|rw]` bind mounts, each item checked."""
+    if is_template(value):
+        return value
+    if not isinstance(value, list):
+        raise FieldProblem(f"expected a list of SRC:DST[:ro|rw], got {describe(value)}")
+    for i, item in enumerate(value):
+        if is_template(item):
+            continue
+        if not isinstance(item, str):
+            raise FieldProblem(f"expected SRC:DST[:ro|rw], got {describe(item)}", sub_path=(i,))
+        try:
+            Mount.parse(item)
+        except ContainerSpecError as exc:
+            raise FieldProblem(str(exc), sub_path=(i,)) from None
+    return value
+
+
+def _gpus_ok(value: Any) -> bool:
+    if is_number(value):
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    text = str(value) if isinstance(value, str) else None
+    return text is not None and (
+        text in {"", "all"} or all(p.strip().isdigit() for p in text.split(","))
+    )
+
+
+TImage = Annotated[
+    Any, PlainValidator(_image_validator), _or_template({"type": "string", "minLength": 1})
+]
+TMounts = Annotated[Any, PlainValidator(_mounts_validator), _or_template(_STR_LIST)]
+TContainerGpus = Annotated[
+    Any,
+    PlainValidator(leaf("'all' or GPU indices like '0,1'", _gpus_ok)),
+    _or_template({"anyOf": [_STR, {"type": "integer", "minimum": 0}]}),
+]
+TContainerRuntime = Annotated[
+    Any, PlainValidator(one_of(*RUNTIMES)), _or_template(_enum(*RUNTIMES))
 ]

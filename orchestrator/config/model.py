@@ -16,6 +16,8 @@ from orchestrator.config.fieldtypes import (
     TBenchAdapter,
     TBool,
     TCommand,
+    TContainerGpus,
+    TContainerRuntime,
     TCount,
     TDirty,
     TEnv,
@@ -23,9 +25,11 @@ from orchestrator.config.fieldtypes import (
     TFetch,
     TGpusBusy,
     THttpStatus,
+    TImage,
     TLauncher,
     TMatrix,
     TMetrics,
+    TMounts,
     TName,
     TNonNegative,
     TNumber,
@@ -110,6 +114,44 @@ class CaptureSection(_Section):
     urls: TStrList
 
 
+class ContainerSection(_Section):
+    """The image the server runs in, pinned to its registry digest for the run: `runtime`
+    podman or docker here, pyxis/enroot/apptainer rendered for Slurm (runner/container.py)."""
+
+    image: TImage
+    runtime: TContainerRuntime = "podman"
+    mounts: TMounts | None = None
+    gpus: TContainerGpus | None = None
+    shm_size: TStr | None = None
+    ipc: TStr | None = None
+    network: TStr | None = None
+    workdir: TStr | None = None
+    flags: TStrList | None = None  # runtime flags passed as written, before the image
+    conf: TStr | None = None  # podman: a containers.conf (CONTAINERS_CONF) for this host
+    tls_verify: TBool = True  # false: the registry speaks plain http (a loopback one)
+
+    @model_validator(mode="after")
+    def _options_fit_runtime(self) -> ContainerSection:
+        if self.tls_verify is False and self.runtime != "podman" and not is_template(self.runtime):
+            raise FieldProblem(
+                f"tls_verify: false is podman's; {self.runtime} reads insecure registries from "
+                "its own configuration",
+                sub_path=("tls_verify",),
+                at_key=True,
+            )
+        if is_template(self.runtime) or self.runtime in ("podman", "docker"):
+            return self
+        for key in ("shm_size", "ipc", "network", "conf"):
+            if getattr(self, key) is not None:
+                raise FieldProblem(
+                    f"{key} is an option of podman and docker, not {self.runtime}",
+                    sub_path=(key,),
+                    at_key=True,
+                    hint=f"{self.runtime} shares the host's IPC and network already",
+                )
+        return self
+
+
 def _check_command(section: ServerSection | BenchSection, generic: bool, kind: str) -> None:
     if is_template(section.adapter):
         return
@@ -145,6 +187,7 @@ class ServerSection(_Section):
     between: TCommand | None = None
     nodes: TPositiveCount = 1  # hosts one server spans (plan/nodes.py)
     dist_port: TPort | None = None  # the head's port for the nodes to join (head_port)
+    container: ContainerSection | None = None  # the image the server runs in
 
     @model_validator(mode="after")
     def _command_fits_adapter(self) -> ServerSection:
@@ -308,6 +351,7 @@ class PlaybookModel(_Section):
 _SECTIONS: dict[str, type[_Section]] = {
     "repo": RepoSection,
     "server": ServerSection,
+    "container": ContainerSection,
     "bench": BenchSection,
     "snapshot": SnapshotSection,
     "telemetry": TelemetrySection,

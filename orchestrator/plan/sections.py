@@ -29,9 +29,15 @@ from orchestrator.cell import (
 )
 from orchestrator.config.keypath import KeyPath, format_key_path
 from orchestrator.config.loaded import LoadedPlaybook
-from orchestrator.config.model import BenchSection, PlaybookModel, ServerSection
+from orchestrator.config.model import (
+    BenchSection,
+    ContainerSection,
+    PlaybookModel,
+    ServerSection,
+)
 from orchestrator.config.templates.render import TemplateEngine, VariableScope
 from orchestrator.config.validation import validate_rendered
+from orchestrator.container_pin import ContainerPin
 from orchestrator.errors import InputError
 from orchestrator.plan.repeats import settle_rule
 
@@ -149,13 +155,19 @@ class SectionRenderer:
         if self.data.get("server") is None:
             return None
         adapter, section = self._section(ps, "server", ServerSection, "ready", timeouts)
+        container = section.pop("container", None)  # the runner's business, not the adapter's
         nodes = self.node_vars
         if nodes is not None and nodes["nnodes"] > 1:  # the adapter adds its multi-node flags
             section = {**section, "node": nodes}
         try:
-            return server_adapter(adapter).build(section)
+            spec = server_adapter(adapter).build(section)
         except InputError as exc:
             raise self._relocate(exc, "server") from None
+        if container is None:
+            return spec
+        path: KeyPath = ("server", "container")
+        pin = container_pin(self.check(ServerSection, "container", container, path))
+        return spec.model_copy(update={"container": pin})
 
     def bench(
         self, ps: ScopeSource, timeouts: dict[str, float], server: ServerSpec | None
@@ -286,3 +298,22 @@ def _env_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return value if isinstance(value, str) else str(value)
+
+
+def container_pin(section: ContainerSection) -> ContainerPin:
+    """The validated `server.container` as the cell carries it, not yet pinned: `orch apply`
+    pins a tag to its digest, a reference written with one to that (execute/images.py)."""
+    gpus = section.gpus
+    return ContainerPin(
+        image=section.image,
+        runtime=section.runtime,
+        mounts=tuple(section.mounts or ()),
+        gpus="" if gpus is None else str(gpus),
+        shm_size=section.shm_size or "",
+        ipc=section.ipc or "",
+        network=section.network or "",
+        workdir=section.workdir or "",
+        flags=tuple(section.flags or ()),
+        conf=section.conf,
+        tls_verify=section.tls_verify,
+    )

@@ -1,5 +1,5 @@
 """The runner's command line: `python3 runner.pyz run | collect | probe | stop-all |
-check-origin | resolve` (see the package docstring)."""
+check-origin | resolve | resolve-image` (see the package docstring)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from orchestrator.runner.protocol import (
     read_json,
     resolve_path,
 )
+from orchestrator.runner.registry import registry_digest
 from orchestrator.runner.remote_refs import list_remote_refs, pick_ref
 from orchestrator.runner.repo import RepoChecks
 from orchestrator.runner.slurm_tasks import frame_stdout, node_payload, task_count
@@ -181,6 +182,21 @@ def cmd_resolve(url: str, refs: List[str]) -> int:
     return 0 if result["ok"] else 1
 
 
+def cmd_resolve_image(image: str, tls_verify: bool, conf: Optional[str]) -> int:
+    """`resolve-image IMAGE`: the digest IMAGE's registry names now, asked from this host.
+
+    Prints {"ok": true, "digest"} or {"ok": false, "reason", "unknown"} (`unknown`: the
+    registry has no such tag); exit 0 only with a digest.
+    """
+    digest, why, found = registry_digest(image, tls_verify, conf)
+    if digest is not None:
+        result: Dict[str, Any] = {"ok": True, "digest": digest}
+    else:
+        result = {"ok": False, "reason": why, "unknown": not found}
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0 if digest is not None else 1
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(prog="runner.pyz", description="orch cell runner")
@@ -202,6 +218,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p_resolve = sub.add_parser("resolve", help="what each REF names at URL now (git ls-remote)")
     p_resolve.add_argument("url")
     p_resolve.add_argument("refs", nargs="+", metavar="REF")
+    p_image = sub.add_parser("resolve-image", help="the registry digest of IMAGE now")
+    p_image.add_argument("image")
+    p_image.add_argument("--no-tls-verify", action="store_true", help="an http registry")
+    p_image.add_argument("--conf", help="a containers.conf (CONTAINERS_CONF)")
     p_stop = sub.add_parser("stop-all", help="stop every live server of a run")
     p_stop.add_argument("run_id")
     p_stop.add_argument("--workdir", default=".orch")
@@ -220,6 +240,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cmd_check_origin(args.dest, args.url)
     if args.command == "resolve":
         return cmd_resolve(args.url, list(args.refs))
+    if args.command == "resolve-image":
+        return cmd_resolve_image(args.image, not args.no_tls_verify, args.conf)
     if args.command == "stop-all":
         return cmd_stop_all(args.run_id, args.workdir)
     parser.print_help(sys.stderr)

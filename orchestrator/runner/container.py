@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from orchestrator.runner.image import ImageRef
+from orchestrator.runner.image import ImageRef, parse_image
 
 RUNTIMES = ("podman", "docker", "pyxis", "enroot", "apptainer")
 ENGINES = ("podman", "docker")  # the runtimes with a daemon-style container: inspect, stop, label
@@ -250,3 +251,56 @@ def apptainer_exec(spec: ContainerSpec, argv: Sequence[str]) -> list[str]:
 def apptainer_env(env: Mapping[str, str]) -> dict[str, str]:
     """The runner-side environment that passes `env` through `--cleanenv`."""
     return {f"APPTAINERENV_{key}": value for key, value in env.items()}
+
+
+def spec_of(doc: Mapping[str, Any]) -> ContainerSpec:
+    """The ContainerSpec of a cell's `server.container` (its JSON), pinned when it has a digest.
+
+    The registry's plain-http switch (`tls_verify: false`) becomes podman's own flag; the
+    playbook's `flags` follow it as written.
+    """
+    image = parse_image(str(doc["image"]))
+    digest = doc.get("digest")
+    if digest and not image.digest:
+        image = image.with_digest(str(digest))
+    runtime = str(doc.get("runtime") or "podman")
+    extra = list(doc.get("flags") or ())
+    if doc.get("tls_verify") is False and runtime == "podman":
+        extra.insert(0, "--tls-verify=false")
+    spec = ContainerSpec(
+        image=image,
+        runtime=runtime,
+        mounts=tuple(Mount.parse(str(m)) for m in doc.get("mounts") or ()),
+        gpus=str(doc.get("gpus") or ""),
+        shm_size=str(doc.get("shm_size") or ""),
+        ipc=str(doc.get("ipc") or ""),
+        network=str(doc.get("network") or ""),
+        workdir=str(doc.get("workdir") or ""),
+        extra=tuple(str(f) for f in extra),
+    )
+    spec.check()
+    return spec
+
+
+def command_lines(
+    spec: ContainerSpec,
+    argv: Sequence[str],
+    *,
+    name: str,
+    env_names: Sequence[str],
+    label_map: Mapping[str, str],
+) -> list[list[str]]:
+    """Every command that runs `argv` in the spec's runtime, in order (enroot needs three)."""
+    if spec.runtime in ENGINES:
+        return [engine_run(spec, argv, name=name, env_names=env_names, label_map=label_map)]
+    if spec.runtime == "pyxis":
+        return [["srun", *pyxis_flags(spec, env_names), *argv]]
+    if spec.runtime == "enroot":
+        return enroot_commands(spec, argv, name=name, image_file=f"{name}.sqsh")
+    return [apptainer_exec(spec, argv)]
+
+
+def container_name(run_id: str, cell_id: str) -> str:
+    """The name of a cell's server container: unique per run and cell, valid for every engine."""
+    text = f"orch-{run_id}-{cell_id}"
+    return "".join(c if c.isalnum() or c in "_.-" else "-" for c in text)[:200]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from orchestrator.runner.context import CellContext
+from orchestrator.runner.container_steps import ContainerSteps
 from orchestrator.runner.layout import ENV_CHECK_JSON
 from orchestrator.runner.procs import (
     REWRITTEN,
@@ -20,7 +20,7 @@ from orchestrator.runner.protocol import StepFailed, write_json
 from orchestrator.runner.redaction import REDACTED
 
 
-class EnvCheckStep(CellContext):
+class EnvCheckStep(ContainerSteps):
     """Compares each server process's /proc/<pid>/environ with cell.env."""
 
     def do_verify_env(self) -> Dict[str, Any]:
@@ -34,6 +34,8 @@ class EnvCheckStep(CellContext):
         declared = sorted(expected_env)
         table = proc_table()
         members = tree_members(table, self.proc.pid, self.server_pgid, self.server_pgid)
+        for root in self.container_roots():  # the server's processes inside its container
+            members = sorted({*members, *tree_members(table, root, -1, -1)})
         processes: List[Dict[str, Any]] = []
         mismatches: List[Dict[str, Any]] = []
         rows: List[Tuple[int, str, List[str], List[str]]] = []

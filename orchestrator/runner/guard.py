@@ -45,6 +45,46 @@ class Watched:
         self.marker = marker
 
 
+class WatchedContainer:
+    """A container the guard stops by name if the runner dies: its engine, name and
+    containers.conf (the name alone is not enough: the engine keeps it, not the kernel)."""
+
+    __slots__ = ("conf", "name", "runtime", "sid")
+
+    def __init__(self, sid: int, runtime: str, name: str, conf: str) -> None:
+        self.sid = sid
+        self.runtime = runtime
+        self.name = name
+        self.conf = conf
+
+
+def parse_container_line(line: str) -> Optional[WatchedContainer]:
+    """`container SID RUNTIME NAME [CONF]`, or None."""
+    words = line.strip().split(" ", 4)
+    if len(words) < 4 or words[0] != "container" or not words[1].isdigit():
+        return None
+    return WatchedContainer(int(words[1]), words[2], words[3], words[4] if len(words) > 4 else "")
+
+
+def stop_containers(containers: List[WatchedContainer], grace: float) -> None:
+    """`RUNTIME stop NAME` for each: the engine's conmon keeps a container whose client died."""
+    for c in containers:
+        env = dict(os.environ)
+        if c.conf:
+            env["CONTAINERS_CONF"] = c.conf
+        try:
+            subprocess.run(
+                [c.runtime, "stop", "--time", str(int(grace)), c.name],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=grace + 60,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+
+
 def parse_line(line: str) -> Tuple[str, Optional[Watched]]:
     """One line of the runner's words: ("watch", Watched), ("release", Watched with only the
     sid) or ("", None) for anything else."""
@@ -121,12 +161,22 @@ def serve(stdin: IO[bytes]) -> int:
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)  # the runner's terminal or link going is not ours
     watched: Dict[int, Watched] = {}
+    containers: Dict[int, WatchedContainer] = {}
     for raw in iter(stdin.readline, b""):
-        verb, item = parse_line(raw.decode("utf-8", "replace"))
+        text = raw.decode("utf-8", "replace")
+        container = parse_container_line(text)
+        if container is not None:
+            containers[container.sid] = container
+            continue
+        verb, item = parse_line(text)
         if verb == "watch" and item is not None:
             watched[item.sid] = item
         elif verb == "release" and item is not None:
             watched.pop(item.sid, None)
+            containers.pop(item.sid, None)
+    if containers:
+        grace = min(MAX_GRACE, max([w.grace for w in watched.values()] + [1.0]))
+        stop_containers(list(containers.values()), grace)
     return 1 if stop_all(list(watched.values())) else 0
 
 
@@ -151,6 +201,7 @@ class SessionGuard:
         self._lock = threading.Lock()
         self._proc: Optional["subprocess.Popen[bytes]"] = None
         self._watched: Dict[int, str] = {}  # sid -> its watch line, to tell a restarted guard
+        self._containers: Dict[int, str] = {}  # sid -> its container line
 
     def _started(self) -> Optional["subprocess.Popen[bytes]"]:
         if self._proc is not None and self._proc.poll() is None:
@@ -169,8 +220,8 @@ class SessionGuard:
         except OSError:
             self._proc = None
             return None
-        for line in self._watched.values():  # a guard that died is replaced, watching it all
-            self._send(self._proc, line)
+        for line in [*self._watched.values(), *self._containers.values()]:
+            self._send(self._proc, line)  # a guard that died is replaced, watching it all
         return self._proc
 
     @staticmethod
@@ -192,6 +243,15 @@ class SessionGuard:
             proc = self._started()
             return proc is not None and self._send(proc, line)
 
+    def watch_container(self, sid: int, runtime: str, name: str, conf: Optional[str]) -> bool:
+        """Stop container `name` if this runner dies while session `sid` (its client's) is
+        watched; False when no guard could be started (the next preflight still stops it)."""
+        line = "container %d %s %s %s" % (sid, runtime, name, conf or "")
+        with self._lock:
+            self._containers[sid] = line.rstrip()
+            proc = self._started()
+            return proc is not None and self._send(proc, line.rstrip())
+
     def watching(self, sid: int) -> bool:
         """Whether session `sid` is watched."""
         with self._lock:
@@ -200,6 +260,7 @@ class SessionGuard:
     def release(self, sid: int) -> None:
         """Session `sid` is empty: nothing of it to stop any more."""
         with self._lock:
+            self._containers.pop(sid, None)
             if self._watched.pop(sid, None) is None:
                 return
             if self._proc is not None and self._proc.poll() is None:

@@ -11,7 +11,8 @@ import signal
 import time
 from typing import Any, Dict, List, Optional
 
-from orchestrator.runner.context import SESSION_DIR_SUFFIX, CellContext
+from orchestrator.runner.container_steps import ContainerSteps
+from orchestrator.runner.context import SESSION_DIR_SUFFIX
 from orchestrator.runner.probe.gpu import gpu_occupancy
 from orchestrator.runner.probe.tools import Absent
 from orchestrator.runner.procs import (
@@ -46,7 +47,7 @@ def check_port_free(port: int, what: str, why_this_port: str = "") -> None:
         )
 
 
-class PreflightSteps(CellContext):
+class PreflightSteps(ContainerSteps):
     """Step 3 of a cell: preflight (mixed into CellRunner through ServerSteps)."""
 
     def leftover_reason(self, rec: Dict[str, Any], pids: List[int], why: str = "") -> str:
@@ -82,6 +83,7 @@ class PreflightSteps(CellContext):
         detail: Dict[str, Any] = {}
         self.clear_servers(detail)
         self.clear_orphans(detail)
+        self.clear_container_orphans(detail)
         self.check_gpus(detail)
         port = self.server.get("port") if self.server else None
         if port:

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, Optional, Tuple
 
+from orchestrator.runner.container_steps import container_moved_warning, engine_env
 from orchestrator.runner.context import SESSION_DIR_SUFFIX
 from orchestrator.runner.layout import CAPTURES_DIR, SERVER_JSON, SERVER_LOG
 from orchestrator.runner.preflight import PreflightSteps
@@ -175,13 +176,18 @@ class ServerSteps(PreflightSteps):
         if not os.path.isdir(cwd):
             raise StepFailed("server cwd %s does not exist" % cwd)
         self.log_from = file_size(self.server_log_path) if self.log_append else 0
+        env = self.server_env()
+        container: Optional[Dict[str, Any]] = None
+        if self.container_spec_doc() is not None:  # pulled here: `run` starts it at once
+            argv, container = self.container_start_argv(argv, env)
+            env = engine_env(container, env)
         # Kept open for the server's whole life (its session); closed in do_stop/finish.
         self.server_log_fh = open(self.server_log_path, "ab" if self.log_append else "wb")  # noqa: SIM115
         try:
             self.proc = self.spawn(
                 argv,
                 cwd=cwd,
-                env=self.server_env(),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=self.server_log_fh,
                 stderr=subprocess.STDOUT,
@@ -221,6 +227,10 @@ class ServerSteps(PreflightSteps):
             "markers": {"ORCH_RUN_ID": self.run_id, "ORCH_CELL_ID": self.cell_id},
             "started": now(),
         }
+        if container is not None:
+            self.server_doc["container"] = container  # before the check: stop finds it
+            write_json(self.path(SERVER_JSON), self.server_doc)
+            self.container_started(container, pid)
         write_json(self.path(SERVER_JSON), self.server_doc)
         self.session = {
             "key": self.session_key,
@@ -229,6 +239,8 @@ class ServerSteps(PreflightSteps):
             "started_server": True,
             "server_pid": pid,
         }
+        if container is not None and container.get("tag_moved_to"):
+            return {"pid": pid, "warning": container_moved_warning(container)}
         return {"pid": pid}
 
     # step 6: ready

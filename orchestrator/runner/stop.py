@@ -11,7 +11,7 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional
 
-from orchestrator.runner.context import CellContext
+from orchestrator.runner.container_steps import ContainerSteps
 from orchestrator.runner.procs import (
     kill_group,
     kill_pid,
@@ -26,7 +26,7 @@ from orchestrator.runner.procs import (
 from orchestrator.runner.protocol import POLL, StepFailed, now
 
 
-class StopStep(CellContext):
+class StopStep(ContainerSteps):
     """Stops the server this cell started, and says how (graceful, killed, leftovers)."""
 
     # step 10: stop
@@ -66,11 +66,13 @@ class StopStep(CellContext):
         watched = self.server_members()
         tree = set()
         if self.proc is not None:
-            tree = set(
-                tree_members(proc_table(), self.proc.pid, self.server_pgid, self.server_pgid)
-            )
+            table = proc_table()
+            tree = set(tree_members(table, self.proc.pid, self.server_pgid, self.server_pgid))
+            for root in self.container_roots():  # in its container: not escaped
+                tree.update(tree_members(table, root, -1, -1))
         # Found by the marker alone: they left the server's tree, group and session.
         escaped = [{"pid": p, "cmdline": proc_cmdline(p)[:200]} for p in watched if p not in tree]
+        container_error = self.container_stop(grace)  # by name: its client may be gone
         if self.proc is not None:
             kill_group(self.server_pgid, signal.SIGTERM)
         for pid in watched:
@@ -110,6 +112,8 @@ class StopStep(CellContext):
             "port_free": None if not port else not port_busy,
             "seconds": round(now() - start, 3),
         }
+        if container_error:
+            self.stop_info["container_error"] = container_error
         if alive:
             raise StepFailed(
                 "server processes still alive after SIGKILL: %s"
