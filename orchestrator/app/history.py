@@ -8,8 +8,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.analyze.history import History, Step, newest_step, steps_of
-from orchestrator.analyze.metrics import values_of
+from orchestrator.analyze.history import History, Step, newest_steps, steps_of_many
 from orchestrator.errors import BundleError, InputError
 from orchestrator.plan.select import select_cells
 from orchestrator.results.documents import is_run_dir
@@ -17,7 +16,6 @@ from orchestrator.results.history.db import db_target, open_db, run_paths, serie
 from orchestrator.results.history.index import Indexed, index_run
 from orchestrator.results.layout import ARCHIVE_SUFFIXES, is_archive_name
 from orchestrator.results.read import open_run
-from orchestrator.results.records import Metrics
 
 
 def _run_paths(results_dir: Path) -> list[Path]:
@@ -104,32 +102,28 @@ def history(
             axes=lambda s: dict(identities.get(s.series, {}).get("axes") or {}),
             host=lambda s: str(s.host or ""),
         )
-    steps = {s.series: steps_of(s, metric, min_change=min_change) for s in found}
-    return History(metric, found, steps, runs)
+    steps, tests = steps_of_many(found, metric, min_change=min_change)
+    return History(metric, found, steps, runs, tests)
 
 
 def track(
     results_dir: Path, run_dir: Path, metric: str, *, min_change: float = 0.03
 ) -> tuple[list[Step], dict[str, str]]:
-    """Index the run just finished, then the regressions it starts: change points whose first
-    bad run is this one, and the newest run tested alone against its settled history."""
-    with open_run(run_dir) as run:
-        with open_db(db_target(results_dir)) as conn:
-            index_run(conn, run, verify=False)
-            keys = [r[0] for r in conn.execute(
-                "SELECT DISTINCT series FROM cells WHERE run_id = ?", (run.run_id,))]  # fmt: skip
-            found = series_of(conn, metric, series_ids=keys)
-            runs = run_paths(conn)
-        out: list[Step] = []
-        for series in found:
-            if not series.points or series.points[-1].run_id != run.run_id:
-                continue  # an older run re-indexed: not what this run starts
-            steps = [s for s in steps_of(series, metric, min_change=min_change)
-                     if s.first_bad.run_id == run.run_id]  # fmt: skip
-            if not steps:
-                cell = run.cells.get(series.points[-1].cell_id)
-                repeats = values_of(Metrics(cell.metrics or {}).repeats, metric) if cell else []
-                newest = newest_step(series, metric, repeats, min_change=min_change)
-                steps = [newest] if newest else []
-            out += [s for s in steps if s.regression]
-    return out, runs
+    """Index the run just finished, then the regressions it raises (analyze/history.py's
+    newest_steps: a new level among the newest runs, once, across the run's series)."""
+    with open_run(run_dir) as run, open_db(db_target(results_dir)) as conn:
+        index_run(conn, run, verify=False)
+        keys = [r[0] for r in conn.execute(
+            "SELECT DISTINCT series FROM cells WHERE run_id = ?", (run.run_id,))]  # fmt: skip
+        found = series_of(conn, metric, series_ids=keys)
+        runs = run_paths(conn)
+        spans = {
+            (r[0], r[1]): (r[2], r[3])
+            for r in conn.execute(  # each run's repeats' range
+                "SELECT c.series, c.run_id, m.vmin, m.vmax FROM metrics m JOIN cells c ON "
+                "c.run_id = m.run_id AND c.cell_id = m.cell_id WHERE m.metric = ?",
+                (metric,),
+            )
+        }
+    steps = newest_steps(found, run.run_id, metric, min_change=min_change, spans=spans)
+    return [s for s in steps if s.regression], runs
