@@ -148,6 +148,7 @@ def history_command(
         for step in found.steps[s.series]:
             _echo_from_bundle(step.line(metric))
             _echo_from_bundle(f"  settle it with: {step.command(results_dir, found.runs)}")
+    click.echo(f"\n{found.false_alarms()}")
 
 
 def _check_results(results_dir: Path) -> None:
@@ -163,6 +164,9 @@ def _check_results(results_dir: Path) -> None:
 def _json(found: Any, results_dir: Path) -> dict[str, Any]:
     return {
         "metric": found.metric,
+        "false_discovery_rate": found.fdr,
+        "splits_tested": found.tests,
+        "false_alarms": found.false_alarms(),
         "series": [
             {
                 "series": s.series,
