@@ -163,7 +163,7 @@ def dips_found(seed: int, trials: int, start_sd: float) -> float:
 def rows(seed: int = 0, quick: bool = False) -> list[Row]:
     """The nightly watch's measured rates, one row per verdict and condition."""
     out: list[Row] = []
-    nights, count = (2, 1000) if quick else (10, 1000)
+    nights, count = (2, 1000) if quick else (5, 1000)
 
     def timed(verdict: str, condition: str, trials: int, stated: float | None,
               measure: Callable[[], float]) -> float:  # fmt: skip
@@ -178,15 +178,16 @@ def rows(seed: int = 0, quick: bool = False) -> list[Row]:
         timed("track: false alarms per night per 1,000 noise series",
               f"30-run histories, start sd {sd:.0%}, {slow:.0%} slow repeats", nights * count,
               0.05, partial(track_false_alarms, seed, nights, count, 30, sd, slow))  # fmt: skip
-    for runs, n_series in ((30, count), (1000, 50 if quick else 100)):
+    for runs, n_series, sd in ((30, count, 0.02), (30, count, 0.03), (1000, 50, 0.03)):
         began = time.perf_counter()
-        new, gone = history_churn(seed, nights, n_series, runs, 0.02, 1000 / n_series)
+        new, gone = history_churn(seed, nights if runs < 1000 else 2, n_series, runs, sd,
+                                  1000 / n_series)  # fmt: skip
         seconds = round(time.perf_counter() - began, 1)
-        condition = f"{runs}-run histories, start sd 2% ({n_series} series, scaled to 1,000)"
+        condition = f"{runs}-run histories, start sd {sd:.0%} ({n_series} series, per 1,000)"
         for verdict, rate, stated in (("new false change points", new, 0.05),
                                       ("change points that vanish", gone, None)):  # fmt: skip
             row: Row = {"verdict": f"history: {verdict} per night per 1,000 noise series",
-                        "condition": condition, "trials": nights * n_series,
+                        "condition": condition, "trials": (nights if runs < 1000 else 2) * n_series,
                         "stated_rate": stated, "measured_rate": rate}  # fmt: skip
             out.append({**row, "seconds": seconds})
     trials = 20 if quick else 100
