@@ -12,9 +12,11 @@ others with one or two steps of 5-15 % either way at random runs (at least 5 run
 and from each other). A detection counts when it is within one run of a true step. Printed per
 noise level and method: recall (true steps found), precision (detections that are true),
 noise series with any detection, and milliseconds per series. Methods: orch (its defaults:
-alpha 0.01, 199 permutations, a 3 % step at least), Otava `compute_change_points` (its
-defaults, max_pvalue 0.001, window 50) and with min_magnitude 0.03 (orch's floor), and Otava's
-`compute_change_points_orig` (plain E-Divisive, 100 permutations) at p 0.01. Figures only.
+kappa searched, a t test at the split with Bonferroni over the splits searched, Benjamini-
+Hochberg at 5 % over the series's own tests, a 3 % step at least), Otava
+`compute_change_points` (its defaults, max_pvalue 0.001, window 50) and with min_magnitude
+0.03 (orch's floor), and Otava's `compute_change_points_orig` (plain E-Divisive, 100
+permutations) at p 0.01. Figures only.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def methods() -> dict[str, Callable[[Sequence[float]], list[int]]]:
     from orchestrator.analyze.changepoints import change_points
 
     return {
-        "orch (alpha 0.01, >= 3 %)": lambda xs: [c.index for c in change_points(xs)],
+        "orch (t test, BH 5 %, >= 3 %)": lambda xs: [c.index for c in change_points(xs)],
         "otava (defaults)": lambda xs: [c.index for c in compute_change_points(xs)[0]],
         "otava (min_magnitude 0.03)": lambda xs: [
             c.index for c in compute_change_points(xs, min_magnitude=0.03)[0]

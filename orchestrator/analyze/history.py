@@ -1,29 +1,47 @@
 """A metric's history per configuration: its change points, and whether a new run starts one.
 
 Each series (results/history/index.py) is judged on its runs' medians with E-Divisive means
-(analyze/changepoints.py). A step is a regression when it goes the way the metric is worse
-(its adapters' catalogues say which way is better). A new run can only be the first of a new
-level once a later run confirms it, so `track` also tests the newest run by itself: its repeats
-against the medians of the runs since the last change point, as `orch diff` judges (the
-threshold AND Mann-Whitney or ranges). The command that settles a regression is named:
-`orch investigate LAST_GOOD FIRST_BAD`.
+(analyze/changepoints.py), every series of one query one family: Benjamini-Hochberg holds the
+false discovery rate across them, and the expected false change points are said. A step is a
+regression when it goes the way the metric is worse (its adapters' catalogues say which way is
+better).
+
+`track` judges the newest runs: where, among the last TRAILING runs, a new level most likely
+began, against the runs since the last change point before them (a t test on the runs' medians:
+the run, one server start, is the unit, so start-to-start spread is in the test), the family
+again the series of the run. Tonight's run is named when the new level begins at it; the next
+night the same step begins at yesterday's run, which was named yesterday, so it is not raised
+again (the night before is judged again, from the history, to know). A step that only a second
+run makes significant is raised then, once, with its true first bad run. The command that
+settles a regression is named: `orch investigate LAST_GOOD FIRST_BAD`.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from orchestrator.adapters import BENCH_ADAPTERS
 from orchestrator.adapters.base import Better
-from orchestrator.analyze.changepoints import MIN_CHANGE, ChangePoint, change_points
-from orchestrator.analyze.stats import compare
+from orchestrator.analyze.changepoints import (
+    FDR,
+    MIN_CHANGE,
+    WINDOW,
+    ChangePoint,
+    benjamini_hochberg,
+    change_points,
+    change_points_of_many,
+    logs_of,
+    split_p,
+)
 from orchestrator.results.history.db import Point, Series
 
-MIN_SETTLED = 3  # runs since the last change point before a new run is tested alone
+MIN_SETTLED = 3  # runs since the last change point before a new level is tested against them
+TRAILING = 5  # the newest runs a new level may begin at, each night
 
 
 @cache
@@ -46,6 +64,7 @@ class Step:
     first_bad: Point
     regression: bool
     newest_only: bool = False  # found by testing the newest run alone (not yet confirmed)
+    confirmed_late: bool = False  # began before the newest run; only the newest made it sure
 
     def line(self, metric: str) -> str:
         """`demo nccl=tuned @h: output_throughput -33.0% at run R (commit abc -> def), p 0.005`."""
@@ -54,6 +73,7 @@ class Step:
         kind = "REGRESSION" if self.regression else "change"
         p = f", p {self.point.p_value:.3g}" if self.point.p_value == self.point.p_value else ""
         note = " (the newest run alone: confirm with the next run)" if self.newest_only else ""
+        note += " (began before this run; this run confirms it)" if self.confirmed_late else ""
         return (
             f"{kind} {self.series.label}: {metric} {self.point.before:.4g} -> "
             f"{self.point.after:.4g} ({self.point.change:+.1%}) from run {b.run_id} "
@@ -78,7 +98,19 @@ class History:
     series: list[Series]
     steps: dict[str, list[Step]]  # series id -> its change points
     runs: dict[str, str]  # run id -> its bundle's path, as indexed
+    tests: int = 0  # splits tested across the series: the family Benjamini-Hochberg corrects
+    fdr: float = FDR
     notes: tuple[str, ...] = ()  # what the answer leaves out, and why
+
+    def false_alarms(self) -> str:
+        """What the correction promises, in a line: expected false change points."""
+        kept = sum(len(s) for s in self.steps.values())
+        return (
+            f"false discovery rate {self.fdr:.0%} across {len(self.series)} series "
+            f"({self.tests} splits tested): of the {kept} change point(s) shown, about "
+            f"{self.fdr * kept:.2g} may be false; with no real change anywhere, a night raises "
+            f"one with probability at most {self.fdr:.0%}"
+        )
 
 
 def _is_regression(metric: str, change: float) -> bool:
@@ -86,33 +118,128 @@ def _is_regression(metric: str, change: float) -> bool:
     return (better == "higher" and change < 0) or (better == "lower" and change > 0)
 
 
+def steps_of_many(
+    many: Sequence[Series], metric: str, *, min_change: float = MIN_CHANGE, fdr: float = FDR
+) -> tuple[dict[str, list[Step]], int]:
+    """Every change point of each series, the false discovery rate held at `fdr` across them:
+    (series id -> its steps, splits tested)."""
+    family = change_points_of_many([[p.median for p in s.points] for s in many], fdr=fdr,
+                                   min_change=min_change)  # fmt: skip
+    steps = {
+        s.series: [Step(s, cp, s.points[cp.index - 1], s.points[cp.index],
+                        _is_regression(metric, cp.change)) for cp in found]
+        for s, found in zip(many, family.found, strict=True)
+    }  # fmt: skip
+    return steps, family.tests
+
+
 def steps_of(series: Series, metric: str, *, min_change: float = MIN_CHANGE) -> list[Step]:
-    """Every change point of one series."""
-    values = [p.median for p in series.points]
-    return [
-        Step(series, cp, series.points[cp.index - 1], series.points[cp.index],
-             _is_regression(metric, cp.change))
-        for cp in change_points(values, min_change=min_change)
-    ]  # fmt: skip
+    """Every change point of one series (its own family)."""
+    return steps_of_many([series], metric, min_change=min_change)[0][series.series]
 
 
-def newest_step(
-    series: Series, metric: str, repeats: Sequence[float], *, min_change: float = MIN_CHANGE
-) -> Step | None:
-    """The newest point tested alone: its repeats against the medians of the runs since the
-    last change point (at least MIN_SETTLED of them), with `orch diff`'s test."""
-    points = series.points
-    if len(points) < MIN_SETTLED + 1 or len(repeats) < 2:
+@dataclass(frozen=True)
+class _Newest:
+    """Where a new level most likely begins among the newest runs, and its test."""
+
+    first_bad: int  # -1: the newest runs move less than min_change
+    p_value: float  # Bonferroni over the starts tried
+    before: float
+    after: float
+
+
+Span = tuple[float | None, float | None]  # a run's smallest and largest repeat
+
+
+def _agrees(span: Span | None, before: float, after: float) -> bool:
+    """Every repeat of a run lies past half the step (None: not known, taken as agreeing): a
+    run whose median moved because some of its repeats were slow is not a new level alone."""
+    low, high = span or (None, None)
+    halfway = (before + after) / 2
+    if after < before:
+        return high is None or high <= halfway
+    return low is None or low >= halfway
+
+
+def _newest_level(values: Sequence[float], min_change: float, fdr: float,
+                  span_of: Callable[[int], Span | None]) -> _Newest | None:  # fmt: skip
+    """The newest runs against the runs since the last change point before them: for each
+    start j among the last TRAILING runs (MIN_SETTLED settled runs before it at least), the
+    t test of runs [j, n) against [settled, j); the likeliest start, its p times the starts
+    tried. Every run since j, and every repeat of each where known (`span_of`), must lie past
+    half the step: runs whose medians moved because some repeats were slow are no new level.
+    None when too few runs are settled to test anything."""
+    n = len(values)
+    if n < MIN_SETTLED + 1:
         return None
-    before = [p.median for p in points[:-1]]
-    cuts = [cp.index for cp in change_points(before, min_change=min_change)]
-    settled = before[cuts[-1] if cuts else 0 :]
-    if len(settled) < MIN_SETTLED:
+    cuts = [cp.index for cp in change_points(values[:-1], fdr=fdr, min_change=min_change)]
+    base = max(cuts[-1] if cuts else 0, n - 1 - WINDOW)  # a step is local
+    starts = range(max(base + MIN_SETTLED, n - TRAILING), n)
+    if not starts:
         return None
-    judged = compare(settled, list(repeats), ratio_threshold=min_change)
-    if not judged.significant or judged.ratio is None:
-        return None
-    point = ChangePoint(len(points) - 1, judged.median_a, judged.median_b,
-                        judged.p_value if judged.p_value is not None else float("nan"))  # fmt: skip
-    return Step(series, point, points[-2], points[-1], _is_regression(metric, point.change),
-                newest_only=True)  # fmt: skip
+    logs = logs_of(values)
+    best = _Newest(-1, 1.0, 0.0, 0.0)
+    for j in starts:
+        before, after = statistics.median(values[base:j]), statistics.median(values[j:])
+        if before and abs(after / before - 1.0) < min_change:
+            continue
+        halfway = (before + after) / 2  # every run since j is past it: one slow run is no level
+        if any((v > halfway) == (after < before) for v in values[j:]):
+            continue
+        if not all(_agrees(span_of(k), before, after) for k in range(j, n)):
+            continue
+        p = min(1.0, len(starts) * split_p(logs[base:j], logs[j:]))
+        if best.first_bad < 0 or p < best.p_value:
+            best = _Newest(j, p, before, after)
+    return best
+
+
+def _significant(found: Sequence[_Newest | None], fdr: float) -> list[bool]:
+    """Benjamini-Hochberg over the series that could be tested (the others are not tests)."""
+    tested = [i for i, f in enumerate(found) if f is not None]
+    rejected = benjamini_hochberg([found[i].p_value for i in tested], fdr)  # type: ignore[union-attr]
+    out = [False] * len(found)
+    for i, r in zip(tested, rejected, strict=True):
+        out[i] = r and found[i].first_bad >= 0  # type: ignore[union-attr]
+    return out
+
+
+def newest_steps(
+    many: Sequence[Series],
+    run_id: str,
+    metric: str,
+    *,
+    min_change: float = MIN_CHANGE,
+    fdr: float = FDR,
+    spans: Mapping[tuple[str, str], Span] | None = None,
+) -> list[Step]:
+    """The steps run `run_id` raises, as `orch apply --track` says them: of the series whose
+    newest point it is, those where a new level begins among the newest runs (the false
+    discovery rate held at `fdr` across the series), said once: a level that began at an
+    earlier run which the night before already raised is not raised again. `spans`:
+    (series id, run id) -> the run's smallest and largest repeat, where known."""
+    judged = [s for s in many if s.points and s.points[-1].run_id == run_id]
+    known = spans or {}
+
+    def span_of(s: Series) -> Callable[[int], Span | None]:
+        return lambda j: known.get((s.series, s.points[j].run_id))
+
+    medians = [[p.median for p in s.points] for s in judged]
+    now = [
+        _newest_level(v, min_change, fdr, span_of(s)) for s, v in zip(judged, medians, strict=True)
+    ]
+    before = [_newest_level(v[:-1], min_change, fdr, span_of(s))
+              for s, v in zip(judged, medians, strict=True)]  # fmt: skip
+    out = []
+    for s, found, raised, raised_before in zip(judged, now, _significant(now, fdr),
+                                               _significant(before, fdr), strict=True):  # fmt: skip
+        if not raised or found is None:
+            continue
+        newest = found.first_bad == len(s.points) - 1
+        if not newest and raised_before:
+            continue  # the night before raised this level already
+        point = ChangePoint(found.first_bad, found.before, found.after, found.p_value)
+        out.append(Step(s, point, s.points[found.first_bad - 1], s.points[found.first_bad],
+                        _is_regression(metric, point.change), newest_only=newest,
+                        confirmed_late=not newest))  # fmt: skip
+    return out

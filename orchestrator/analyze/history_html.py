@@ -77,7 +77,8 @@ def render_dashboard(view: History, results_dir: Path) -> str:
         *page_start(f"orch history: {view.metric}"),
         f'<p class="note">{len(view.series)} configuration(s), '
         f"{sum(len(s.points) for s in view.series)} runs; change points by E-Divisive means "
-        "with a permutation test.</p>",
+        "with a t test at each split.</p>",
+        f'<p class="note">{text(view.false_alarms())}.</p>',
         "<h2>Open regressions</h2>",
     ]
     regressions = _open_regressions(view)

@@ -11,8 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.analyze.history import History, Step, newest_step, steps_of
-from orchestrator.analyze.metrics import values_of
+from orchestrator.analyze.history import History, Step, newest_steps, steps_of_many
 from orchestrator.errors import BundleError, InputError
 from orchestrator.plan.select import select_cells
 from orchestrator.results.documents import is_run_dir
@@ -27,7 +26,6 @@ from orchestrator.results.history.db import (
 from orchestrator.results.history.index import Indexed, index_run
 from orchestrator.results.layout import ARCHIVE_SUFFIXES, is_archive_name
 from orchestrator.results.read import open_run
-from orchestrator.results.records import Metrics
 
 _SINCE = re.compile(r"^(\d+(?:\.\d+)?)([dhm])$")
 
@@ -161,8 +159,8 @@ def history(
             axes=lambda s: dict(identities.get(s.series, {}).get("axes") or {}),
             host=lambda s: str(s.host or ""),
         )
-    steps = {s.series: steps_of(s, metric, min_change=min_change) for s in found}
-    return History(metric, found, steps, runs, notes=tuple(_undated_note(undated)))
+    steps, tests = steps_of_many(found, metric, min_change=min_change)
+    return History(metric, found, steps, runs, tests, notes=tuple(_undated_note(undated)))
 
 
 def _check_metric(conn: HistoryDB, metric: str) -> None:
@@ -180,27 +178,23 @@ def track(
     results_dir: Path, run_dir: Path, metric: str, *, min_change: float = 0.03
 ) -> tuple[list[Step], dict[str, str]]:
     """Index the run just finished (verified, as `orch index` does), then the regressions it
-    starts: change points whose first bad run is this one, and the newest run tested alone
-    against its settled history. A run the history refuses is an error (BundleError)."""
-    with open_run(run_dir) as run:
-        with open_db(db_target(results_dir)) as conn:
-            (done,) = _index_into(conn, [run_dir], results_dir)
-            if done.refused:
-                raise BundleError(f"{run.run_id}: not indexed: {done.refused}")
-            keys = [r[0] for r in conn.execute(
-                "SELECT DISTINCT series FROM cells WHERE run_id = ?", (run.run_id,))]  # fmt: skip
-            found = series_of(conn, metric, series_ids=keys)
-            runs = _located(run_paths(conn), results_dir)
-        out: list[Step] = []
-        for series in found:
-            if not series.points or series.points[-1].run_id != run.run_id:
-                continue  # an older run re-indexed: not what this run starts
-            steps = [s for s in steps_of(series, metric, min_change=min_change)
-                     if s.first_bad.run_id == run.run_id]  # fmt: skip
-            if not steps:
-                cell = run.cells.get(series.points[-1].cell_id)
-                repeats = values_of(Metrics(cell.metrics or {}).repeats, metric) if cell else []
-                newest = newest_step(series, metric, repeats, min_change=min_change)
-                steps = [newest] if newest else []
-            out += [s for s in steps if s.regression]
-    return out, runs
+    raises (analyze/history.py's newest_steps: a new level among the newest runs, once, across
+    the run's series). A run the history refuses is an error (BundleError)."""
+    with open_run(run_dir) as run, open_db(db_target(results_dir)) as conn:
+        (done,) = _index_into(conn, [run_dir], results_dir)
+        if done.refused:
+            raise BundleError(f"{run.run_id}: not indexed: {done.refused}")
+        keys = [r[0] for r in conn.execute(
+            "SELECT DISTINCT series FROM cells WHERE run_id = ?", (run.run_id,))]  # fmt: skip
+        found = series_of(conn, metric, series_ids=keys)
+        runs = _located(run_paths(conn), results_dir)
+        spans = {
+            (r[0], r[1]): (r[2], r[3])
+            for r in conn.execute(  # each run's repeats' range
+                "SELECT c.series, c.run_id, m.vmin, m.vmax FROM metrics m JOIN cells c ON "
+                "c.run_id = m.run_id AND c.cell_id = m.cell_id WHERE m.metric = ?",
+                (metric,),
+            )
+        }
+    steps = newest_steps(found, run.run_id, metric, min_change=min_change, spans=spans)
+    return [s for s in steps if s.regression], runs

@@ -158,6 +158,7 @@ def history_command(
         for step in found.steps[s.series]:
             click.echo(_one_line(step.line(metric)))
             _echo_from_bundle(f"  settle it with: {step.command(results_dir, found.runs)}")
+    click.echo(f"\n{found.false_alarms()}")
 
 
 def _one_line(text: str) -> str:
@@ -202,6 +203,9 @@ def _check_results(results_dir: Path) -> None:
 def _json(found: Any, results_dir: Path) -> dict[str, Any]:
     return {
         "metric": found.metric,
+        "false_discovery_rate": found.fdr,
+        "splits_tested": found.tests,
+        "false_alarms": found.false_alarms(),
         "series": [
             {
                 "series": s.series,
