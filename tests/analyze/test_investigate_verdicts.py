@@ -179,3 +179,19 @@ def test_the_html_report_is_self_contained_and_escapes_what_a_bundle_says() -> N
     assert '<a href="cells/bad-x">bad-x</a>' in page  # the experiment's own bundle
     assert "src=" not in page and "http" not in page.split("</style>")[1]
     assert "<li>hardware: GPU 0 clocks.sm: 990 -&gt; 1980</li>" in page
+
+
+def test_a_record_too_small_to_reach_alpha_is_measured_again_not_dismissed() -> None:
+    # 3 v 3 cannot reach 5 % with the exact rank test (smallest p 0.1): a -30 % record is
+    # "unsettled", measured again, and judged on what is measured now.
+    good, bad = [100.0, 101.0, 99.0], [70.0, 71.0, 69.0]
+    first = reproduction(good, bad, None, None, tolerance=0.03)
+    assert first.outcome == "unsettled"
+    assert "too few repeats recorded" in first.line("tput")
+    now = reproduction(good, bad, [100.0, 100.5, 99.5, 101.0, 99.0], [70.0, 70.5, 69.5, 71.0, 69.0],
+                       tolerance=0.03)  # fmt: skip
+    assert now.outcome == "reproduces"
+    # within the tolerance, a small record is still "not significant": nothing to explain
+    assert reproduction(good, [99.0, 100.0, 98.5], None, None, tolerance=0.03).outcome == (
+        "not_significant"
+    )

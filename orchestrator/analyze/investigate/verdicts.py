@@ -30,7 +30,10 @@ from orchestrator.analyze.investigate.equivalence import (
 )
 from orchestrator.analyze.stats import compare, holm
 
-Outcome = Literal["reproduces", "host_changed", "transient", "not_significant"]
+# "unsettled": the record is too small to reach alpha (3 v 3 cannot) though its change passes
+# the tolerance: only measuring again can tell, so step 1 measures before anything is judged.
+Outcome = Literal["reproduces", "host_changed", "transient", "not_significant", "unsettled"]
+RECORD_ALPHA = 0.05
 Verdict = Literal["explains", "partly", "ruled_out", "inconclusive", "worse", "not_measured"]
 # An experiment that brings back at least this share of the gap (on log scale) explains it.
 EXPLAINS_SHARE = 0.5
@@ -112,6 +115,12 @@ class Reproduction:
         rec = f"{metric} {self.recorded.said()} from GOOD to BAD as recorded"
         if self.outcome == "not_significant" and self.now is None:
             return f"not significant: {rec}, within noise or the tolerance; nothing to explain"
+        if self.outcome == "unsettled":
+            n = f"{self.recorded.n_a} v {self.recorded.n_b}"
+            return (
+                f"too few repeats recorded to judge: {rec} ({n} cannot reach "
+                f"{RECORD_ALPHA:.0%}); GOOD and BAD are measured again before anything is judged"
+            )
         now = self.now.said() if self.now else "?"
         if self.outcome == "reproduces":
             return f"the regression reproduces: {rec}, {now} measured now"
@@ -134,6 +143,11 @@ def _toward(moved: Effect, direction: float) -> bool:
     return moved.significant and moved.change * direction > 0
 
 
+def recorded_reaches(good_then: Sequence[float], bad_then: Sequence[float]) -> bool:
+    """True when the record's sizes can reach RECORD_ALPHA at all (3 v 3 cannot: p >= 0.1)."""
+    return (compare(good_then, bad_then).smallest_p or 0.0) < RECORD_ALPHA
+
+
 def reproduction(
     good_then: Sequence[float],
     bad_then: Sequence[float],
@@ -144,9 +158,15 @@ def reproduction(
 ) -> Reproduction:
     """Step 1: with no measurement now (None), only whether the recorded change is significant."""
     recorded = effect(good_then, bad_then, tolerance=tolerance)
-    if not recorded.significant or good_now is None or bad_now is None:
-        outcome: Outcome = "not_significant" if not recorded.significant else "reproduces"
+    if good_now is None or bad_now is None:
+        outcome: Outcome = "not_significant"
+        if recorded.significant:
+            outcome = "reproduces"
+        elif abs(recorded.change) > tolerance and not recorded_reaches(good_then, bad_then):
+            outcome = "unsettled"
         return Reproduction(outcome, recorded, None, None, None)
+    if not recorded.significant and recorded_reaches(good_then, bad_then):
+        return Reproduction("not_significant", recorded, None, None, None)
     now = effect(good_now, bad_now, tolerance=tolerance)
     good_moved = effect(good_then, good_now, tolerance=tolerance)
     bad_moved = effect(bad_then, bad_now, tolerance=tolerance)

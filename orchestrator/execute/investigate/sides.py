@@ -163,6 +163,12 @@ def plan_notes(good: Side, bad: Side, tolerance: float) -> list[str]:
             f"note: the recorded change, {100 * change:+.1f}%, is {why}: investigate stops "
             "there and runs nothing (a smaller --tolerance looks closer)"
         )
+    elif recorded.outcome == "unsettled":
+        lines.append(
+            f"note: the recorded change, {100 * change:+.1f}%, rests on too few repeats to be "
+            f"judged ({recorded.recorded.n_a} v {recorded.recorded.n_b}): GOOD and BAD are "
+            "measured again first, and judged on that"
+        )
     return lines
 
 
