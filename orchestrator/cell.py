@@ -182,6 +182,16 @@ class RepeatRule(_Frozen):
         return data
 
 
+class RunInputs(_Frozen):
+    """What the runner adds to each bench run's argv so that every run sends new prompts
+    (`bench.cache: fresh`): the client's seed flag with a seed derived per run
+    (`runner/bench.py` `derive_seed`), and flags added as they are (SGLang's `--flush-cache`).
+    Not in the cell id: the seed is derived from the workload, not a part of it."""
+
+    seed_flag: str | None = None  # e.g. "--seed"; None: the playbook pinned the seed
+    flags: tuple[str, ...] = ()
+
+
 class BenchSpec(_Frozen):
     """A benchmark client run `warmup` + `repeats` times, each in its own directory as cwd;
     with `settle`, `repeats` is the most it runs."""
@@ -195,13 +205,20 @@ class BenchSpec(_Frozen):
     metrics: dict[str, str] = Field(default_factory=dict)  # generic: name -> regex on stdout
     args: dict[str, Any] = Field(default_factory=dict)
     settle: RepeatRule | None = None
+    # fresh: every run sends prompts of its own (Cell.run_inputs); warm: the same prompts each
+    # run, so the engine's prefix cache serves repeats from what the runs before left in it.
+    cache: Literal["fresh", "warm"] = "fresh"
 
     @model_serializer(mode="wrap")
     def _without_fixed_repeats(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # A fixed count leaves `settle` out, so the ids of playbooks that do not use it stay.
+        # A fixed count leaves `settle` out, so the ids of playbooks that do not use it stay;
+        # so does the default `cache: fresh`.
         data = handler(self)
-        if isinstance(data, dict) and data.get("settle") is None:
-            data.pop("settle", None)
+        if isinstance(data, dict):
+            if data.get("settle") is None:
+                data.pop("settle", None)
+            if data.get("cache") == "fresh":
+                data.pop("cache", None)
         return data
 
 
@@ -295,6 +312,7 @@ class Cell(_Frozen):
     # A server over several hosts: the other nodes, by rank; `host` is the head (rank 0).
     nodes: tuple[NodePart, ...] = ()
     node: NodeRole | None = None  # only on a node's part, as sent to that node's runner
+    run_inputs: RunInputs | None = None  # what each bench run adds to its argv (not in the id)
 
     @model_serializer(mode="wrap")
     def _without_single_node_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -307,6 +325,8 @@ class Cell(_Frozen):
                 data.pop("node", None)
             if data.get("profile") is None:
                 data.pop("profile", None)
+            if data.get("run_inputs") is None:
+                data.pop("run_inputs", None)
         return data
 
     @property

@@ -27,7 +27,7 @@ from orchestrator.adapters.sglang import (
     load_server_infos,
     server_time_scale,
 )
-from orchestrator.cell import BenchSpec, Cell, ServerSpec, Watch
+from orchestrator.cell import BenchSpec, Cell, RunInputs, ServerSpec, Watch
 from orchestrator.errors import InputError
 from orchestrator.results.layout import STDOUT
 from orchestrator.sim.bench import SIMULATED_UNITS_LINE
@@ -123,6 +123,20 @@ class SglangBenchServing(BenchAdapter):
     """
 
     name = "sglang.bench_serving"
+    seed_flag = "--seed"  # default 1: seeds `random` and `numpy.random` (docs/FACTS.md)
+
+    def run_inputs(self, spec: BenchSpec) -> RunInputs | None:
+        """A seed per run, and `--flush-cache`: SGLang empties its radix cache after the
+        client's own warm-up request (the run's first prompt), before the measured requests."""
+        if spec.cache == "warm":
+            return None
+        seed = super().run_inputs(spec)
+        flags = () if "flush-cache" in spec.args else ("--flush-cache",)
+        return RunInputs(seed_flag=seed.seed_flag if seed else None, flags=flags)
+
+    def sends(self, spec: BenchSpec) -> str:
+        """`N <dataset> prompts` as the client's defaults fill in (1000, sharegpt)."""
+        return prompts_text(spec.args, "sharegpt")
 
     def catalogue(self) -> tuple[MetricInfo, ...]:
         """bench_serving's result fields, each with the client versions that write it."""
@@ -174,6 +188,12 @@ class SglangBenchServing(BenchAdapter):
         _stdout_metrics(repeat_dir, cell, result)
         apply_time_scale(repeat_dir, cell, result, _serving_kind)
         return result
+
+
+def prompts_text(args: Mapping[str, Any], dataset: str) -> str:
+    """`24 random prompts`: --num-prompts (default 1000) of --dataset-name (`dataset`)."""
+    count = args.get("num-prompts", 1000)
+    return f"{count} {args.get('dataset-name', dataset)} prompts"
 
 
 def _serving_kind(metric: str) -> str | None:
