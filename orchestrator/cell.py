@@ -190,6 +190,9 @@ class RunInputs(_Frozen):
 
     seed_flag: str | None = None  # e.g. "--seed"; None: the playbook pinned the seed
     flags: tuple[str, ...] = ()
+    # What the seeds are derived from: the bench's adapter and args, not where the server
+    # listens (`adapters/base.py` `workload_key`); empty: the bench argv.
+    seed_key: str = ""
 
 
 class BenchSpec(_Frozen):

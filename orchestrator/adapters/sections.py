@@ -341,6 +341,12 @@ def common_bench_fields(section: Mapping[str, Any]) -> dict[str, Any]:
 BENCH_CACHE = ("fresh", "warm")
 
 
+def prompts_text(args: Mapping[str, Any], dataset: str) -> str:
+    """`24 random prompts`: --num-prompts (default 1000) of --dataset-name (`dataset`)."""
+    count = args.get("num-prompts", 1000)
+    return f"{count} {args.get('dataset-name', dataset)} prompts"
+
+
 def regex_metrics(value: Any) -> dict[str, str]:
     """`metrics: {name: regex}`, each regex compiled once here so bad ones fail early."""
     metrics = as_mapping(value, "metrics")

@@ -20,7 +20,12 @@ from orchestrator.adapters.outputs import (
     read_text,
     regex_metrics_from_file,
 )
-from orchestrator.adapters.sections import as_mapping, common_bench_fields, server_url
+from orchestrator.adapters.sections import (
+    as_mapping,
+    common_bench_fields,
+    prompts_text,
+    server_url,
+)
 from orchestrator.adapters.sglang import (
     internal_states,
     launcher_argv,
@@ -130,9 +135,9 @@ class SglangBenchServing(BenchAdapter):
         client's own warm-up request (the run's first prompt), before the measured requests."""
         if spec.cache == "warm":
             return None
-        seed = super().run_inputs(spec)
+        seed = super().run_inputs(spec) or RunInputs()  # a pinned seed: the flush alone
         flags = () if "flush-cache" in spec.args else ("--flush-cache",)
-        return RunInputs(seed_flag=seed.seed_flag if seed else None, flags=flags)
+        return seed.model_copy(update={"flags": flags}) if seed.seed_flag or flags else None
 
     def sends(self, spec: BenchSpec) -> str:
         """`N <dataset> prompts` as the client's defaults fill in (1000, sharegpt)."""
@@ -188,12 +193,6 @@ class SglangBenchServing(BenchAdapter):
         _stdout_metrics(repeat_dir, cell, result)
         apply_time_scale(repeat_dir, cell, result, _serving_kind)
         return result
-
-
-def prompts_text(args: Mapping[str, Any], dataset: str) -> str:
-    """`24 random prompts`: --num-prompts (default 1000) of --dataset-name (`dataset`)."""
-    count = args.get("num-prompts", 1000)
-    return f"{count} {args.get('dataset-name', dataset)} prompts"
 
 
 def _serving_kind(metric: str) -> str | None:

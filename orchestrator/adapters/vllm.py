@@ -40,11 +40,12 @@ from orchestrator.adapters.sections import (
     get_port,
     get_str,
     node_of,
+    prompts_text,
     server_url,
     split_command,
 )
 from orchestrator.adapters.sglang import section_vs_args
-from orchestrator.adapters.sglang_bench import prompts_text, server_base_url
+from orchestrator.adapters.sglang_bench import server_base_url
 from orchestrator.adapters.vllm_log import (
     ServerLog,
     Window,

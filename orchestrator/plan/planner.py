@@ -16,13 +16,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.adapters import bench_adapter
 from orchestrator.cell import (
     CELL_SCHEMA_VERSION,
     DEFAULT_CELL_TIMEOUT,
     Cell,
     RepoPin,
-    RunInputs,
     axis_slugs,
     canonical_json,
     id_from_text,
@@ -301,7 +299,6 @@ class HostPlanner(SectionRenderer):
         telemetry = self.telemetry()
         preflight = self.preflight()
         profiling = self.playbook.model.profile is not None
-        inputs: dict[str, RunInputs | None] = {}  # by the bench's JSON: one lookup per bench
         out: list[tuple[Cell, MatrixPoint]] = []
         for point in points:
             values = point.values
@@ -345,8 +342,6 @@ class HostPlanner(SectionRenderer):
                 ],
             )
             ident = self._cell_id(values, rest, self._secret_masks(ps, env_secrets), secrets)
-            if bench_text not in inputs:
-                inputs[bench_text] = bench_adapter(bench.adapter).run_inputs(bench)
             cell = _new_cell(
                 {
                     "schema_version": CELL_SCHEMA_VERSION,
@@ -367,7 +362,7 @@ class HostPlanner(SectionRenderer):
                     "profile": self.profile(server) if profiling else None,
                     "nodes": (),
                     "node": None,
-                    "run_inputs": inputs[bench_text],
+                    "run_inputs": self.run_inputs(bench),
                 }
             )
             out.append((cell, point))

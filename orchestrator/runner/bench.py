@@ -63,7 +63,7 @@ class BenchStep(ServerSteps):
             name = "warmup-%d" % n if kind == "warmup" else str(n)
             rdir = self.path(BENCH_DIR, name)
             os.makedirs(rdir, exist_ok=True)
-            seed = derive_seed(argv, kind, n)
+            seed = derive_seed(seed_key(inputs, argv), kind, n)
             run_argv = argv + run_flags(inputs, seed)
             env = self.base_env(
                 {"ORCH_REPEAT_KIND": kind, "ORCH_REPEAT": str(n), "ORCH_BENCH_SEED": str(seed)}
@@ -180,7 +180,7 @@ class BenchStep(ServerSteps):
         rdir = self.path(BENCH_DIR, "profile")
         os.makedirs(rdir, exist_ok=True)
         argv = [str(a) for a in self.bench["argv"]]
-        seed = derive_seed(argv, "profile", 1)
+        seed = derive_seed(seed_key(self.cell.get("run_inputs") or {}, argv), "profile", 1)
         env = self.base_env(
             {"ORCH_REPEAT_KIND": "profile", "ORCH_REPEAT": "profile", "ORCH_BENCH_SEED": str(seed)}
         )
@@ -267,15 +267,21 @@ class BenchStep(ServerSteps):
         return rc, timed_out, start, now(), (gone[0] if gone else None)
 
 
-def derive_seed(argv: List[str], kind: str, n: int) -> int:
-    """The seed of one run: a hash of the bench argv as planned (the workload), the kind of run
-    (warmup, measure, profile) and its number, below 2**31 (numpy's seeds are 32-bit).
+def seed_key(inputs: Dict[str, Any], argv: List[str]) -> str:
+    """What a cell's seeds are derived from: the planner's workload key (the bench's adapter
+    and args, not where the server listens), else the bench argv."""
+    return str(inputs.get("seed_key") or "\0".join(argv))
+
+
+def derive_seed(key: str, kind: str, n: int) -> int:
+    """The seed of one run: a hash of the workload (`seed_key`), the kind of run (warmup,
+    measure, profile) and its number, below 2**31 (numpy's seeds are 32-bit).
 
     The same workload gets the same prompts in its n-th repeat wherever it runs (cells that
     differ in the server, the env or the commit compare like with like); each run of a cell
     gets prompts of its own, so no run is served from what an earlier one left in the cache.
     """
-    text = "\0".join(argv) + "\0%s\0%d" % (kind, n)
+    text = "%s\0%s\0%d" % (key, kind, n)
     return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16) % 2**31
 
 

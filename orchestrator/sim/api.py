@@ -16,8 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from orchestrator.sim import model as m
-from orchestrator.sim.engine import Request, token_text
-from orchestrator.sim.prefix_cache import PrefixCache
+from orchestrator.sim.engine import Engine, Request, token_text
 from orchestrator.sim.profiler import Profiler
 
 
@@ -41,7 +40,7 @@ class ServedServer(Protocol):
     @property
     def profiler(self) -> Profiler: ...
     @property
-    def prefix_cache(self) -> PrefixCache: ...
+    def engine(self) -> Engine: ...  # its prefix_cache
 
     def server_info(self) -> dict[str, Any]: ...
     def generate(
@@ -117,7 +116,7 @@ def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
                 self._text("pong")
             elif path == "/metrics":
                 model = srv.args.served_model_name or srv.args.model_path
-                self._text(srv.prefix_cache.prometheus(str(model)))
+                self._text(srv.engine.prefix_cache.prometheus(str(model)))
             elif path == "/health_generate":
                 if not srv.ready.is_set() or srv.stopping.is_set():
                     self._text("server is starting", HTTPStatus.SERVICE_UNAVAILABLE)
@@ -132,7 +131,10 @@ def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
                         "WARNING: Endpoint '/get_server_info' is deprecated and will be "
                         "removed in a future version. Please use '/server_info' instead."
                     )
-                self._json(srv.server_info())
+                info = srv.server_info()
+                for state in info.get("internal_states") or ():  # the cache's counters
+                    state.update(srv.engine.prefix_cache.stats())
+                self._json(info)
             elif path == "/get_model_info":
                 self._json(
                     {
@@ -174,7 +176,7 @@ def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
                     "there are running or waiting requests, the operation will not be "
                     "performed.)\n"
                 )
-                srv.prefix_cache.flush()
+                srv.engine.prefix_cache.flush()
                 srv.log("Cache flushed successfully!", "TP0")
             elif path == "/start_profile":
                 status, text = srv.profiler.start(body)
@@ -219,7 +221,7 @@ def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
                 return
             tokens = _prompt_tokens(body, "text")
             prompt = len(tokens)
-            cached = srv.prefix_cache.lookup(tokens)
+            cached = srv.engine.prefix_cache.lookup(tokens)
             req, chunks = srv.generate(prompt, max_new)
             start = time.monotonic()
 
@@ -262,7 +264,7 @@ def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
                 return
             tokens = _prompt_tokens(body, "prompt")
             prompt = len(tokens)
-            srv.prefix_cache.lookup(tokens)
+            srv.engine.prefix_cache.lookup(tokens)
             req, chunks = srv.generate(prompt, max_new)
             name = body.get("model") or srv.args.served_model_name or srv.args.model_path
             base = {

@@ -35,7 +35,6 @@ from orchestrator.sim.nodes import (
     serve_node,
     stop_on_signals,
 )
-from orchestrator.sim.prefix_cache import PrefixCache
 from orchestrator.sim.profiler import Profiler
 
 SIM_VERSION = "0.4.10.post2+sim"
@@ -156,7 +155,6 @@ class SimServer:
         self.ready = threading.Event()
         self.stopping = threading.Event()
         self.profiler = Profiler()
-        self.prefix_cache = PrefixCache()  # SGLang's radix cache, counted (prefix_cache.py)
         self.engine = Engine(self)
         self.started = time.time()
 
@@ -324,7 +322,6 @@ class SimServer:
                 "token_capacity": self.token_capacity(),
                 "graph": 0.0 if self.cfg.disable_cuda_graph else 2.1,
             },
-            **self.prefix_cache.stats(),
         }
         accept = self.engine.avg_accept_length()
         if self.cfg.speculating and accept is not None:
