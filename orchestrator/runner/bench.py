@@ -3,7 +3,7 @@ server's captures are taken after each run. Step 10, profile: one more, unmeasur
 the engine's profiler records (runner/profile.py).
 
 Each run sends prompts of its own where the cell says how (`run_inputs`: the client's seed flag
-with a seed derived from the bench argv and the run, `derive_seed`): a repeat that sent the
+with a seed derived from the workload and the run, `derive_seed`): a repeat that sent the
 warm-up's prompts again would be served from the engine's prefix cache (docs/FACTS.md).
 """
 
