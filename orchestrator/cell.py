@@ -21,6 +21,7 @@ from pydantic import (
     model_serializer,
 )
 
+from orchestrator.cell_masks import mask_secrets, secret_placeholder
 from orchestrator.container_pin import ContainerPin, without_container_pin
 from orchestrator.runner.redaction import is_secret_name
 
@@ -192,6 +193,19 @@ class RepeatRule(_Frozen):
         return data
 
 
+class RunInputs(_Frozen):
+    """What the runner adds to each bench run's argv so that every run sends new prompts
+    (`bench.cache: fresh`): the client's seed flag with a seed derived per run
+    (`runner/bench.py` `derive_seed`), and flags added as they are (SGLang's `--flush-cache`).
+    Not in the cell id: the seed is derived from the workload, not a part of it."""
+
+    seed_flag: str | None = None  # e.g. "--seed"; None: the playbook pinned the seed
+    flags: tuple[str, ...] = ()
+    # What the seeds are derived from: the bench's adapter and args, not where the server
+    # listens (`adapters/base.py` `workload_key`); empty: the bench argv.
+    seed_key: str = ""
+
+
 class BenchSpec(_Frozen):
     """A benchmark client run `warmup` + `repeats` times, each in its own directory as cwd;
     with `settle`, `repeats` is the most it runs."""
@@ -206,15 +220,22 @@ class BenchSpec(_Frozen):
     args: dict[str, Any] = Field(default_factory=dict)
     settle: RepeatRule | None = None
     starts: int = 1  # server starts the measured repeats are spread over (restarts between)
+    # fresh: every run sends prompts of its own (Cell.run_inputs); warm: the same prompts each
+    # run, so the engine's prefix cache serves repeats from what the runs before left in it.
+    cache: Literal["fresh", "warm"] = "fresh"
 
     @model_serializer(mode="wrap")
     def _without_fixed_repeats(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # A fixed count leaves `settle` out, so the ids of playbooks that do not use it stay.
+        # A fixed count leaves `settle` out, so the ids of playbooks that do not use it stay;
+        # so does the default `cache: fresh`.
         data = handler(self)
-        if isinstance(data, dict) and data.get("settle") is None:
-            data.pop("settle", None)
-        if isinstance(data, dict) and data.get("starts") == 1:
-            data.pop("starts", None)  # one start, as every cell before `starts:`: ids stay
+        if isinstance(data, dict):
+            if data.get("settle") is None:
+                data.pop("settle", None)
+            if data.get("starts") == 1:
+                data.pop("starts", None)  # one start, as every cell before `starts:`: ids stay
+            if data.get("cache") == "fresh":
+                data.pop("cache", None)
         return data
 
 
@@ -308,6 +329,7 @@ class Cell(_Frozen):
     # A server over several hosts: the other nodes, by rank; `host` is the head (rank 0).
     nodes: tuple[NodePart, ...] = ()
     node: NodeRole | None = None  # only on a node's part, as sent to that node's runner
+    run_inputs: RunInputs | None = None  # what each bench run adds to its argv (not in the id)
 
     @model_serializer(mode="wrap")
     def _without_single_node_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -320,6 +342,8 @@ class Cell(_Frozen):
                 data.pop("node", None)
             if data.get("profile") is None:
                 data.pop("profile", None)
+            if data.get("run_inputs") is None:
+                data.pop("run_inputs", None)
         return data
 
     @property
@@ -347,49 +371,6 @@ def slug_part(value: Any) -> str:
         value = canonical_json(value)
     text = _SLUG_BAD.sub("-", str(value)).strip("-.")
     return text[:24] or "x"
-
-
-def secret_placeholder(name: str) -> str:
-    """What a cell id hashes in place of the value of secret `name`."""
-    return f"<secret:{name}>"
-
-
-def secret_masks(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """{value: name} from (name, value) pairs; a value under two names gets the first in order."""
-    masks: dict[str, str] = {}
-    for name, value in sorted(pairs):
-        if value:
-            masks.setdefault(value, name)
-    return masks
-
-
-MIN_MASKED_SUBSTRING = 4  # as redaction's MIN_SECRET_LENGTH: shorter values only as whole strings
-
-
-@lru_cache(maxsize=256)
-def _mask_pattern(masks: tuple[tuple[str, str], ...]) -> tuple[re.Pattern[str], dict[str, str]]:
-    replace: dict[str, str] = {}
-    for value, name in masks:
-        escaped = json.dumps(value, ensure_ascii=False)  # as canonical_json writes it
-        if len(value) >= MIN_MASKED_SUBSTRING:
-            replace.setdefault(escaped[1:-1], secret_placeholder(name))
-        else:
-            replace.setdefault(escaped, json.dumps(secret_placeholder(name)))
-    alternatives = sorted(replace, key=lambda t: (-len(t), t))  # longest first: no partial hits
-    return re.compile("|".join(re.escape(t) for t in alternatives)), replace
-
-
-def mask_secrets(text: str, masks: Mapping[str, str]) -> str:
-    """Canonical JSON `text` with each secret value (`masks`: value -> name) as its placeholder.
-
-    One pass, so a placeholder is never masked again. A value of `MIN_MASKED_SUBSTRING`
-    characters or more is replaced wherever it appears (inside an argv item or a URL); a shorter
-    one only where it is a whole JSON string (masking every "1" would hide unrelated numbers).
-    """
-    if not masks:
-        return text
-    pattern, replace = _mask_pattern(tuple(sorted(masks.items())))
-    return pattern.sub(lambda m: replace[m.group(0)], text)
 
 
 def _mask_env(spec: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -7,13 +7,14 @@ outputs.py). Nothing here starts a process or prints.
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from orchestrator.cell import BenchSpec, Cell, ServerSpec, Watch
+from orchestrator.cell import BenchSpec, Cell, RunInputs, ServerSpec, Watch, canonical_json
 from orchestrator.runner.layout import STDOUT
 
 # SGLang and vLLM re-title their workers with setproctitle, which moves the environment away
@@ -92,6 +93,17 @@ class ServerAdapter(ABC):
         return None
 
 
+# Where the client finds the server: not a part of what it sends.
+_WHERE_ARGS = ("base-url", "host", "port")
+
+
+def workload_key(spec: BenchSpec) -> str:
+    """A short hash of what a bench sends: its adapter and args, less where the server listens,
+    so that the same workload gets the same prompts in its n-th run on any port or host."""
+    args = {k: v for k, v in spec.args.items() if k not in _WHERE_ARGS}
+    return hashlib.sha256(canonical_json([spec.adapter, args]).encode()).hexdigest()[:16]
+
+
 class BenchAdapter(ABC):
     """How a benchmark client's `bench:` section becomes argv, and its output becomes metrics."""
 
@@ -109,6 +121,22 @@ class BenchAdapter(ABC):
     open_ended: ClassVar[bool] = False
     # Names a metric had before, with what to write now (validate says so instead of guessing).
     renamed: ClassVar[dict[str, str]] = {}
+
+    # The client's own seed flag for its random or synthetic prompts (None: orch cannot tell
+    # what the client sends), and the `args` key that pins it.
+    seed_flag: ClassVar[str | None] = None
+    seed_arg: ClassVar[str] = "seed"
+
+    def run_inputs(self, spec: BenchSpec) -> RunInputs | None:
+        """What each run adds to its argv so that it sends prompts of its own (`cache: fresh`):
+        the seed flag with a seed per run, unless `args` pins the seed; None when nothing."""
+        if spec.cache == "warm" or self.seed_flag is None or self.seed_arg in spec.args:
+            return None
+        return RunInputs(seed_flag=self.seed_flag, seed_key=workload_key(spec))
+
+    def sends(self, spec: BenchSpec) -> str:
+        """What one run sends, in words, for `orch plan` ("24 random prompts")."""
+        return "what its argv says (orch cannot tell what this client sends)"
 
     def catalogue(self) -> tuple[MetricInfo, ...]:
         """Every metric a repeat may report (regex metrics under `metrics:` come on top)."""

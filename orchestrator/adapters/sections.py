@@ -327,7 +327,7 @@ def common_server_fields(section: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def common_bench_fields(section: Mapping[str, Any]) -> dict[str, Any]:
-    """warmup, repeats, timeout and regex metrics, validated, for BenchSpec(**...)."""
+    """warmup, repeats, timeout, regex metrics and cache, validated, for BenchSpec(**...)."""
     out: dict[str, Any] = {}
     warmup = get_int(section, "warmup", None, "warmup")
     if warmup is not None:
@@ -352,7 +352,26 @@ def common_bench_fields(section: Mapping[str, Any]) -> dict[str, Any]:
     if timeout is not None:
         out["timeout"] = timeout
     out["metrics"] = regex_metrics(section.get("metrics"))
+    cache = section.get("cache")
+    if cache is not None:
+        if cache not in BENCH_CACHE:
+            raise InputError(
+                f"cache must be one of {', '.join(BENCH_CACHE)}, not {cache!r}",
+                key_path="cache",
+                hint="fresh: each run sends prompts of its own; warm: the same prompts each run",
+            )
+        out["cache"] = cache
     return out
+
+
+# bench.cache: what the engine's prefix cache holds for a measured run (cell.py BenchSpec)
+BENCH_CACHE = ("fresh", "warm")
+
+
+def prompts_text(args: Mapping[str, Any], dataset: str) -> str:
+    """`24 random prompts`: --num-prompts (default 1000) of --dataset-name (`dataset`)."""
+    count = args.get("num-prompts", 1000)
+    return f"{count} {args.get('dataset-name', dataset)} prompts"
 
 
 def regex_metrics(value: Any) -> dict[str, str]:

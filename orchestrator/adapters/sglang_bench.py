@@ -20,14 +20,19 @@ from orchestrator.adapters.outputs import (
     read_text,
     regex_metrics_from_file,
 )
-from orchestrator.adapters.sections import as_mapping, common_bench_fields, server_url
+from orchestrator.adapters.sections import (
+    as_mapping,
+    common_bench_fields,
+    prompts_text,
+    server_url,
+)
 from orchestrator.adapters.sglang import (
     internal_states,
     launcher_argv,
     load_server_infos,
     server_time_scale,
 )
-from orchestrator.cell import BenchSpec, Cell, ServerSpec, Watch
+from orchestrator.cell import BenchSpec, Cell, RunInputs, ServerSpec, Watch
 from orchestrator.errors import InputError
 from orchestrator.results.layout import STDOUT
 from orchestrator.sim.bench import SIMULATED_UNITS_LINE
@@ -123,6 +128,20 @@ class SglangBenchServing(BenchAdapter):
     """
 
     name = "sglang.bench_serving"
+    seed_flag = "--seed"  # default 1: seeds `random` and `numpy.random` (docs/FACTS.md)
+
+    def run_inputs(self, spec: BenchSpec) -> RunInputs | None:
+        """A seed per run, and `--flush-cache`: SGLang empties its radix cache after the
+        client's own warm-up request (the run's first prompt), before the measured requests."""
+        if spec.cache == "warm":
+            return None
+        seed = super().run_inputs(spec) or RunInputs()  # a pinned seed: the flush alone
+        flags = () if "flush-cache" in spec.args else ("--flush-cache",)
+        return seed.model_copy(update={"flags": flags}) if seed.seed_flag or flags else None
+
+    def sends(self, spec: BenchSpec) -> str:
+        """`N <dataset> prompts` as the client's defaults fill in (1000, sharegpt)."""
+        return prompts_text(spec.args, "sharegpt")
 
     def catalogue(self) -> tuple[MetricInfo, ...]:
         """bench_serving's result fields, each with the client versions that write it."""

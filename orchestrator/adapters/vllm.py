@@ -40,6 +40,7 @@ from orchestrator.adapters.sections import (
     get_port,
     get_str,
     node_of,
+    prompts_text,
     server_url,
     split_command,
 )
@@ -328,6 +329,7 @@ class VllmBenchServe(BenchAdapter):
     """`vllm bench serve --base-url URL ... --save-result --result-dir . --result-filename F`."""
 
     name = "vllm.bench_serve"
+    seed_flag = "--seed"  # default 0: the datasets' random_seed (docs/FACTS.md)
     renamed: ClassVar[dict[str, str]] = {
         "spec_decode_acceptance_rate": "draft_acceptance_rate (a fraction, no longer a percentage)"
     }
@@ -335,6 +337,10 @@ class VllmBenchServe(BenchAdapter):
     def catalogue(self) -> tuple[MetricInfo, ...]:
         """bench serve's result fields; percentiles beyond p99 follow --metric-percentiles."""
         return BENCH_CATALOGUE
+
+    def sends(self, spec: BenchSpec) -> str:
+        """`N <dataset> prompts` as the client's defaults fill in (1000, random)."""
+        return prompts_text(spec.args, "random")
 
     def knows(self, name: str) -> bool:
         """A catalogue name, or any percentile `--metric-percentiles` may ask for."""

@@ -88,6 +88,12 @@ def echo_plan(
     note = unchecked_ready_note(plan.playbook, cells)
     if note is not None:
         echo(note)
+    sends: dict[str, int] = {}
+    for c in cells:
+        text = inputs_text(c)
+        sends[text] = sends.get(text, 0) + 1
+    for text, count in sends.items():  # what each repeat sends, and why it is not cached
+        echo(f"each repeat: {text}" + (f" ({count} cells)" if len(sends) > 1 else ""))
     if verbose:
         for c in cells:
             echo(f"\n== {c.id} on {c.host}")
@@ -108,6 +114,7 @@ def echo_plan(
                     echo(f"  node {n.rank} ({n.host}): {argv}")
             echo(f"  bench:  {shlex.join(redact_text(a, secrets) for a in c.bench.argv)}")
             echo(f"  repeats: {c.bench.warmup} warmup + {repeats_text(c.bench)}")
+            echo(f"  each repeat: {inputs_text(c)}")
 
 
 def image_lines(cells: list[Cell]) -> list[str]:
@@ -150,6 +157,28 @@ def repeats_text(bench: BenchSpec) -> str:
         f"{rule.min}..{bench.repeats} until the median of {', '.join(rule.metrics)} is within "
         f"±{rule.until * 100:.3g}% ({rule.confidence:.0%} interval; chosen by {rule.chosen})"
     )
+
+
+def inputs_text(cell: Cell) -> str:
+    """What each run of the cell's bench sends, and whether the engine's prefix cache can serve
+    it from an earlier run: "24 random prompts, seed derived per run (--seed)"."""
+    from orchestrator.adapters import bench_adapter
+
+    adapter = bench_adapter(cell.bench.adapter)
+    sends = adapter.sends(cell.bench)
+    inputs = cell.run_inputs
+    if cell.bench.cache == "warm":
+        return f"{sends}, the same each run (cache: warm: repeats may be served from cache)"
+    if adapter.seed_flag is None:
+        return sends
+    parts = [sends]
+    if inputs is not None and inputs.seed_flag:
+        parts.append(f"seed derived per run ({inputs.seed_flag})")
+    else:
+        parts.append(f"seed pinned by args.{adapter.seed_arg}: the same prompts each run")
+    if inputs is not None and "--flush-cache" in inputs.flags:
+        parts.append("cache flushed after the client's warm-up request (--flush-cache)")
+    return ", ".join(parts)
 
 
 def _version(cell: Cell) -> str:

@@ -15,6 +15,7 @@ from orchestrator.config.fieldtypes import (
     TArgs,
     TBenchAdapter,
     TBool,
+    TCache,
     TCommand,
     TContainerGpus,
     TContainerRuntime,
@@ -211,6 +212,8 @@ class BenchSection(_Section):
     timeout: TPositive = 3600.0
     result_file: TStr | None = None
     metrics: TMetrics | None = None
+    # fresh: each run sends prompts of its own; warm: the same each run (a warm prefix cache)
+    cache: TCache = "fresh"
 
     @model_validator(mode="after")
     def _command_fits_adapter(self) -> BenchSection:

@@ -13,6 +13,9 @@ these on stderr and exit as they would without them.
   between them, so each would run on the previous cell's warm prefix cache.
 - A server with no `ready:` check (a note, not a warning): it counts as ready once it has
   stayed up `UNCHECKED_SETTLE_SECONDS`.
+- A bench whose `args` pin the client's seed with `cache: fresh` (the default) and nothing to
+  empty the cache between runs: every repeat sends the warm-up's prompts again, and the
+  engine's prefix cache serves them (`bench.cache: warm` says that is meant).
 """
 
 from __future__ import annotations
@@ -44,7 +47,31 @@ def plan_warnings(
     if refused is not None:
         found.append(refused)
     found += shared_address_warnings(cells)
+    pinned = pinned_seed_warning(playbook, cells)
+    if pinned is not None:
+        found.append(pinned)
     return found
+
+
+def pinned_seed_warning(playbook: LoadedPlaybook, cells: Sequence[Cell]) -> str | None:
+    """A warning when cells that ask for a fresh cache pin their client's seed: each run then
+    sends the same prompts, and nothing (`run_inputs`) empties the cache between runs."""
+    pinned = []
+    for cell in cells:
+        adapter = BENCH_ADAPTERS[cell.bench.adapter]()
+        if cell.bench.cache != "fresh" or adapter.seed_flag is None:
+            continue
+        if adapter.seed_arg in cell.bench.args and not (cell.run_inputs and cell.run_inputs.flags):
+            pinned.append(cell)
+    if not pinned:
+        return None
+    where = playbook.locate(("bench", "args", "seed"))
+    return (
+        f"warning: {where}: bench.args pins the client's seed for {len(pinned)} cell(s): every "
+        "repeat sends the warm-up's prompts again, and the engine's prefix cache (on by default "
+        "in SGLang and vLLM) serves them from what the runs before left (drop the seed, or set "
+        "bench.cache: warm if a warm cache is what you measure)"
+    )
 
 
 def shared_address_warnings(cells: Sequence[Cell]) -> list[str]:

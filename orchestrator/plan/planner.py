@@ -26,11 +26,10 @@ from orchestrator.cell import (
     id_from_text,
     keyed_text,
     repo_id_data,
-    secret_masks,
-    secret_placeholder,
     slug_part,
     spec_id_text,
 )
+from orchestrator.cell_masks import secret_masks, secret_placeholder
 from orchestrator.config.host import Host, Inventory
 from orchestrator.config.keypath import KeyPath
 from orchestrator.config.loaded import LoadedPlaybook
@@ -362,6 +361,7 @@ class HostPlanner(SectionRenderer):
                     "profile": self.profile(server) if profiling else None,
                     "nodes": (),
                     "node": None,
+                    "run_inputs": self.run_inputs(bench),
                 }
             )
             out.append((cell, point))

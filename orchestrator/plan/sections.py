@@ -23,6 +23,7 @@ from orchestrator.cell import (
     PreflightSpec,
     ProfileSpec,
     RepoPin,
+    RunInputs,
     ServerSpec,
     SnapshotSpec,
     TelemetrySpec,
@@ -284,6 +285,17 @@ class SectionRenderer:
         if isinstance(wait, int | float) and not isinstance(wait, bool):
             plain["wait"] = float(wait)
         return ProfileSpec(**plain)
+
+    def run_inputs(self, bench: BenchSpec) -> RunInputs | None:
+        """What each run of `bench` adds to its argv (its adapter's `run_inputs`), once per
+        bench object: the planner shares one among the cells of equal bench sections."""
+        memo: dict[int, tuple[BenchSpec, RunInputs | None]] = self.__dict__.setdefault(
+            "_run_inputs", {}
+        )
+        found = memo.get(id(bench))
+        if found is None or found[0] is not bench:
+            found = memo[id(bench)] = (bench, bench_adapter(bench.adapter).run_inputs(bench))
+        return found[1]
 
     def preflight(self) -> PreflightSpec:
         """The `preflight:` options (plain values; a template keeps the default)."""

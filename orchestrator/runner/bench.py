@@ -1,9 +1,15 @@
 """Step 9, bench: the warmup and measured runs, each in bench/<n>/ with its exit.json; the
 server's captures are taken after each run. Step 10, profile: one more, unmeasured run while
-the engine's profiler records (runner/profile.py)."""
+the engine's profiler records (runner/profile.py).
+
+Each run sends prompts of its own where the cell says how (`run_inputs`: the client's seed flag
+with a seed derived from the workload and the run, `derive_seed`): a repeat that sent the
+warm-up's prompts again would be served from the engine's prefix cache (docs/FACTS.md).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import threading
@@ -50,6 +56,7 @@ class BenchStep(ServerSteps):
         rule = (
             dict(bench["settle"], max=int(bench.get("repeats", 1))) if bench.get("settle") else None
         )
+        inputs = self.cell.get("run_inputs") or {}
         watched: Dict[str, List[float]] = {}
         stopped: Optional[Dict[str, Any]] = None
         seconds_all = []
@@ -60,8 +67,14 @@ class BenchStep(ServerSteps):
             name = "warmup-%d" % n if kind == "warmup" else str(n)
             rdir = self.path(BENCH_DIR, name)
             os.makedirs(rdir, exist_ok=True)
-            env = self.base_env({"ORCH_REPEAT_KIND": kind, "ORCH_REPEAT": str(n)})
-            rc, timed_out, start, end, server_gone = self.run_bench_once(argv, rdir, env, timeout)
+            seed = derive_seed(seed_key(inputs, argv), kind, n)
+            run_argv = argv + run_flags(inputs, seed)
+            env = self.base_env(
+                {"ORCH_REPEAT_KIND": kind, "ORCH_REPEAT": str(n), "ORCH_BENCH_SEED": str(seed)}
+            )
+            rc, timed_out, start, end, server_gone = self.run_bench_once(
+                run_argv, rdir, env, timeout
+            )
             seconds = end - start
             result_file = bench.get("result_file")
             seen = (
@@ -80,10 +93,13 @@ class BenchStep(ServerSteps):
                     # the host's local-time offsets then: server logs stamp local wall time
                     "utc_offset_s": utc_offset(start),
                     "utc_offset_end_s": utc_offset(end),
-                    "argv": argv,
+                    "argv": run_argv,
                     "timed_out": timed_out,
                     "kind": kind,
                     "n": n,
+                    # the run's seed, and whether its client got it (None: $ORCH_BENCH_SEED only)
+                    "seed": seed,
+                    "seed_flag": inputs.get("seed_flag"),
                     "result_file_present": (
                         os.path.exists(os.path.join(rdir, str(result_file)))
                         if result_file
@@ -174,8 +190,12 @@ class BenchStep(ServerSteps):
             return {"ok": False, "error": "start_profile: %s" % str(why).strip()}
         rdir = self.path(BENCH_DIR, "profile")
         os.makedirs(rdir, exist_ok=True)
-        env = self.base_env({"ORCH_REPEAT_KIND": "profile", "ORCH_REPEAT": "profile"})
         argv = [str(a) for a in self.bench["argv"]]
+        seed = derive_seed(seed_key(self.cell.get("run_inputs") or {}, argv), "profile", 1)
+        env = self.base_env(
+            {"ORCH_REPEAT_KIND": "profile", "ORCH_REPEAT": "profile", "ORCH_BENCH_SEED": str(seed)}
+        )
+        argv += run_flags(self.cell.get("run_inputs") or {}, seed)
         rc, timed_out, _s, _e, gone = self.run_bench_once(
             argv, rdir, env, float(self.bench.get("timeout", 3600.0))
         )
@@ -256,6 +276,32 @@ class BenchStep(ServerSteps):
             )
             raise
         return rc, timed_out, start, now(), (gone[0] if gone else None)
+
+
+def seed_key(inputs: Dict[str, Any], argv: List[str]) -> str:
+    """What a cell's seeds are derived from: the planner's workload key (the bench's adapter
+    and args, not where the server listens), else the bench argv."""
+    return str(inputs.get("seed_key") or "\0".join(argv))
+
+
+def derive_seed(key: str, kind: str, n: int) -> int:
+    """The seed of one run: a hash of the workload (`seed_key`), the kind of run (warmup,
+    measure, profile) and its number, below 2**31 (numpy's seeds are 32-bit).
+
+    The same workload gets the same prompts in its n-th repeat wherever it runs (cells that
+    differ in the server, the env or the commit compare like with like); each run of a cell
+    gets prompts of its own, so no run is served from what an earlier one left in the cache.
+    """
+    text = "%s\0%s\0%d" % (key, kind, n)
+    return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16) % 2**31
+
+
+def run_flags(inputs: Dict[str, Any], seed: int) -> List[str]:
+    """What a run adds to the bench argv (cell.py RunInputs): flags, then the seed flag."""
+    extra = [str(f) for f in inputs.get("flags") or ()]
+    if inputs.get("seed_flag"):
+        extra += [str(inputs["seed_flag"]), str(seed)]
+    return extra
 
 
 def utc_offset(epoch: float) -> int:

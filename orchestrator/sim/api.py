@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from orchestrator.sim import model as m
-from orchestrator.sim.engine import Request, token_text
+from orchestrator.sim.engine import Engine, Request, token_text
 from orchestrator.sim.profiler import Profiler
 
 
@@ -39,6 +39,8 @@ class ServedServer(Protocol):
     def time_scale(self) -> float: ...
     @property
     def profiler(self) -> Profiler: ...
+    @property
+    def engine(self) -> Engine: ...  # its prefix_cache
 
     def server_info(self) -> dict[str, Any]: ...
     def generate(
@@ -46,7 +48,8 @@ class ServedServer(Protocol):
     ) -> tuple[Request, Iterator[int]]: ...
 
 
-def _count_prompt(body: dict[str, Any], key: str) -> int:
+def _prompt_tokens(body: dict[str, Any], key: str) -> list[str]:
+    """The prompt's tokens: its input ids, else its words."""
     value = body.get("input_ids") if body.get("input_ids") is not None else body.get(key)
     if isinstance(value, list):
         if value and isinstance(value[0], list):
@@ -54,8 +57,8 @@ def _count_prompt(body: dict[str, Any], key: str) -> int:
         if value and isinstance(value[0], str):
             value = value[0]
     if isinstance(value, list):
-        return len(value)
-    return len(str(value or "").split())
+        return [str(v) for v in value]
+    return str(value or "").split()
 
 
 def _length(value: Any, default: int) -> int | None:
@@ -111,6 +114,9 @@ def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
                 self._text("")
             elif path == "/ping":
                 self._text("pong")
+            elif path == "/metrics":
+                model = srv.args.served_model_name or srv.args.model_path
+                self._text(srv.engine.prefix_cache.prometheus(str(model)))
             elif path == "/health_generate":
                 if not srv.ready.is_set() or srv.stopping.is_set():
                     self._text("server is starting", HTTPStatus.SERVICE_UNAVAILABLE)
@@ -125,7 +131,10 @@ def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
                         "WARNING: Endpoint '/get_server_info' is deprecated and will be "
                         "removed in a future version. Please use '/server_info' instead."
                     )
-                self._json(srv.server_info())
+                info = srv.server_info()
+                for state in info.get("internal_states") or ():  # the cache's counters
+                    state.update(srv.engine.prefix_cache.stats())
+                self._json(info)
             elif path == "/get_model_info":
                 self._json(
                     {
@@ -167,6 +176,7 @@ def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
                     "there are running or waiting requests, the operation will not be "
                     "performed.)\n"
                 )
+                srv.engine.prefix_cache.flush()
                 srv.log("Cache flushed successfully!", "TP0")
             elif path == "/start_profile":
                 status, text = srv.profiler.start(body)
@@ -209,7 +219,9 @@ def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
             if max_new is None:
                 self._json(_bad_length("max_new_tokens"), HTTPStatus.BAD_REQUEST)
                 return
-            prompt = _count_prompt(body, "text")
+            tokens = _prompt_tokens(body, "text")
+            prompt = len(tokens)
+            cached = srv.engine.prefix_cache.lookup(tokens)
             req, chunks = srv.generate(prompt, max_new)
             start = time.monotonic()
 
@@ -219,7 +231,7 @@ def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
                     "finish_reason": {"type": "length", "length": req.generated} if done else None,
                     "prompt_tokens": prompt,
                     "completion_tokens": req.generated,
-                    "cached_tokens": 0,
+                    "cached_tokens": cached,
                     "e2e_latency": (time.monotonic() - start) / srv.time_scale,
                 }
                 if srv.cfg.speculating:
@@ -250,7 +262,9 @@ def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
             if max_new is None:
                 self._json(_bad_length("max_tokens"), HTTPStatus.BAD_REQUEST)
                 return
-            prompt = _count_prompt(body, "prompt")
+            tokens = _prompt_tokens(body, "prompt")
+            prompt = len(tokens)
+            srv.engine.prefix_cache.lookup(tokens)
             req, chunks = srv.generate(prompt, max_new)
             name = body.get("model") or srv.args.served_model_name or srv.args.model_path
             base = {

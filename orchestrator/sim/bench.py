@@ -340,13 +340,6 @@ def run(args: argparse.Namespace) -> int:
     scale = args.time_scale or float((info.get("sim") or {}).get("time_scale") or 1.0)
     print(SIMULATED_UNITS_LINE.format(scale=scale))
     model = args.model or info.get("served_model_name") or info.get("model_path") or "default"
-    if args.flush_cache:
-        try:
-            urllib.request.urlopen(
-                urllib.request.Request(base_url + "/flush_cache", data=b""), timeout=30
-            ).read()
-        except (urllib.error.URLError, OSError) as exc:
-            print(f"flush_cache failed: {exc}", file=sys.stderr)
     prompts = make_prompts(args)
     stream = not args.disable_stream
     print(f"#Input tokens: {sum(p[1] for p in prompts)}")
@@ -360,6 +353,13 @@ def run(args: argparse.Namespace) -> int:
                 print(f"Warmup failed: {warm.error}", file=sys.stderr)
                 return 1
         print("Warmup completed. Starting main benchmark run...")
+    if args.flush_cache:  # as bench_serving: after the warm-up request, before the measured ones
+        try:
+            urllib.request.urlopen(
+                urllib.request.Request(base_url + "/flush_cache", data=b""), timeout=30
+            ).read()
+        except (urllib.error.URLError, OSError) as exc:
+            print(f"flush_cache failed: {exc}", file=sys.stderr)
     workers = args.max_concurrency or max(1, min(len(prompts), 512))
     gate = threading.Semaphore(workers)
     rng = random.Random(args.seed)

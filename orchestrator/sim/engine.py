@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from orchestrator.sim import model as m
+from orchestrator.sim.prefix_cache import PrefixCache
 from orchestrator.sim.profiler import Profiler
 from orchestrator.sim.starts import ServerStart
 
@@ -102,6 +103,7 @@ class Engine(threading.Thread):
         self.spec_tokens = 0  # tokens emitted by decode steps (accepted drafts + bonus)
         self.spec_forwards = 0  # request-steps, SGLang's spec_num_total_forward_ct
         self.last_gen_throughput = 0.0
+        self.prefix_cache = PrefixCache()  # SGLang's radix cache, counted (prefix_cache.py)
         self._interval_tokens = 0
         self._interval_steps = 0
         self._interval_ms = 0.0
