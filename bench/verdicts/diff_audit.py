@@ -13,12 +13,22 @@ offset by a seeded start sd (0, 1, 2 %): a diff of two starts cannot tell a star
 a change (the start is the unit of replication; see the condition's text). A run diff of 10
 cells corrects across them (`correct`): its row is the run's family-wise rate.
 
+diff with starts: two cells of 3 server starts x 4 repeats a side, each start offset by the
+start sd (shared by its metrics), judged on start means (Welch's t, the start as the unit) in
+the same families; the same cells without their `starts` record are what the repeat-level rank
+test (the old diff) made of them. Power: every metric +10 %.
+
 audit: the record is 10 repeats of one start; the rerun, another start, stops by the runner's
 rule (`runner.repeat_rule.decide` with `execute.audit.stopping.AuditStopPolicy`). Truth: no
 change ("same") or a change of the tolerance (4 %); measured_rate is the share of reruns the
 stop calls wrongly (a side for no change, "same" or the other side for a change), stated 5 %.
 Conditions: 1 % repeat noise; 0 or 20 % of repeats 15 % slow (both sides); start sd 0, 1, 2 %,
 the stop told the start sd or not.
+
+audit with starts: record and rerun 12 repeats over 3 server starts each, the stop as
+`with_audit_stop` sets it (the record's measured start-to-start sd at its upper bound,
+`stop_start_noise`; the first look at the last start, `first_look`), against the stop told
+nothing of the starts and looking from repeat 5 (before); start sd 0, 1, 2 %.
 
 repeats until: `decide` with {min 3, max 12, until 2 %, confidence 90 %} on normal, skewed,
 bimodal and autocorrelated repeats; measured_rate is the share of settled cells whose recorded
@@ -43,8 +53,15 @@ if str(ROOT) not in sys.path:
 
 from orchestrator.analyze.diff.model import MetricDelta, correct, metric_deltas  # noqa: E402
 from orchestrator.analyze.evidence import CellEvidence  # noqa: E402
-from orchestrator.execute.audit.stopping import AuditStopPolicy  # noqa: E402
+from orchestrator.analyze.replication import start_spread  # noqa: E402
+from orchestrator.execute.audit.stopping import (  # noqa: E402
+    AuditStopPolicy,
+    StartNoise,
+    first_look,
+    stop_start_noise,
+)
 from orchestrator.runner.repeat_rule import decide  # noqa: E402
+from orchestrator.runner.starts import runs_over_starts  # noqa: E402
 
 ALPHA = 0.05
 METRICS = ["output_throughput", *(f"metric_{i:02d}" for i in range(17))]
@@ -159,6 +176,141 @@ def diff_rows(seed: int, trials: int) -> list[Row]:
                 round(time.monotonic() - started, 2),
             )
         )
+    return rows
+
+
+def _starts_side(
+    rng: random.Random, starts: int, per_start: int, shift: float, start_sd: float, record: bool
+) -> CellEvidence:
+    """`starts` server starts of `per_start` repeats of every metric, each start offset by
+    `start_sd`; `record`: metrics.json's `starts` record (else read as repeats of one start)."""
+    values: dict[str, list[float]] = {m: [] for m in METRICS}
+    of_repeat: dict[str, int] = {}
+    for start in range(1, starts + 1):
+        offset = 1.0 + start_sd * rng.gauss(0.0, 1.0)
+        for _ in range(per_start):
+            of_repeat[str(len(of_repeat) + 1)] = start
+            for m in METRICS:
+                values[m].append(
+                    100.0 * (1 + shift) * offset * (1 + REPEAT_NOISE * rng.gauss(0, 1))
+                )
+    cell = _cell(values)
+    if record:
+        cell.metrics["starts"] = {"count": starts, "of_repeat": of_repeat, "metrics": {}}
+    return cell
+
+
+def diff_starts_rows(seed: int, trials: int) -> list[Row]:
+    """Family-wise false positives of 3 v 3 starts x 4 repeats, judged on start means (now)
+    and as repeats of one start (before), at start sd 0, 1, 2 %; power at +10 %."""
+    rows: list[Row] = []
+    for record in (True, False):
+        unit = "start means (Welch)" if record else "repeats, as before (rank test)"
+        for start_sd in (0.0, 0.01, 0.02):
+            started = time.monotonic()
+            rng = random.Random(f"diff-starts-{seed}-{start_sd}-{record}")
+            hits = {True: 0, False: 0}
+            for _ in range(trials):
+                a = _starts_side(rng, 3, 4, 0.0, start_sd, record)
+                b = _starts_side(rng, 3, 4, 0.0, start_sd, record)
+                deltas = metric_deltas(
+                    a, b, ["output_throughput"], ratio_threshold=0.0, alpha=ALPHA
+                )
+                for decides in (True, False):
+                    hits[decides] += any(m.significant for m in deltas if m.decides is decides)
+            seconds = round(time.monotonic() - started, 2)
+            for decides, family in ((True, "deciding (1)"), (False, "others (17)")):
+                rows.append(
+                    _row(
+                        "diff with starts: a change called where there is none (family-wise)",
+                        f"3 v 3 starts x 4 repeats, {family}, start sd {start_sd:.0%}, on {unit}",
+                        trials,
+                        ALPHA,
+                        hits[decides] / trials,
+                        seconds,
+                    )
+                )
+    started = time.monotonic()
+    rng = random.Random(f"diff-starts-power-{seed}")
+    found = 0
+    for _ in range(trials):
+        a = _starts_side(rng, 3, 4, 0.0, 0.02, True)
+        b = _starts_side(rng, 3, 4, 0.10, 0.02, True)
+        deltas = metric_deltas(a, b, ["output_throughput"], ratio_threshold=0.0, alpha=ALPHA)
+        found += bool(deltas[0].significant)
+    rows.append(
+        _row(
+            "diff with starts: power, every metric +10 % (deciding metric called)",
+            "3 v 3 starts x 4 repeats, start sd 2 %, on start means (Welch)",
+            trials,
+            None,
+            found / trials,
+            round(time.monotonic() - started, 2),
+        )
+    )
+    return rows
+
+
+def audit_starts_rows(seed: int, trials: int) -> list[Row]:
+    """The stop's wrong calls when record and rerun ran 3 starts each: told the record's
+    measured start spread (now) or nothing (before)."""
+    policy = AuditStopPolicy()
+    layout = [s for kind, _, s in runs_over_starts(0, 12, 3) if kind == "measure"]
+    rows: list[Row] = []
+    for start_sd in (0.0, 0.01, 0.02):
+        for measured in (True, False):
+            started = time.monotonic()
+            worst = 0.0
+            decided = runs = 0
+            for change in (0.0, AUDIT_TOLERANCE, -AUDIT_TOLERANCE):
+                truth = "same" if change == 0 else "higher" if change > 0 else "lower"
+                rng = random.Random(f"audit-starts-{seed}-{start_sd}-{measured}-{change}")
+                wrong = 0
+                for _ in range(trials):
+                    a = {s: 1 + start_sd * rng.gauss(0, 1) for s in (1, 2, 3)}
+                    b = {s: 1 + start_sd * rng.gauss(0, 1) for s in (1, 2, 3)}
+                    record = [_audit_draw(rng, 100.0, a[s], 0.0) for s in layout]
+                    first, noise = policy.min_repeats, 0.0
+                    if measured:
+                        first = first_look(12, 3, policy.min_repeats)
+                        told = StartNoise(
+                            start_spread(record, layout).between_sd, 3, 3, noise_z=policy.noise_z
+                        )
+                        noise = stop_start_noise(told, 12, first)
+                    rule = {
+                        "min": first,
+                        "max": 12,
+                        "metrics": ["m"],
+                        "against": {
+                            "reference": {"m": record},
+                            "tolerance": AUDIT_TOLERANCE,
+                            "error": policy.error,
+                            "noise_z": policy.noise_z,
+                            "start_noise": noise,
+                        },
+                    }
+                    rerun: list[float] = []
+                    for s in layout:
+                        rerun.append(_audit_draw(rng, 100.0 * (1 + change), b[s], 0.0))
+                        stop, judged = decide({"m": rerun}, rule, len(rerun))
+                        if stop is not None:
+                            break
+                    call = judged["m"]["verdict"]
+                    runs += 1
+                    decided += call is not None
+                    wrong += call is not None and call != truth
+                worst = max(worst, wrong / trials)
+            how = "told the record's measured start sd" if measured else "told nothing, as before"
+            rows.append(
+                _row(
+                    "audit --rerun stop, 3 starts a side: a wrong call (worst of the 3 truths)",
+                    f"start sd {start_sd:.0%}, {how}; decided {decided / runs:.0%}",
+                    trials,
+                    policy.error,
+                    worst,
+                    round(time.monotonic() - started, 2),
+                )
+            )
     return rows
 
 
@@ -307,10 +459,13 @@ def _row(
 
 
 def rows(seed: int = 0, quick: bool = False) -> list[dict[str, object]]:
-    """Every row: diff, run diff, the audit stop and repeats until."""
+    """Every row: diff, run diff, diff with starts, the audit stop (one start, and three a
+    side) and repeats until."""
     return [
         *diff_rows(seed, 200 if quick else 1000),
+        *diff_starts_rows(seed, 200 if quick else 1000),
         *audit_rows(seed, 100 if quick else 1000),
+        *audit_starts_rows(seed, 100 if quick else 1000),
         *until_rows(seed, 300 if quick else 2000),
     ]
 

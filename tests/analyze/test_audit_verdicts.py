@@ -59,7 +59,8 @@ def test_a_ttft_wobble_diff_calls_noise_does_not_fail_the_audit(tmp_path: Path) 
     }
     said = "\n".join(deciding_lines([verdict]))
     assert "judged on: output_throughput (the headline throughput metric" in said
-    assert "server.restart: per_cell" in said
+    assert "repeats of one start: each side ran one server start" in said
+    assert "bench.starts: N" in said and "Welch" not in said.split("note:")[1]
 
 
 def test_an_expected_metric_decides_and_moves_only_when_significant(tmp_path: Path) -> None:
@@ -89,7 +90,9 @@ def test_an_expected_metric_decides_and_moves_only_when_significant(tmp_path: Pa
     verdict = reproduction(*slower, tolerance=0.05)
     assert not verdict.reproduces
     rows = {r[1]: r[-1] for r in render_reproductions([verdict])}
-    assert rows["median_ttft_ms"] == "NO (outside tolerance, significant (mann-whitney, p=0.0286))"
+    assert rows["median_ttft_ms"] == (
+        "NO (outside tolerance, significant (mann-whitney, p=0.0286; repeats of one start))"
+    )
 
 
 def test_one_repeat_a_side_falls_back_to_the_tolerance(tmp_path: Path) -> None:

@@ -80,7 +80,8 @@ def test_a_busy_host_is_repeats_unstable_not_a_cause(tmp_path: Path) -> None:
     load = next(line for line in lines if "host load (1-minute" in line)
     assert "A 0.40 -> 0.50 (224 CPUs); B 1.90 -> 2.80 (224 CPUs)" in load
     row = next(line for line in lines if line.strip().startswith("output_throughput *"))
-    assert "yes (mann-whitney, p=0.00433; n=6/6)" in row and "B outlier #3=11.20" in row
+    assert "yes (mann-whitney, p=0.00433; repeats of one start, n=6/6)" in row
+    assert "B outlier #3=11.20" in row
 
     # the command line says the same, and --json names the unstable metric
     runs = (str(tmp_path / "busy" / "good"), str(tmp_path / "busy" / "bad"))
@@ -148,7 +149,8 @@ def test_one_of_18_metrics_at_p_0041_is_no_change_after_holm(tmp_path: Path) -> 
     assert table[0].startswith("output_throughput *")
     itl_row = next(line for line in table if line.startswith("p99_itl_ms"))
     assert "no (mann-whitney, p=0.0411, Holm p=" in itl_row and "over 17" in itl_row
-    assert "server.restart: per_cell" in text and "repeats are taken as independent" in text
+    assert "repeats of one start: each side ran one server start" in text
+    assert "start-to-start spread was not measured" in text and "bench.starts: N" in text
 
 
 def test_expect_names_decide_and_lead(tmp_path: Path) -> None:

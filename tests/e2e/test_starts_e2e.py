@@ -63,4 +63,5 @@ def test_repeats_spread_over_server_starts(tmp_path: Path) -> None:
     report = ok(orch("report", str(run), home=tmp_path / "home"))
     assert re.search(r"output_throughput: 3 server starts: start-to-start sd [\d.]+ %", report)
     diff = orch("diff", str(cells[0]), str(cells[1]), home=tmp_path / "home").stdout
-    assert "with the server start as the unit:" in diff and "on start means, 3 v 3 starts" in diff
+    assert "the server start is the unit of replication" in diff
+    assert "; 3 v 3 starts, n=6/6)" in diff

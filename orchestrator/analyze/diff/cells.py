@@ -27,13 +27,16 @@ from orchestrator.analyze.diff.host import (
 )
 from orchestrator.analyze.diff.model import (
     MISSING,
+    ONE_START,
     REPEATS_NOTE,
     SECTION_TITLES,
+    STARTS_NOTE,
     UNSET,
     CellDiff,
     CellRef,
     Entry,
     HostLoad,
+    MetricDelta,
     RunDiff,
     Section,
     as_dict,
@@ -46,7 +49,7 @@ from orchestrator.analyze.diff.model import (
 from orchestrator.analyze.diff.node_parts import node_label, paired_nodes
 from orchestrator.analyze.diff.profile import profile_section
 from orchestrator.analyze.evidence import CellEvidence, load_cells
-from orchestrator.analyze.replication import start_level_note
+from orchestrator.analyze.replication import NOT_MEASURED, start_spread, values_and_starts
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
 from orchestrator.results.documents import is_cell_dir
@@ -219,11 +222,35 @@ def _metrics_section(
 ) -> Section:
     section = Section("metrics", SECTION_TITLES["metrics"])
     section.metrics = metric_deltas(a, b, deciding, ratio_threshold=ratio_threshold, alpha=alpha)
-    if any(m.method == "mann-whitney" for m in section.metrics):
-        section.notes.append(REPEATS_NOTE)
-    starts = start_level_note(a.metrics, b.metrics, deciding[0]) if deciding else ""
-    section.notes += [starts] if starts else []  # the start as the unit (analyze/replication.py)
+    section.notes += unit_notes(section.metrics, a.metrics, b.metrics)
     return section
+
+
+def _spread(metrics: Mapping[str, Any], metric: str) -> str:
+    """A side's spread between and within its starts, from its values (as metrics.json's
+    `starts` record has it, recomputed so a record without it still shows it)."""
+    values, ids = values_and_starts(metrics, metric)
+    return start_spread(values, ids).text() if len(values) > 1 else NOT_MEASURED
+
+
+def unit_notes(
+    deltas: Sequence[MetricDelta], a: Mapping[str, Any], b: Mapping[str, Any]
+) -> list[str]:
+    """What the tests counted, said once under the table: start means where a side ran
+    several server starts (with each side's recorded spread of the first deciding metric so
+    judged), repeats of one start where each side ran one (their spread not measured)."""
+    notes: list[str] = []
+    by_starts = [m for m in deltas if m.unit not in (None, ONE_START)]
+    if by_starts:
+        notes.append(STARTS_NOTE)
+        shown = next((m for m in by_starts if m.decides), by_starts[0])
+        notes.append(
+            f"{shown.metric} start-to-start spread: A {_spread(a, shown.metric)}; "
+            f"B {_spread(b, shown.metric)}"
+        )
+    if any(m.unit == ONE_START for m in deltas):
+        notes.append(REPEATS_NOTE)
+    return notes
 
 
 def _load(snapshot: Snapshot) -> float | None:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from orchestrator.adapters.base import HEADLINE_THROUGHPUT
 from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.analyze.metrics import REPEAT_KEY, finite_number
+from orchestrator.analyze.replication import compare_starts
 from orchestrator.analyze.stats import (
     UNSTABLE_SPREAD,
     compare,
@@ -74,7 +75,9 @@ class Outlier:
 class MetricDelta:
     """One metric on both sides: medians, relative change and whether it is significant.
 
-    `p_value` is the exact rank test's own (`stats.rank_test`, every size from 2 a side);
+    `p_value` is the exact rank test's own (`stats.rank_test`, every size from 2 a side) where
+    each side ran one server start; where a side ran several, it is Welch's t on the start
+    means (`replication.compare_starts`: the start is the unit of replication), `unit` says which;
     `p_adjusted` is it after Holm's correction over the metrics of its family (the deciding
     ones, or the others; in a run diff, over every paired cell), and `significant` rests on it
     and on `moved`. `smallest_p`: the least p these sizes could give.
@@ -101,6 +104,10 @@ class MetricDelta:
     outliers_b: list[Outlier] = field(default_factory=list)
     spread_a: float | None = None  # robust relative spread of the repeats (`stats`)
     spread_b: float | None = None
+    starts_a: int = 1  # server starts the values came from (metrics.json's `starts`)
+    starts_b: int = 1
+    # what the test counted: "3 v 3 starts" (start means) or "repeats of one start"
+    unit: str | None = None
 
     @property
     def unstable(self) -> bool:
@@ -252,11 +259,17 @@ def deciding_metrics(*cells: CellEvidence) -> tuple[list[str], str]:
 
 # How every metric verdict treats repeats, said beside the verdicts (diff and audit alike).
 REPEATS_NOTE = (
-    "repeats are taken as independent, but the repeats of a cell run against one server start "
-    "(shared warm caches, placement, clocks), so p-values are optimistic about a new start; "
-    "`server.restart: per_cell` gives each cell its own start, and cells repeated across "
-    "starts (or runs) show the noise between starts"
+    "repeats of one start: each side ran one server start, so its repeats share its warm "
+    "caches, placement and clocks and the test counts repeats; the start-to-start spread was "
+    "not measured and the p-values hold only where it is small (on GPUs often 1-2 %); "
+    "`bench.starts: N` measures it and makes the start the unit"
 )
+STARTS_NOTE = (
+    "the server start is the unit of replication: where a side ran several starts, each "
+    "start's mean (of logs) is one value and the sides are compared by Welch's t on them "
+    "(Student's t where one side ran one start, its spread taken from the other)"
+)
+ONE_START = "repeats of one start"
 
 
 def numbered_values(cell: CellEvidence, metric: str) -> list[tuple[int, float]]:
@@ -269,6 +282,14 @@ def numbered_values(cell: CellEvidence, metric: str) -> list[tuple[int, float]]:
         if value is not None:
             out.append((number if isinstance(number, int) else index, value))
     return out or [(1, v) for v in cell.values(metric)]
+
+
+def start_ids(cell: CellEvidence, numbered: list[tuple[int, float]]) -> list[int]:
+    """The server start of each numbered value (metrics.json's `starts.of_repeat`; start 1
+    where the cell ran one start or the repeat is not listed)."""
+    starts = cell.metrics.get("starts") if isinstance(cell.metrics, Mapping) else None
+    of_repeat = as_dict(as_dict(starts).get("of_repeat"))
+    return [int(of_repeat.get(str(number), 1)) for number, _ in numbered]
 
 
 def _outliers(numbered: list[tuple[int, float]]) -> tuple[list[Outlier], float | None]:
@@ -328,9 +349,33 @@ def metric_deltas(
                 delta.significant = None if c.moved else False
             elif c.p_value is not None:
                 delta.significant = c.moved  # and the Holm-adjusted p below
+            _by_starts(delta, (xs, start_ids(a, va)), (ys, start_ids(b, vb)), alpha)
         out.append(delta)
     correct(out, alpha)
     return out
+
+
+def _by_starts(
+    delta: MetricDelta,
+    a: tuple[list[float], list[int]],
+    b: tuple[list[float], list[int]],
+    alpha: float,
+) -> None:
+    """Judge the delta on start means where either side ran more than one server start (its
+    repeats are not independent: a start's offset is shared by all of them); with one start
+    each the rank test on repeats stays, its unit said."""
+    delta.starts_a, delta.starts_b = len(set(a[1])), len(set(b[1]))
+    if delta.starts_a < 2 and delta.starts_b < 2:
+        delta.unit = ONE_START if delta.p_value is not None else None
+        return
+    judged = compare_starts(a[0], a[1], b[0], b[1], alpha=alpha)
+    if judged.p_value is None:
+        return
+    delta.method = f"{judged.method} on start means"
+    delta.p_value = judged.p_value
+    delta.smallest_p = 0.0  # a t-test can reach any p
+    delta.unit = f"{delta.starts_a} v {delta.starts_b} starts"
+    delta.significant = delta.moved  # and the Holm-adjusted p (`correct`)
 
 
 def correct(deltas: list[MetricDelta], alpha: float) -> None:

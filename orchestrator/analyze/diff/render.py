@@ -72,7 +72,9 @@ def _metric_lines(metrics: list[MetricDelta]) -> list[str]:
         elif m.significant is None:
             verdict = "n/a (missing on one side)"
         else:
-            verdict = f"{'yes' if m.significant else 'no'} ({_test_text(m)}; n={m.n_a}/{m.n_b})"
+            unit = f"{m.unit}, " if m.unit else ""
+            said = "yes" if m.significant else "no"
+            verdict = f"{said} ({_test_text(m)}; {unit}n={m.n_a}/{m.n_b})"
         delta = "-" if m.delta_pct is None else f"{m.delta_pct:+.1f}%"
         name = f"{m.metric} *" if m.decides else m.metric
         row = [name, format_number(m.median_a), format_number(m.median_b), delta, verdict]

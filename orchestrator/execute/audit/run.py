@@ -18,7 +18,7 @@ from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.config.host import Inventory
 from orchestrator.config.inventory.load import load_inventory
 from orchestrator.errors import InputError
-from orchestrator.execute.audit.stopping import stop_line, with_audit_stop
+from orchestrator.execute.audit.stopping import start_noise_line, stop_line, with_audit_stop
 from orchestrator.execute.audit.verdicts import (
     deciding_lines,
     host_drift,
@@ -116,6 +116,15 @@ def _reproduction(run: RunBundle, inv: Inventory, request: AuditRequest, out: Ec
         else cell
         for cell in picked
     ]
+    told = [
+        start_noise_line(cell, recorded[cell.id])
+        for cell in cells
+        if cell.id in recorded and cell.bench.settle and cell.bench.settle.against
+    ]
+    if told:  # before the rerun: which start-to-start spread the stops are told
+        out("rerun stops, start-to-start spread:")
+        for line in told:
+            out(line)
     outcome = run_recorded(
         run,
         cells,

@@ -17,7 +17,9 @@ from typing import Any
 
 from orchestrator.analyze.diff.cells import diff_cells
 from orchestrator.analyze.diff.model import (
+    ONE_START,
     REPEATS_NOTE,
+    STARTS_NOTE,
     CellDiff,
     Section,
     deciding_metrics,
@@ -71,6 +73,7 @@ class MetricReproduction:
     p_adjusted: float | None = None  # Holm over the judged (or the other) metrics
     unstable: bool = False  # an outlying repeat or a high spread on either side
     cannot_reach: str | None = None  # the sizes' smallest p cannot reach alpha (`stats`)
+    unit: str | None = None  # what the test counted: "3 v 3 starts", "repeats of one start"
 
     @property
     def reproduces(self) -> bool:
@@ -287,6 +290,7 @@ def reproduction(
                 p_adjusted=d.p_adjusted,
                 unstable=d.unstable,
                 cannot_reach=d.cannot_reach,
+                unit=d.unit,
             )
         )
     return out
@@ -321,9 +325,10 @@ def render_reproductions(items: Sequence[CellReproduction]) -> list[list[str]]:
 
 
 def _test(m: MetricReproduction) -> str:
+    unit = f"; {m.unit}" if m.unit else ""
     if m.p_adjusted is not None and m.p_adjusted != m.p_value:
-        return f"{m.method}, p={m.p_value:.3g}, Holm p={m.p_adjusted:.3g}"
-    return f"{m.method}, p={m.p_value:.3g}" if m.p_value is not None else m.method
+        return f"{m.method}, p={m.p_value:.3g}, Holm p={m.p_adjusted:.3g}{unit}"
+    return f"{m.method}, p={m.p_value:.3g}{unit}" if m.p_value is not None else m.method
 
 
 def _verdict(m: MetricReproduction) -> str:
@@ -358,9 +363,14 @@ def deciding_lines(items: Sequence[CellReproduction]) -> list[str]:
             lines.append(f"judged on: {', '.join(names)} ({what}; {cells})")
     lines.append(
         "test: as orch diff: a metric fails to reproduce when it moved past the tolerance and "
-        "the move is significant (exact Mann-Whitney U, ties included, Holm-corrected over "
-        "the judged metrics; where the repeats are too few for its p to reach alpha: can't "
-        "tell, counted as reproduced; one repeat a side: the tolerance alone)"
+        "the move is significant (exact Mann-Whitney U, ties included, or Welch's t on start "
+        "means where a side ran several server starts; Holm-corrected over the judged "
+        "metrics; where the repeats are too few for its p to reach alpha: can't tell, counted "
+        "as reproduced; one repeat a side: the tolerance alone)"
     )
-    lines.append(f"note: {REPEATS_NOTE}")
+    units = {m.unit for item in items for m in item.metrics if m.judged and m.unit}
+    if units - {ONE_START}:
+        lines.append(f"note: {STARTS_NOTE}")
+    if ONE_START in units:
+        lines.append(f"note: {REPEATS_NOTE}")
     return lines
