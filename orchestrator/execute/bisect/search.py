@@ -127,7 +127,7 @@ class BisectPolicy:
     max_end_runs: int = 4  # runs of each end before ends too close to tell apart are refused
     # Each inner commit's chance of a wrong call (Wald's bounds) against the noise within a
     # start: a start-to-start spread, a slow start or a drift make it larger (measured in
-    # bench/verdicts/bisect.py); the answer's confirmation is what bounds the answer's error.
+    # bench/verdicts/bisection.py); the answer's confirmation is what bounds the answer's error.
     error: float = 0.001
     # A decided commit's mean must be within this many standard errors of its side's (the
     # noise itself estimated from a few repeats): else it is neither end, and stays open.
