@@ -101,7 +101,7 @@ def _playbook(image: str, mounts: list[str], conf: str, port: int, repeats: int)
                 },
                 "repeats": repeats,
             },
-            "snapshot": {"pip_freeze": False, "topo": False},
+            "snapshot": {"pip_freeze": True, "topo": False},
             "timeouts": {"cell": 180},
         }
     )
@@ -192,6 +192,9 @@ def test_the_sim_server_runs_in_its_pinned_image_with_its_env_verified_inside(
     assert "torch" not in inside["versions"] and "torch" in inside["version_errors"]
     assert "No module named 'sglang'" in inside["version_errors"]["sglang"]
     assert record["inside"] == inside
+    # The host's freeze would be taken for the server's: the host snapshot has none.
+    host = json.loads((cell / "snapshot.pre.json").read_text())
+    assert "disabled" in host["pip_freeze"]["absent"], host["pip_freeze"]
 
 
 def test_a_sigkilled_runner_leaves_no_container_running(
