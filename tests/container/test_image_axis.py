@@ -40,6 +40,9 @@ def test_two_images_as_an_axis_run_pinned_each_in_its_own_session(
     }
     assert digests["v1"] != digests["v2"]
     book = study_playbook(tags, podman_env["CONTAINERS_CONF"], _free_port(), repeats=2, prompts=4)
+    # A bench axis too: the cells of one image share its server, those of the other do not.
+    book["matrix"]["conc"] = [1, 2]
+    book["bench"]["args"]["max-concurrency"] = "{{ matrix.conc }}"
     (tmp_path / "pb.yml").write_text(yaml.safe_dump(book))
     (tmp_path / "home").mkdir()
     env = {**podman_env, "HOME": str(tmp_path / "home")}
@@ -49,8 +52,10 @@ def test_two_images_as_an_axis_run_pinned_each_in_its_own_session(
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     cells = sorted((tmp_path / "results").glob("*/cells/*"))
-    assert len(cells) == 2
+    assert len(cells) == 4
     by_version: dict[str, Path] = {}
+    sessions: dict[str, set[str]] = {"v1": set(), "v2": set()}
+    reads: dict[str, list[dict[str, object]]] = {"v1": [], "v2": []}
     for cell in cells:
         record = json.loads((cell / "server.json").read_text())["container"]
         version = record["image"].rsplit(":", 1)[1]
@@ -58,14 +63,18 @@ def test_two_images_as_an_axis_run_pinned_each_in_its_own_session(
         assert record["image_id"] == record["running_image_id"]
         info = json.loads((cell / "cell.json").read_text())
         assert info["status"] == "passed"
-        assert info["session"]["started_server"] is True  # a different digest: its own server
-        inside = json.loads((cell / "snapshot.image.json").read_text())["inside"]
+        sessions[version].add(info["session"]["key"])
+        image = json.loads((cell / "snapshot.image.json").read_text())
+        assert image["labels"] == {"org.opencontainers.image.version": version}
         kernels = "1.0" if version == "v1" else "1.1"
-        assert f"orch-sim-kernels=={kernels}" in inside["freeze"], inside
-        labels = json.loads((cell / "snapshot.image.json").read_text())["labels"]
-        assert labels == {"org.opencontainers.image.version": version}
-        by_version[version] = cell
-    assert len({json.loads((c / "cell.json").read_text())["session"]["key"] for c in cells}) == 2
+        assert f"orch-sim-kernels=={kernels}" in image["inside"]["freeze"], image
+        reads[version].append(image["inside"])
+        if info["session"]["started_server"]:
+            by_version[version] = cell
+    # one server per digest, its two cells in it, the later one reusing the first one's read
+    assert len(sessions["v1"]) == len(sessions["v2"]) == 1 and sessions["v1"] != sessions["v2"]
+    assert set(by_version) == {"v1", "v2"}
+    assert reads["v1"][0] == reads["v1"][1] and reads["v2"][0] == reads["v2"][1]
     argv = [
         sys.executable,
         "-m",
