@@ -97,3 +97,11 @@ def test_the_serving_stack_is_the_one_inside_the_image(tmp_path: Path) -> None:
         "vllm": ["0.32.0", "0.32.0"],
         "torch": ["2.13.0+cpu", "2.13.0+cpu"],
     }
+
+
+def test_a_server_moved_into_an_image_is_named_first(tmp_path: Path) -> None:
+    diff = diff_cells(_cell(tmp_path / "a", None), _cell(tmp_path / "b", _record("v1", V1, FREEZE)))
+    assert diff.differing[0].name == "image"
+    assert render_diff(diff).splitlines()[2] == (
+        "image: (none: on the host) -> localhost:5000/orch/sim:v1 (sha256:abababababab)"
+    )
