@@ -9,6 +9,7 @@ running server over (server sessions) knows its container too.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -31,12 +32,45 @@ from orchestrator.runner.container import (
 from orchestrator.runner.context import CellContext
 from orchestrator.runner.guard import GUARD
 from orchestrator.runner.image import ImageRefError, parse_image
+from orchestrator.runner.layout import SERVER_JSON, SNAPSHOT_IMAGE
 from orchestrator.runner.procs import MARKER_VAR, proc_alive
-from orchestrator.runner.protocol import StepFailed
+from orchestrator.runner.protocol import StepFailed, write_json
 from orchestrator.runner.registry import registry_digest
 
 PULL_TIMEOUT = 3600.0  # seconds: an engine's image is tens of GB
 STARTED_TIMEOUT = 120.0  # seconds from `run` until the container's init runs
+INSIDE_TIMEOUT = 180.0  # seconds for the snapshot inside: importing torch takes a while
+# Run inside the container by its Python (argv: the engine's module names): what is installed
+# there, as JSON on stdout; each part that fails says why instead of failing the whole read.
+INSIDE_SCRIPT = r"""
+import importlib, json, subprocess, sys
+out = {"python": sys.version.split()[0], "python_full": sys.version, "executable": sys.executable}
+try:
+    p = subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze",
+                        "--disable-pip-version-check"], capture_output=True, text=True, timeout=120)
+    if p.returncode == 0:
+        out["freeze"], out["freeze_from"] = p.stdout.splitlines(), "pip list --format=freeze"
+    else:
+        out["pip_error"] = (p.stderr or p.stdout).strip()[-300:]
+except Exception as exc:
+    out["pip_error"] = "%s: %s" % (type(exc).__name__, exc)
+if "freeze" not in out:
+    try:
+        import importlib.metadata as md
+        dists = md.distributions()
+        out["freeze"] = sorted("%s==%s" % (d.metadata["Name"], d.version) for d in dists)
+        out["freeze_from"] = "importlib.metadata (pip failed)"
+    except Exception as exc:
+        out["freeze_error"] = "%s: %s" % (type(exc).__name__, exc)
+out["versions"], out["version_errors"] = {}, {}
+for name in ["torch"] + sys.argv[1:]:
+    try:
+        out["versions"][name] = str(getattr(importlib.import_module(name), "__version__", "?"))
+    except BaseException as exc:
+        out["version_errors"][name] = "%s: %s" % (type(exc).__name__, str(exc)[:200])
+print(json.dumps(out))
+"""
+ENGINE_MODULES = ("sglang", "vllm")  # adapters whose name is the engine's importable module
 
 
 def engine_env(doc: Dict[str, Any], base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -115,6 +149,7 @@ class ContainerSteps(CellContext):
             "run_ref": spec.image.run_ref(),
             "image_id": pinned_id,
             "runtime_version": runtime_version(runtime, run_env),
+            "labels": image_labels(runtime, spec.image.run_ref(), run_env),
         }
         moved = tag_now(str(doc["image"]), spec.image.digest, doc)
         if moved:
@@ -151,6 +186,43 @@ class ContainerSteps(CellContext):
                 "the container %s runs image %s, not the pinned %s (%s)"
                 % (name, ran if rc == 0 else "?", doc["digest"], doc["image_id"])
             )
+
+    def container_inside_snapshot(self) -> None:
+        """Read what the running container holds (Python, its packages, torch's and the
+        engine's versions) into `snapshot.image.json` and the container's record; a read that
+        fails is recorded with why, never failing the cell. A session's later cells reuse the
+        first read: it is the same container."""
+        doc = (self.server_doc or {}).get("container")
+        if not isinstance(doc, dict):
+            return
+        if not isinstance(doc.get("inside"), dict):
+            doc["inside"] = read_inside(doc, self.inside_python(), self.engine_modules())
+            write_json(self.path(SERVER_JSON), self.server_doc)
+        write_json(
+            self.path(SNAPSHOT_IMAGE),
+            {
+                "image": doc.get("image"),
+                "digest": doc.get("digest"),
+                "image_id": doc.get("image_id"),
+                "labels": doc.get("labels"),
+                "runtime": doc.get("runtime"),
+                "runtime_version": doc.get("runtime_version"),
+                "inside": doc["inside"],
+            },
+        )
+
+    def inside_python(self) -> str:
+        """The Python inside the image: the server's argv[0] when it is one, else python3."""
+        argv = [str(a) for a in (self.server or {}).get("argv") or ()]
+        if argv and os.path.basename(argv[0]).startswith("python"):
+            return argv[0]
+        return "python3"
+
+    def engine_modules(self) -> List[str]:
+        """The engine's module whose version is read inside (sglang, vllm), if the adapter
+        names one."""
+        adapter = str((self.server or {}).get("adapter") or "")
+        return [adapter] if adapter in ENGINE_MODULES else []
 
     def container_roots(self) -> List[int]:
         """The container's init pid (its processes' root on the host), if it runs one."""
@@ -216,6 +288,40 @@ def container_moved_warning(record: Dict[str, Any]) -> str:
         record["tag_moved_to"],
         record["digest"],
     )
+
+
+def read_inside(doc: Dict[str, Any], python: str, modules: List[str]) -> Dict[str, Any]:
+    """INSIDE_SCRIPT's answer run in the container `doc` names, or {"error": why}."""
+    runtime, name = str(doc["runtime"]), str(doc["name"])
+    argv = [runtime, "exec", name, python, "-c", INSIDE_SCRIPT, *modules]
+    began = time.monotonic()
+    rc, out = engine_output(argv, engine_env(doc), INSIDE_TIMEOUT)
+    seconds = round(time.monotonic() - began, 3)
+    if rc != 0:
+        return {"error": "%s exec %s %s failed (rc %d): %s" % (runtime, name, python, rc, out)}
+    try:
+        data = json.loads(out.splitlines()[-1]) if out else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return {"error": "the read inside printed no JSON: %s" % out[-300:]}
+    data["seconds"] = seconds
+    return data
+
+
+def image_labels(runtime: str, ref: str, env: Dict[str, str]) -> Optional[Dict[str, Any]]:
+    """The image's labels as the runtime on the host reads them ({} for none), None when it
+    cannot say."""
+    rc, out = engine_output(
+        [runtime, "image", "inspect", "--format", "{{json .Config.Labels}}", ref], env, 60.0
+    )
+    if rc != 0:
+        return None
+    try:
+        labels_doc = json.loads(out)
+    except ValueError:
+        return None
+    return labels_doc if isinstance(labels_doc, dict) else {}
 
 
 def runtime_version(runtime: str, env: Dict[str, str]) -> Optional[str]:

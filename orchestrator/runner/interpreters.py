@@ -106,8 +106,8 @@ def cached_answers(python: str, pip_freeze: bool, repo_dir: Optional[str] = None
     if not entry or _interpreter_state(python, entry["paths"]) != entry["state"]:
         return {}
     answers = dict(entry["answers"])
-    if pip_freeze and not isinstance(answers.get("pip_freeze"), list):
-        answers.pop("pip_freeze", None)  # taken while pip_freeze was off: take it now
+    if not pip_freeze or not isinstance(answers.get("pip_freeze"), list):
+        answers.pop("pip_freeze", None)  # off now (said so), or taken while it was off
     if entry.get("freeze") != freeze_key(entry["paths"], repo_dir):
         answers.pop("pip_freeze", None)  # a checkout moved: its editable line may differ
     return answers

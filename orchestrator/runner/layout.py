@@ -12,6 +12,7 @@ SERVER_JSON = "server.json"
 ENV_CHECK_JSON = "env_check.json"
 SNAPSHOT_PRE = "snapshot.pre.json"
 SNAPSHOT_POST = "snapshot.post.json"
+SNAPSHOT_IMAGE = "snapshot.image.json"  # read inside a server's container (server.container)
 EVENTS = "events.jsonl"
 SERVER_LOG = "server.log"
 SETUP_LOG = "setup.log"

@@ -320,6 +320,7 @@ class ServerSteps(PreflightSteps):
         self.ready_info = {"seconds": round(now() - start, 3), "url": url, "log": ready.get("log")}
         if gen_url:
             self.ready_info["generate"] = gen_url
+        self.container_inside_snapshot()  # up and answering: its imports are what it serves
         if not url and scanner is None:
             # Recorded so a reader of cell.json knows "ready" only meant "still running".
             return {

@@ -125,6 +125,7 @@ class SessionSteps(ServerSteps):
             "shared": True,
             "start_ready_seconds": self.session.get("start_ready_seconds"),
         }
+        self.container_inside_snapshot()  # the session's container, read once by its first cell
         detail["seconds"] = self.ready_info["seconds"]
         self.session["reset"] = {k: v for k, v in detail.items() if k in ("between", "reset")}
         return detail

@@ -111,7 +111,12 @@ class SnapshotStep(CellContext):
     # steps 4 and 11: snapshots
     def do_snapshot(self, name: str, server_log: Optional[str]) -> Dict[str, Any]:
         python = None
-        if self.server:
+        options = dict(self.cell.get("snapshot") or {})
+        if self.server and isinstance(self.server.get("container"), dict):
+            # its Python and packages are inside the image (snapshot.image.json): the host's
+            # of the same path would be recorded as if they ran
+            options["pip_freeze"] = False
+        elif self.server:
             argv = list(self.server["argv"])
             python = python_of(argv, self.server_env().get("PATH"))
         timeout = PROBE_TIMEOUT if not self.cleaning else min(PROBE_TIMEOUT, 60.0)
@@ -121,7 +126,7 @@ class SnapshotStep(CellContext):
             server_log,
             timeout,
             cancelled=None if self.cleaning else self.stop_event.is_set,
-            options=self.cell.get("snapshot") or {},
+            options=options,
         )
         write_json(self.path(name), data)
         if self.stop_event.is_set() and not self.cleaning:

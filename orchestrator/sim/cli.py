@@ -52,3 +52,12 @@ def nvidia_smi(args: tuple[str, ...]) -> None:
     from orchestrator.sim import smi
 
     sys.exit(smi.main(list(args)))
+
+
+@sim.command(context_settings=_PASS, add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def images(args: tuple[str, ...]) -> None:
+    """Build (cached) and push the simulator's images v1 and v2: --registry HOST:PORT ..."""
+    from orchestrator.sim import images as images_mod
+
+    sys.exit(images_mod.main(list(args)))

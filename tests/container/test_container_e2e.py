@@ -101,7 +101,7 @@ def _playbook(image: str, mounts: list[str], conf: str, port: int, repeats: int)
                 },
                 "repeats": repeats,
             },
-            "snapshot": {"pip_freeze": False, "topo": False},
+            "snapshot": {"pip_freeze": True, "topo": False},
             "timeouts": {"cell": 180},
         }
     )
@@ -180,6 +180,21 @@ def test_the_sim_server_runs_in_its_pinned_image_with_its_env_verified_inside(
         assert p["vars"]["ORCH_SIM_SEED"]["ok"] and p["vars"]["NCCL_ALGO"]["ok"]
     names = _run(["podman", "ps", "-a", "--format", "{{.Names}}"], podman_env).split()
     assert record["name"] not in names
+    # What the image holds, read inside the running container beside the host's snapshot.
+    image = json.loads((cell / "snapshot.image.json").read_text())
+    assert image["digest"] == digest and image["labels"] == {}
+    assert image["runtime_version"] == record["runtime_version"]
+    inside = image["inside"]
+    assert inside["python"] == sys.version.split()[0]
+    assert inside["executable"].startswith(sys.prefix)  # the server's own interpreter
+    assert any(line.lower().startswith("pyyaml==") for line in inside["freeze"]), inside
+    # Neither torch nor the engine is in the simulator's venv: each says why, the cell passed.
+    assert "torch" not in inside["versions"] and "torch" in inside["version_errors"]
+    assert "No module named 'sglang'" in inside["version_errors"]["sglang"]
+    assert record["inside"] == inside
+    # The host's freeze would be taken for the server's: the host snapshot has none.
+    host = json.loads((cell / "snapshot.pre.json").read_text())
+    assert "disabled" in host["pip_freeze"]["absent"], host["pip_freeze"]
 
 
 def test_a_sigkilled_runner_leaves_no_container_running(

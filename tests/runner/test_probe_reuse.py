@@ -45,6 +45,16 @@ def test_answers_are_reused_until_site_packages_change(tmp_path: Path) -> None:
     assert _interpreter_items(fourth) == ["python", "torch"]
 
 
+def test_a_freeze_taken_earlier_is_not_reused_when_it_is_off_now() -> None:
+    """The host's facts take the runner's freeze first; a cell whose server runs in a container
+    turns it off for its own snapshot: none is recorded there, not the runner's."""
+    first = probe.snapshot(python=sys.executable, pip_freeze=True, topo=False)
+    assert isinstance(first["pip_freeze"], list)
+    second = probe.snapshot(python=sys.executable, pip_freeze=False, topo=False)
+    assert second["pip_freeze"] == {"absent": "disabled (snapshot.pip_freeze: false)"}
+    assert _interpreter_items(second) == ["python", "torch"]
+
+
 def test_gpu_items_and_nvcc_are_reused_while_the_gpus_and_tools_stay_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

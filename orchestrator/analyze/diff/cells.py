@@ -25,6 +25,7 @@ from orchestrator.analyze.diff.host import (
     serving_stack,
     system_section,
 )
+from orchestrator.analyze.diff.image import container_of, image_section
 from orchestrator.analyze.diff.model import (
     MISSING,
     ONE_START,
@@ -294,6 +295,7 @@ def diff_cells(
     deciding, deciding_from = deciding_metrics(a, b)
     nodes = _node_sections(a, b)
     sections = [
+        *([image_section(a, b)] if container_of(a) or container_of(b) else []),  # images first
         code_section(a, b, repo_path),
         packages_section(a, b),
         _environment_section(a, b),

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from orchestrator.analyze.diff.image import container_of, packages_inside
 from orchestrator.analyze.diff.model import (
     SECTION_TITLES,
     Entry,
@@ -75,6 +76,8 @@ def serving_stack(a: CellEvidence, b: CellEvidence) -> dict[str, list[str | None
     """The serving stack's versions on each side (`STACK`, as pip freeze of the server's own
     interpreter recorded them): name -> [A's, B's]; a name neither side has is left out."""
     (fa, _), (fb, _) = _pip_freeze_of(a.pre), _pip_freeze_of(b.pre)
+    # a server in a container ran the packages read inside its image, not the host's
+    fa, fb = packages_inside(container_of(a)) or fa, packages_inside(container_of(b)) or fb
     out: dict[str, list[str | None]] = {}
     for name in STACK:
         va, vb = (fa or {}).get(name), (fb or {}).get(name)

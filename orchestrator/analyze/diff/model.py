@@ -25,6 +25,7 @@ from orchestrator.analyze.stats import (
 from orchestrator.cell import canonical_json
 
 SECTION_TITLES: dict[str, str] = {
+    "image": "image (container digest, labels, packages inside)",
     "code": "code (repo ref, commit, tree state)",
     "packages": "packages (pip freeze)",
     "environment": "environment (as the server processes saw it)",
@@ -36,7 +37,7 @@ SECTION_TITLES: dict[str, str] = {
     "metrics": "metrics",
 }
 # Sections only a diff of cells that have them shows (both without a profile: no section).
-OPTIONAL_SECTIONS = ("profile",)
+OPTIONAL_SECTIONS = ("image", "profile")
 # The sections every cell diff has, in order.
 SECTION_ORDER: tuple[str, ...] = tuple(k for k in SECTION_TITLES if k not in OPTIONAL_SECTIONS)
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from tabulate import tabulate
 
+from orchestrator.analyze.diff.image import image_headline
 from orchestrator.analyze.diff.model import (
     SECTION_ORDER,
     SECTION_TITLES,
@@ -173,6 +174,10 @@ def _cell_diff_lines(diff: CellDiff, max_lines_inline: int, spill_dir: Path | No
         if ref.status not in (None, "passed"):
             step = f" at step {ref.failed_step}" if ref.failed_step else ""
             lines.append(f"{side} {ref.status}{step}: {ref.reason or '(no reason recorded)'}")
+    image = next((s for s in diff.sections if s.name == "image"), None)
+    headline = image_headline(image) if image is not None else None
+    if headline:  # a different image is named before anything else, as a commit is
+        lines.append(headline)
     unstable = unstable_line(diff)
     if unstable:
         lines.append(unstable)
