@@ -405,8 +405,7 @@ class Investigation:
             looks=LOOKS,
             look=look,
             start_sd=self.unit.judged_sd,
-            # one start a cell: repeats are the unit, as the plan says (K = 1 keeps that)
-            starts=self.start_ids if self.unit.measures else None,
+            starts=self.unit.judged_starts(self.start_ids),
         )
 
     # -- the report ----------------------------------------------------------------------------

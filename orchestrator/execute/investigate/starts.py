@@ -21,6 +21,11 @@ from orchestrator.analyze.replication import recorded_spread, values_and_starts
 # Server starts each cell runs when no between-start sd is given or recorded: 3 starts a side
 # hold the 5 % with a 2 % start-to-start sd (bench/verdicts/investigate.py).
 DEFAULT_STARTS = 3
+# A recorded between-start sd is taken as known (with its degrees of freedom) only from this
+# many: below, its estimate is too often near 0 (4 null factors, 2 % start sd: 3 starts a side
+# blamed one in 10-13 % of investigations, 5 a side 7.7 %, 10 a side 5.0 %); the
+# investigation measures instead.
+RECORDED_MIN_DOF = 16
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class StartUnit:
     starts: int
     sd: float | None
     source: str  # "--start-sd", "recorded by GOOD and BAD (6 starts)", "" (none known)
+    dof: float = math.inf  # behind `sd`: a record's starts less one a side (inf: given)
 
     @property
     def measures(self) -> bool:
@@ -42,12 +48,18 @@ class StartUnit:
         """The sd added to a side measured on one start (0: none known)."""
         return self.sd or 0.0
 
+    def judged_starts(self, ids: Mapping[str, Sequence[str]]) -> Mapping[str, Sequence[str]] | None:
+        """The start ids `judge` counts as units: all of them where every cell ran several
+        starts; none with one start a cell (repeats the unit, `judged_sd` added)."""
+        return ids if self.measures else None
+
     def plan_line(self, cells: int) -> str:
         """The plan's line on the unit of replication and what it costs."""
         if self.measures:
             known = (
-                f"; the {self.source} between-start sd {self.judged_sd:.1%} is not used"
-                if (self.sd is not None)
+                f"; the between-start sd {self.judged_sd:.1%} {self.source} rests on too few "
+                f"starts to take as known ({RECORDED_MIN_DOF} starts beyond one a side needed)"
+                if self.sd is not None
                 else ""
             )
             return (
@@ -58,9 +70,10 @@ class StartUnit:
                 "(--starts 1 to skip)"
             )
         if self.sd is not None:
+            estimated = f", {self.dof:.0f} degrees of freedom" if math.isfinite(self.dof) else ""
             return (
                 f"unit: each cell is one server start; a between-start sd of {self.sd:.1%} "
-                f"({self.source}) is added to each side"
+                f"({self.source}{estimated}) is added to each side"
             )
         return (
             "unit: each cell is one server start; between-start spread not measured; verdicts "
@@ -70,7 +83,9 @@ class StartUnit:
 
     def as_dict(self) -> dict[str, Any]:
         """investigation.json's `start_unit`."""
-        return {"starts": self.starts, "start_sd": self.sd, "source": self.source or None}
+        dof = self.dof if math.isfinite(self.dof) else None
+        return {"starts": self.starts, "start_sd": self.sd, "source": self.source or None,
+                "dof": dof}  # fmt: skip
 
 
 def start_unit(
@@ -94,10 +109,13 @@ def start_unit(
         dof += spread.starts - 1
         names.append(name)
         count += spread.starts
-    if dof:
-        source = f"recorded by {' and '.join(names)} ({count} starts)"
-        return StartUnit(starts if starts is not None else 1, math.sqrt(weighted / dof), source)
-    return StartUnit(starts if starts is not None else DEFAULT_STARTS, None, "")
+    if not dof:
+        return StartUnit(starts if starts is not None else DEFAULT_STARTS, None, "")
+    source = f"recorded by {' and '.join(names)} ({count} starts)"
+    sd = math.sqrt(weighted / dof)
+    if dof < RECORDED_MIN_DOF:  # too few starts to lean on: measured, the record said
+        return StartUnit(starts if starts is not None else DEFAULT_STARTS, sd, source, dof)
+    return StartUnit(starts if starts is not None else 1, sd, source, float(dof))
 
 
 def start_ids(metrics: Mapping[str, Any], metric: str, cell_id: str) -> list[str] | None:
