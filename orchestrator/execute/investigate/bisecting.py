@@ -3,15 +3,33 @@ its own (resumable: its run id is said in investigation.json as soon as it exist
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from orchestrator.analyze.investigate.factors import Factor
+from orchestrator.cell import Cell
+from orchestrator.config.host import Inventory
 from orchestrator.execute.bisect.run import Bisection, BisectSetup
+from orchestrator.execute.investigate.sides import Side
 from orchestrator.execute.refs import pin_revision
 from orchestrator.results.layout import INVESTIGATION_JSON
 
-if TYPE_CHECKING:
-    from orchestrator.execute.investigate.run import Investigation
+
+class Investigation(Protocol):
+    """What the bisect step needs of execute/investigate/run.py's Investigation."""
+
+    bad: Side
+    host: str
+    metric: str
+    inventory: Inventory
+    spent: int
+
+    @property
+    def request(self) -> Any: ...
+    def out(self, line: str) -> None: ...
+    def _cell(self, data: Mapping[str, Any]) -> Cell: ...
+    def _playbook(self) -> str: ...
+    def _write(self, files: Mapping[str, Any]) -> None: ...
 
 
 def bisect_commit(
