@@ -155,3 +155,14 @@ def test_a_whole_gap_factor_is_never_ruled_out(how: str) -> None:
     for _ in range(150):
         (verdict,) = investigation(rng, UNITS[how](rng), [GAP])
         assert verdict != "ruled_out", how
+
+
+def test_the_report_says_the_unit() -> None:
+    from orchestrator.analyze.investigate.report import unit_sentence
+
+    assert "3 starts a cell" in unit_sentence(start_unit(METRIC, []).as_dict())
+    given = unit_sentence(start_unit(METRIC, [], given=0.02).as_dict())
+    assert "a start-to-start sd of 2.0% (--start-sd)" in given
+    old = unit_sentence(start_unit(METRIC, [], starts=1).as_dict())
+    assert "start-to-start spread not measured, the verdicts assume it small" in old
+    assert unit_sentence({}) == old  # an investigation.json from before start_unit
