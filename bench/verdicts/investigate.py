@@ -10,10 +10,12 @@ family declared up front and alpha split over two looks; where one is inconclusi
 measured again (12 repeats) and each inconclusive experiment too (a new server start, the
 repeats `follow_up_repeats` asks for), then judged once more.
 A repeat is `center * exp(start + within)`: one start effect (sd `start_sd`) per cell, a within
-noise per repeat; with "slow 20 %", each repeat is 10-20 % slow with probability 0.2. "Modelled"
-rows give judge the true between-start sd (what a recorded between-start variance provides);
-"not modelled" rows give it none, as when only repeats inside one start are known; "starts the
-unit" rows measure each side as 3 server starts of 3 repeats and judge per-start means.
+noise per repeat; with "slow 20 %", each repeat is 10-20 % slow with probability 0.2. "Given"
+rows give judge the true between-start sd (--start-sd); "not modelled" rows give it none
+(--starts 1, the old behaviour: repeats inside one start as independent); "--starts 3" rows
+spread every cell's repeats over 3 server starts as the runner does and judge start means
+(`orch investigate`'s default where no sd is given or recorded); "recorded" rows give judge
+the sd GOOD's and BAD's records estimate (10 starts each), with its degrees of freedom.
 
 Rows (each: verdict, condition, trials, stated_rate, measured_rate, seconds):
 - ruled out when it explains: one factor restores the whole +8 % gap (tolerance 3 %).
@@ -41,6 +43,7 @@ sys.path[:0] = [str(ROOT)]
 
 from orchestrator.analyze.investigate.equivalence import log_effect, share_interval  # noqa: E402
 from orchestrator.analyze.investigate.verdicts import SHARE_LEVEL, Finding, judge  # noqa: E402
+from orchestrator.analyze.replication import starts_document  # noqa: E402
 from orchestrator.execute.investigate.experiments import (  # noqa: E402
     EXPERIMENT_REPEATS,
     FOLLOW_UP_MAX,
@@ -49,6 +52,12 @@ from orchestrator.execute.investigate.experiments import (  # noqa: E402
     follow_up_repeats,
     holm_family,
 )
+from orchestrator.execute.investigate.starts import (  # noqa: E402
+    DEFAULT_STARTS,
+    start_ids,
+    start_unit,
+)
+from orchestrator.runner.starts import runs_over_starts  # noqa: E402
 
 TOLERANCE, NOISE, GAP = 0.03, 0.03, 0.08
 BAD_AGAIN_REPEATS = 2 * REFERENCE_REPEATS  # as execute/investigate/run.py
@@ -78,20 +87,31 @@ def investigation(
     modelled: bool = True,
     slow: float = 0.0,
     starts: int = 1,
+    recorded: int = 0,
 ) -> list[str]:
     """The final verdict of each factor (its true effect on BAD in `effects`, relative).
-    `starts` > 1: each side is that many server starts of 3 repeats, the start the unit."""
+    `starts` > 1: every cell spreads its repeats over that many server starts (`orch
+    investigate --starts`, 3 by default), the start the unit."""
     ids: dict[str, list[str]] = {}
+    cells: dict[str, int] = {}
 
     def measured(label: str, center: float, n: int) -> list[float]:
         if starts == 1:
             return cell(rng, center, n, noise=noise, start_sd=start_sd, slow=slow)
-        out: list[float] = []
-        for _ in range(starts if label not in ids else 1):  # a second look adds one start
-            start = f"{label}-{len(set(ids.get(label, [])))}"
-            out += cell(rng, center, 3, noise=noise, start_sd=start_sd, slow=slow)
-            ids.setdefault(label, []).extend([start] * 3)
-        return out
+        # as the runner spreads a cell's repeats (runner/starts.py), each start its own offset,
+        # the start ids read back as the investigation reads them (execute/investigate/starts.py)
+        runs = [(k, st) for kind, k, st in runs_over_starts(0, n, starts) if kind == "measure"]
+        offsets = {st: rng.gauss(0.0, start_sd) for _, st in runs}
+        rows = []
+        for k, st in runs:
+            value = center * math.exp(offsets[st] + rng.gauss(0.0, noise))
+            if slow and rng.random() < slow:
+                value *= 1.0 - rng.uniform(0.10, 0.20)
+            rows.append({"n": k, "x": value})
+        doc = {"repeats": rows, "starts": starts_document(rows, dict(runs))}
+        cells[label] = cells.get(label, 0) + 1
+        ids.setdefault(label, []).extend(start_ids(doc, "x", f"{label}-{cells[label]}") or [])
+        return [r["x"] for r in rows]
 
     bad = measured("BAD now", 100.0, REFERENCE_REPEATS)
     good = measured("GOOD now", 100.0 * (1 + GAP), REFERENCE_REPEATS)
@@ -100,6 +120,10 @@ def investigation(
         for i, e in enumerate(effects)
     }
     given = start_sd if modelled and starts == 1 else 0.0
+    dof = math.inf
+    if recorded:  # the sd as GOOD's and BAD's records estimate it, `recorded` starts each
+        unit = start_unit("x", [(k, record(rng, recorded, start_sd, noise)) for k in "GB"])
+        given, dof = unit.judged_sd, unit.dof
 
     def judged(look: dict[str, int] | None = None) -> dict[str, Finding]:
         found = judge(
@@ -111,6 +135,7 @@ def investigation(
             looks=LOOKS,
             look=look,
             start_sd=given,
+            start_dof=dof,
             starts=ids or None,
         )
         return {f.label: f for f in found}
@@ -132,6 +157,14 @@ def investigation(
         for k in again:
             verdicts[k] = second[k].verdict
     return [verdicts[f"f{i}"] for i in range(len(effects))]
+
+
+def record(rng: random.Random, starts: int, start_sd: float, noise: float) -> dict[str, object]:
+    """A recorded cell's metrics.json run with `bench.starts: starts`, 3 repeats a start."""
+    runs = [(k, st) for _, k, st in runs_over_starts(0, 3 * starts, starts)]
+    offsets = [rng.gauss(0.0, start_sd) for _ in range(starts)]
+    rows = [{"n": k, "x": math.exp(offsets[st - 1] + rng.gauss(0.0, noise))} for k, st in runs]
+    return {"repeats": rows, "starts": starts_document(rows, dict(runs))}
 
 
 def _rate(trials: int, hit: Callable[[random.Random], bool], seed: int) -> float:
@@ -175,6 +208,7 @@ class Condition:
     modelled: bool
     slow: float
     starts: int = 1
+    recorded: int = 0  # GOOD's and BAD's records' starts, whose sd judge is given
 
     def _verdicts(self, rng: random.Random, effects: Sequence[float]) -> list[str]:
         return investigation(
@@ -184,6 +218,7 @@ class Condition:
             modelled=self.modelled,
             slow=self.slow,
             starts=self.starts,
+            recorded=self.recorded,
         )
 
     def ruled_out_when_it_explains(self, rng: random.Random) -> bool:
@@ -222,7 +257,9 @@ def rows(seed: int = 0, quick: bool = False) -> list[dict[str, object]]:
     for start_sd in (0.0, 0.01, 0.02):
         for slow in (0.0, 0.2):
             for modelled in (True, False) if start_sd else (True,):
-                how = f"start sd {start_sd:.0%}{'' if modelled else ' not modelled'}"
+                how = f"start sd {start_sd:.0%}" + (
+                    " given (--start-sd)" if modelled else " not modelled (--starts 1)"
+                )
                 how += f", slow {slow:.0%}" if slow else ""
                 cond = Condition(start_sd, modelled, slow)
                 row(
@@ -238,15 +275,22 @@ def rows(seed: int = 0, quick: bool = False) -> list[dict[str, object]]:
                     cond.blamed_a_null_factor,
                     n=trials // 2,
                 )
-    for start_sd in (0.0, 0.01, 0.02):
-        cond = Condition(start_sd, False, 0.0, starts=3)
-        how = f"start sd {start_sd:.0%}, 3 starts x 3 repeats a side, starts the unit"
+    for start_sd, slow in ((0.0, 0.0), (0.01, 0.0), (0.02, 0.0), (0.02, 0.2)):
+        cond = Condition(start_sd, False, slow, starts=DEFAULT_STARTS)
+        how = f"start sd {start_sd:.0%}, --starts {DEFAULT_STARTS} (the default), starts the unit"
+        how += f", slow {slow:.0%}" if slow else ""
         row("ruled out when it explains", f"whole +8% gap, noise 3%, {how}", 0.05,
             cond.ruled_out_when_it_explains)  # fmt: skip
         row("blamed a null factor", f"4 null factors, noise 3%, {how}", 0.05,
             cond.blamed_a_null_factor, n=trials // 2)  # fmt: skip
         row("explains (power)", f"whole +8% gap, noise 3%, {how} (1 - power)", float("nan"),
             cond.does_not_explain)  # fmt: skip
+    cond = Condition(0.02, False, 0.0, recorded=10)
+    how = "start sd 2%, recorded by GOOD and BAD over 10 starts each (18 dof)"
+    row("ruled out when it explains", f"whole +8% gap, noise 3%, {how}", 0.05,
+        cond.ruled_out_when_it_explains)  # fmt: skip
+    row("blamed a null factor", f"4 null factors, noise 3%, {how}", 0.05,
+        cond.blamed_a_null_factor, n=trials // 2)  # fmt: skip
     row(
         "ruled out at the tolerance",
         "true effect exactly +3%, tolerance 3%, noise 1%",

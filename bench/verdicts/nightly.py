@@ -15,6 +15,9 @@ slow), judged by its median. Rows:
 - track, a -10 % regression at tonight's run: named tonight with the right last-good/first-bad
   runs (power, nothing stated); and raised again on a later night (stated: never);
 - history, a 10-run -10 % dip in the middle of 200 runs: both of its edges found (within a run).
+
+"measured" rows give newest_steps each series' between-start sd (as a run with bench.starts > 1
+records it): it floors the runs' spread in the newest-run test, which never narrows it.
 """
 
 from __future__ import annotations
@@ -81,8 +84,9 @@ def histories(
 
 
 def track_false_alarms(seed: int, nights: int, count: int, runs: int, start_sd: float,
-                       slow: float) -> float:  # fmt: skip
-    """Mean regressions raised per night by newest_steps over `count` noise series."""
+                       slow: float, measured: bool = False) -> float:  # fmt: skip
+    """Mean regressions raised per night by newest_steps over `count` noise series
+    (`measured`: each series' between-start sd known, as a run with bench.starts records)."""
     from orchestrator.analyze.history import newest_steps
 
     rng = random.Random(seed)
@@ -91,7 +95,8 @@ def track_false_alarms(seed: int, nights: int, count: int, runs: int, start_sd: 
         grown = histories(rng, count, runs, start_sd, slow)
         many = [as_series(f"s{i}", v) for i, v in enumerate(grown)]
         last = many[0].points[-1].run_id
-        found = newest_steps(many, last, METRIC, spans=spans_of(grown))
+        sds = {s.series: start_sd for s in many} if measured else None
+        found = newest_steps(many, last, METRIC, spans=spans_of(grown), start_sds=sds)
         raised += sum(s.regression for s in found)
     return raised / nights
 
@@ -116,7 +121,7 @@ def history_churn(seed: int, nights: int, count: int, runs: int, start_sd: float
 
 
 def tonight(seed: int, trials: int, runs: int, start_sd: float, drop: float = 0.9,
-            family: int = 50) -> tuple[float, float]:  # fmt: skip
+            family: int = 50, measured: bool = False) -> tuple[float, float]:  # fmt: skip
     """(named tonight with the right range; raised more than once over tonight and the two
     next nights, or with a wrong range): a regression at tonight's run of one series among
     `family` noise series."""
@@ -130,9 +135,10 @@ def tonight(seed: int, trials: int, runs: int, start_sd: float, drop: float = 0.
         raised, spans = [], spans_of(grown)
         for night in range(3):
             many = [as_series(f"s{i}", v[: runs + night]) for i, v in enumerate(grown)]
+            sds = {s.series: start_sd for s in many} if measured else None
             raised += [(night, s.last_good.run_id, s.first_bad.run_id)
                        for s in newest_steps(many, many[0].points[-1].run_id, METRIC,
-                                             spans=spans)
+                                             spans=spans, start_sds=sds)
                        if s.series.series == "s0" and s.regression]  # fmt: skip
         named += (0, f"r{runs - 2:05d}", f"r{runs - 1:05d}") in raised
         right = {(f"r{runs - 2:05d}", f"r{runs - 1:05d}")}
@@ -178,6 +184,11 @@ def rows(seed: int = 0, quick: bool = False) -> list[Row]:
         timed("track: false alarms per night per 1,000 noise series",
               f"30-run histories, start sd {sd:.0%}, {slow:.0%} slow repeats", nights * count,
               0.05, partial(track_false_alarms, seed, nights, count, 30, sd, slow))  # fmt: skip
+    for sd, slow in ((0.01, 0.0), (0.02, 0.0), (0.02, 0.2)):
+        timed("track: false alarms per night per 1,000 noise series",
+              f"30-run histories, start sd {sd:.0%} measured (bench.starts), {slow:.0%} slow "
+              "repeats", nights * count, 0.05,
+              partial(track_false_alarms, seed, nights, count, 30, sd, slow, True))  # fmt: skip
     for runs, n_series, sd in ((30, count, 0.02), (30, count, 0.03), (1000, 50, 0.03)):
         began = time.perf_counter()
         new, gone = history_churn(seed, nights if runs < 1000 else 2, n_series, runs, sd,
@@ -210,6 +221,14 @@ def rows(seed: int = 0, quick: bool = False) -> list[Row]:
             None,
             partial(dips_found, seed, trials, sd),
         )
+    for sd in (0.01, 0.02):
+        began = time.perf_counter()
+        named, again = tonight(seed, trials, 30, sd, measured=True)
+        out.append({"verdict": "track: a -10% regression at tonight's run named tonight, "
+                    "right range", "condition": f"30-run history, start sd {sd:.0%} measured "
+                    "(bench.starts), 1 of 50 series", "trials": trials, "stated_rate": None,
+                    "measured_rate": named,
+                    "seconds": round(time.perf_counter() - began, 1)})  # fmt: skip
     return out
 
 

@@ -18,6 +18,7 @@ settles a regression is named: `orch investigate LAST_GOOD FIRST_BAD`.
 
 from __future__ import annotations
 
+import math
 import shlex
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +38,7 @@ from orchestrator.analyze.changepoints import (
     change_points_of_many,
     logs_of,
     split_p,
+    t_two_sided,
 )
 from orchestrator.results.history.db import Point, Series
 
@@ -161,14 +163,30 @@ def _agrees(span: Span | None, before: float, after: float) -> bool:
     return low is None or low >= halfway
 
 
+def widened_p(left: Sequence[float], right: Sequence[float], start_sd: float) -> float:
+    """`split_p` of runs' logs with the run-to-run variance at least `start_sd`^2 (a measured
+    between-start sd, log scale): a few settled runs that happen to agree cannot make the
+    test narrower than the configuration's start-to-start spread."""
+    nl, nr = len(left), len(right)
+    if not start_sd or nl < 1 or nr < 1 or nl + nr < 3:
+        return split_p(left, right)
+    ml, mr = math.fsum(left) / nl, math.fsum(right) / nr
+    ss = math.fsum((v - ml) ** 2 for v in left) + math.fsum((v - mr) ** 2 for v in right)
+    df = nl + nr - 2
+    var = max(ss / df, start_sd * start_sd)
+    return t_two_sided((mr - ml) / math.sqrt(var * (1.0 / nl + 1.0 / nr)), df)
+
+
 def _newest_level(values: Sequence[float], min_change: float, fdr: float,
-                  span_of: Callable[[int], Span | None]) -> _Newest | None:  # fmt: skip
+                  span_of: Callable[[int], Span | None],
+                  start_sd: float = 0.0) -> _Newest | None:  # fmt: skip
     """The newest runs against the runs since the last change point before them: for each
     start j among the last TRAILING runs (MIN_SETTLED settled runs before it at least), the
     t test of runs [j, n) against [settled, j); the likeliest start, its p times the starts
     tried. Every run since j, and every repeat of each where known (`span_of`), must lie past
     half the step: runs whose medians moved because some repeats were slow are no new level.
-    None when too few runs are settled to test anything."""
+    `start_sd`: the series' measured between-start sd, a floor on the runs' spread (0: not
+    measured). None when too few runs are settled to test anything."""
     n = len(values)
     if n < MIN_SETTLED + 1:
         return None
@@ -188,7 +206,7 @@ def _newest_level(values: Sequence[float], min_change: float, fdr: float,
             continue
         if not all(_agrees(span_of(k), before, after) for k in range(j, n)):
             continue
-        p = min(1.0, len(starts) * split_p(logs[base:j], logs[j:]))
+        p = min(1.0, len(starts) * widened_p(logs[base:j], logs[j:], start_sd))
         if best.first_bad < 0 or p < best.p_value:
             best = _Newest(j, p, before, after)
     return best
@@ -212,23 +230,26 @@ def newest_steps(
     min_change: float = MIN_CHANGE,
     fdr: float = FDR,
     spans: Mapping[tuple[str, str], Span] | None = None,
+    start_sds: Mapping[str, float] | None = None,
 ) -> list[Step]:
     """The steps run `run_id` raises, as `orch apply --track` says them: of the series whose
     newest point it is, those where a new level begins among the newest runs (the false
     discovery rate held at `fdr` across the series), said once: a level that began at an
     earlier run which the night before already raised is not raised again. `spans`:
-    (series id, run id) -> the run's smallest and largest repeat, where known."""
+    (series id, run id) -> the run's smallest and largest repeat, where known; `start_sds`:
+    series id -> its measured between-start sd (a run with `bench.starts` > 1), which widens
+    the test where the runs alone look quieter."""
     judged = [s for s in many if s.points and s.points[-1].run_id == run_id]
     known = spans or {}
+    sds = start_sds or {}
 
     def span_of(s: Series) -> Callable[[int], Span | None]:
         return lambda j: known.get((s.series, s.points[j].run_id))
 
     medians = [[p.median for p in s.points] for s in judged]
-    now = [
-        _newest_level(v, min_change, fdr, span_of(s)) for s, v in zip(judged, medians, strict=True)
-    ]
-    before = [_newest_level(v[:-1], min_change, fdr, span_of(s))
+    now = [_newest_level(v, min_change, fdr, span_of(s), sds.get(s.series, 0.0))
+           for s, v in zip(judged, medians, strict=True)]  # fmt: skip
+    before = [_newest_level(v[:-1], min_change, fdr, span_of(s), sds.get(s.series, 0.0))
               for s, v in zip(judged, medians, strict=True)]  # fmt: skip
     out = []
     for s, found, raised, raised_before in zip(judged, now, _significant(now, fdr),

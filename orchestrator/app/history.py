@@ -12,19 +12,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.analyze.history import History, Step, newest_steps, steps_of_many
+from orchestrator.analyze.replication import recorded_spread
 from orchestrator.errors import BundleError, InputError
 from orchestrator.plan.select import select_cells
 from orchestrator.results.documents import is_run_dir
 from orchestrator.results.history.db import (
     HistoryDB,
     Point,
+    Series,
     db_target,
     open_db,
     run_paths,
     series_of,
 )
 from orchestrator.results.history.index import Indexed, index_run
-from orchestrator.results.layout import ARCHIVE_SUFFIXES, is_archive_name
+from orchestrator.results.layout import ARCHIVE_SUFFIXES, METRICS_JSON, is_archive_name
 from orchestrator.results.read import open_run
 
 _SINCE = re.compile(r"^(\d+(?:\.\d+)?)([dhm])$")
@@ -174,12 +176,38 @@ def _check_metric(conn: HistoryDB, metric: str) -> None:
         )
 
 
+# Runs of a series looked back through for a measured between-start spread (newest first).
+SPREAD_LOOKBACK = 30
+SPREAD_NOT_MEASURED = (
+    "start-to-start spread not measured for {count} of {total} configuration(s): their test "
+    "takes the runs' own spread (a run with bench.starts: 2 or more measures it)"
+)
+
+
+def measured_start_sd(series: Series, runs: dict[str, str], metric: str) -> float | None:
+    """The between-start sd (log scale) of `metric` that the newest run of `series` with
+    `bench.starts` > 1 recorded (its metrics.json's `starts`); None where none did."""
+    for point in reversed(series.points[-SPREAD_LOOKBACK:]):
+        path = Path(runs.get(point.run_id, "")) / point.path / METRICS_JSON
+        if point.run_id not in runs or not path.is_file():
+            continue
+        try:
+            spread = recorded_spread(json.loads(path.read_text()), metric)
+        except (OSError, ValueError):
+            continue
+        if spread is not None and spread.between_sd is not None and spread.starts > 1:
+            return spread.between_sd
+    return None
+
+
 def track(
     results_dir: Path, run_dir: Path, metric: str, *, min_change: float = 0.03
-) -> tuple[list[Step], dict[str, str]]:
+) -> tuple[list[Step], dict[str, str], list[str]]:
     """Index the run just finished (verified, as `orch index` does), then the regressions it
     raises (analyze/history.py's newest_steps: a new level among the newest runs, once, across
-    the run's series). A run the history refuses is an error (BundleError)."""
+    the run's series, each test widened by its configuration's measured between-start sd),
+    and the notes to say once (the configurations whose spread is not measured). A run the
+    history refuses is an error (BundleError)."""
     with open_run(run_dir) as run, open_db(db_target(results_dir)) as conn:
         (done,) = _index_into(conn, [run_dir], results_dir)
         if done.refused:
@@ -196,5 +224,12 @@ def track(
                 (metric,),
             )
         }
-    steps = newest_steps(found, run.run_id, metric, min_change=min_change, spans=spans)
-    return [s for s in steps if s.regression], runs
+    measured = {s.series: measured_start_sd(s, runs, metric) for s in found}
+    start_sds = {k: v for k, v in measured.items() if v is not None}
+    notes = []
+    if len(start_sds) < len(found):
+        count = len(found) - len(start_sds)
+        notes.append(SPREAD_NOT_MEASURED.format(count=count, total=len(found)))
+    steps = newest_steps(found, run.run_id, metric, min_change=min_change, spans=spans,
+                         start_sds=start_sds)  # fmt: skip
+    return [s for s in steps if s.regression], runs, notes

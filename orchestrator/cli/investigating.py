@@ -44,6 +44,21 @@ if TYPE_CHECKING:
     default=None,
     help="Most cells it may run, a bisect's included (default: printed by --plan).",
 )
+@click.option(
+    "--start-sd",
+    default=None,
+    help="The start-to-start sd of the metric (e.g. 2%), where known: each cell is then one "
+    "server start with this spread added. Default: GOOD's and BAD's own records where they ran "
+    "several starts, else measured (--starts).",
+)
+@click.option(
+    "--starts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Server starts each cell spreads its repeats over, the start the unit of replication "
+    "(default 3 where no start-to-start sd is given or recorded, else 1; 1: repeats are the "
+    "unit, the spread assumed small).",
+)
 @click.option("--plan", "plan_only", is_flag=True, help="Print the experiments, run nothing.")
 @click.option("--no-bisect", is_flag=True, help="Stop at the experiments; do not bisect.")
 @click.option("--resume", "resume_run", default=None, help="Continue the investigation in RUN.")
@@ -62,6 +77,8 @@ def investigate(
     metric: str | None,
     tolerance: str,
     budget: int | None,
+    start_sd: str | None,
+    starts: int | None,
     plan_only: bool,
     no_bisect: bool,
     resume_run: str | None,
@@ -89,6 +106,8 @@ def investigate(
         metric=metric,
         tolerance=_tolerance(tolerance),
         budget=budget,
+        start_sd=_start_sd(start_sd),
+        starts=starts,
         resume=resume_run,
         bisect=not no_bisect,
         argv=["orch", *sys.argv[1:]],
@@ -115,6 +134,16 @@ def investigate(
     if job.run_id:
         click.echo(f"bundle: {results_dir / job.run_id}")
     sys.exit(EXIT_OK)
+
+
+def _start_sd(text: str | None) -> float | None:
+    """`--start-sd 2%` -> 0.02 (relative; the log scale's sd for small spreads)."""
+    if text is None:
+        return None
+    try:
+        return _tolerance(text)
+    except InputError as exc:
+        raise InputError(f"--start-sd: {exc.message}", hint="write 2% or 0.02") from None
 
 
 def _confirm_foreign(job: Investigation, yes: bool) -> None:

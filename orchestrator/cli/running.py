@@ -219,10 +219,12 @@ def _index_and_track(results_dir: Path, run_dir: Path, metric: str | None) -> in
             if done.refused:
                 click.echo(f"history: not updated: {done.refused}", err=True)
             return 0
-        found, runs = track(results_dir, run_dir, metric)
+        found, runs, notes = track(results_dir, run_dir, metric)
     except (OrchError, OSError) as exc:  # the database's own errors arrive as BundleError
         click.echo(f"history: not updated: {exc}", err=True)
         return 0
+    for note in notes:
+        click.echo(f"track: {note}")
     if not found:
         click.echo(f"track: no new regression in {metric}")
     for step in found:

@@ -29,8 +29,10 @@ def nights(rng: random.Random, count: int, runs: int, start_sd: float, slow: flo
     return out
 
 
-def judge(many: list[list[list[float]]], upto: int) -> list[tuple[str, str, str]]:
-    """The regressions the night of run `upto - 1` raises: (series, last good, first bad)."""
+def judge(many: list[list[list[float]]], upto: int,
+          start_sd: float | None = None) -> list[tuple[str, str, str]]:  # fmt: skip
+    """The regressions the night of run `upto - 1` raises: (series, last good, first bad);
+    `start_sd`: every series' measured between-start sd, as a run with bench.starts records."""
     found = [
         Series(f"s{i}", f"s{i}", "nightly", None, [
             Point(f"r{k:03d}", "cell", float(k), f"c{k}", None, None, "ok", "cell",
@@ -39,8 +41,10 @@ def judge(many: list[list[list[float]]], upto: int) -> list[tuple[str, str, str]
     ]  # fmt: skip
     spans = {(f"s{i}", f"r{k:03d}"): (min(rs), max(rs)) for i, runs in enumerate(many)
              for k, rs in enumerate(runs)}  # fmt: skip
+    sds = {f"s{i}": start_sd for i in range(len(many))} if start_sd is not None else None
     return [(s.series.series, s.last_good.run_id, s.first_bad.run_id)
-            for s in newest_steps(found, f"r{upto - 1:03d}", METRIC, spans=spans)
+            for s in newest_steps(found, f"r{upto - 1:03d}", METRIC, spans=spans,
+                                  start_sds=sds)
             if s.regression]  # fmt: skip
 
 
@@ -68,3 +72,26 @@ def test_noise_raises_nothing_across_1000_series() -> None:
     rng = random.Random(4)
     raised = sum(len(judge(nights(rng, 1000, 30, 0.02, slow=0.2), 30)) for _ in range(2))
     assert raised <= 1, raised
+
+
+def test_a_measured_start_spread_widens_the_newest_run_test() -> None:
+    """Settled runs that happen to agree closely (0.2 % apart) and one run 4 % lower: alone,
+    the runs' own spread makes it a regression; with the configuration's measured 2 %
+    start-to-start sd (one start's offset alone reaches 4 % one night in 20) it is not."""
+    rng = random.Random(5)
+    runs = [[100.0 * (1 + 0.002 * rng.gauss(0, 1))] * 5 for _ in range(12)] + [[96.0] * 5]
+    assert judge([runs], 13) == [("s0", "r011", "r012")]
+    assert judge([runs], 13, start_sd=0.02) == []
+
+
+def test_the_widened_test_keeps_its_rate_and_its_power() -> None:
+    """With the spread measured (2 % and 1 %): 1,000 noise series raise nothing on 2 nights
+    (Benjamini-Hochberg intact), and tonight's -10 % regression is still named tonight."""
+    rng = random.Random(6)
+    raised = sum(len(judge(nights(rng, 1000, 30, 0.02), 30, start_sd=0.02)) for _ in range(2))
+    assert raised <= 1, raised
+    named = 0
+    for _ in range(30):
+        many = nights(rng, 20, 30, 0.01, drop_at=29)
+        named += ("s0", "r028", "r029") in judge(many, 30, start_sd=0.01)
+    assert named >= 27, named

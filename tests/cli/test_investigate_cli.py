@@ -3,11 +3,14 @@ written, one message with what to do."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from cli_helpers import run_orch
+
+from orchestrator.analyze.replication import starts_document
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analyze"))
 from analyze_fixtures import base_cell, write_run
@@ -39,10 +42,44 @@ def test_plan_lists_factors_and_runs_nothing(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "commit: aaaaaaaaaaaa (GOOD) vs bbbbbbbbbbbb (BAD), testable" in done.stdout
     assert "env NCCL_ALGO: Ring (GOOD) vs PAT (BAD), testable" in done.stdout
-    # 2 + 2 factors, each looked at twice (+ BAD now again), + together + 12 bisect
-    assert "budget: 20 cells at most" in done.stdout
+    # 2 + 2 factors, each looked at twice (+ BAD now again), + together + a confirmed bisect's
+    # 20 (ends 2 x 2, 4 halvings, 2 blocks of P F F P and the ends again, 2 probes)
+    assert "budget: 28 cells at most" in done.stdout
     assert "Holm over 3 test(s)" in done.stdout
     assert _runs(tmp_path) == before
+
+
+def _record_starts(cell_dir: Path, start_of: dict[int, int]) -> None:
+    """metrics.json's `starts` record, as a cell run with `bench.starts` writes it."""
+    path = cell_dir / "metrics.json"
+    metrics = json.loads(path.read_text())
+    repeats = [{"n": i, **r} for i, r in enumerate(metrics["repeats"], 1)]
+    metrics["starts"] = starts_document(repeats, start_of)
+    path.write_text(json.dumps(metrics))
+
+
+def test_the_plan_says_the_unit_of_replication_and_its_cost(tmp_path: Path) -> None:
+    good, bad = _pair(tmp_path, [94, 95, 93, 94], [60, 61, 59, 60])
+
+    def plan(*args: str) -> str:
+        done = run_orch(tmp_path, "investigate", good, bad, "-i", "hosts.yml", "--plan", *args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    # nothing known: measured, 3 starts a cell, 2 extra starts for each of the 28 cells
+    said = plan()
+    assert "spreads its repeats over 3 server starts" in said
+    assert "up to 56 extra starts over 28 cells" in said
+    assert "the between-start spread is measured" in said
+    said = plan("--starts", "1")
+    assert "between-start spread not measured; verdicts assume it small" in said
+    said = plan("--start-sd", "2%")
+    assert "a between-start sd of 2.0% (--start-sd) is added to each side" in said
+    assert "extra starts" not in said
+    _record_starts(Path(bad), {1: 1, 2: 1, 3: 2, 4: 2})
+    said = plan()  # a record of 2 starts: too few to take its spread as known, so measured
+    assert "recorded by BAD (2 starts) rests on too few starts" in said
+    assert "up to 56 extra starts over 28 cells" in said
 
 
 def test_bundles_from_another_machine_need_a_yes(tmp_path: Path) -> None:

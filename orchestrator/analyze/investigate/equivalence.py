@@ -248,19 +248,31 @@ def log_effect(
     starts_a: Sequence[str] | None = None,
     starts_b: Sequence[str] | None = None,
     start_sd: float = 0.0,
+    start_dof: float = math.inf,
 ) -> LogEffect:
     """How B moved from A (positive values): Welch on the screened logs, starts as units where
-    a side has several, `start_sd` (log scale) added where a side has one."""
+    a side has several, `start_sd` (log scale) added where a side has one; `start_dof`: the
+    degrees of freedom behind `start_sd` where it is an estimate (a record's few starts), which
+    enter Welch-Satterthwaite's (inf: taken as known)."""
     sa, sb = screened(a, starts_a), screened(b, starts_b)
     pa, pb = side_spread(sa, start_sd), side_spread(sb, start_sd)
-    return _combined(pa, pb, sa.notes + sb.notes, sa.bimodal or sb.bimodal)
+    return _combined(pa, pb, sa.notes + sb.notes, sa.bimodal or sb.bimodal, start_dof)
 
 
-def _combined(pa: SideSpread, pb: SideSpread, notes: tuple[str, ...], bimodal: bool) -> LogEffect:
+def _combined(
+    pa: SideSpread,
+    pb: SideSpread,
+    notes: tuple[str, ...],
+    bimodal: bool,
+    start_dof: float = math.inf,
+) -> LogEffect:
     estimated = [(v, d) for v, d in ((pa.var_mean, pa.dof), (pb.var_mean, pb.dof))]
     if any(math.isnan(v) or d < 1 for v, d in estimated):
         return LogEffect(pb.mean - pa.mean, math.nan, 0.0, pa, pb, notes, bimodal)
     total = pa.var_mean + pb.var_mean + pa.known + pb.known
+    # one estimate of the start variance serves both sides: its two parts move together
+    known = pa.known + pb.known
+    estimated += [(known, start_dof)] if known and math.isfinite(start_dof) else []
     denominator = math.fsum(v * v / d for v, d in estimated)
     dof = total * total / denominator if denominator > 0 else math.inf
     return LogEffect(pb.mean - pa.mean, math.sqrt(total), dof, pa, pb, notes, bimodal)

@@ -80,6 +80,26 @@ def verdict_sentence(doc: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def unit_sentence(unit: Mapping[str, Any]) -> str:
+    """What the experiments took as their unit of replication (investigation.json's
+    `start_unit`), in a sentence."""
+    starts, sd = int(unit.get("starts") or 1), unit.get("start_sd")
+    if starts > 1:
+        return (
+            f"Unit: the server start ({starts} starts a cell; each start's mean one "
+            "observation, the start-to-start spread measured)."
+        )
+    if isinstance(sd, int | float):
+        return (
+            f"Unit: one server start a cell, a start-to-start sd of {sd:.1%} "
+            f"({unit.get('source')}) added to each side."
+        )
+    return (
+        "Unit: one server start a cell; start-to-start spread not measured, the verdicts "
+        "assume it small."
+    )
+
+
 def render_markdown(doc: Mapping[str, Any]) -> str:
     """The whole report as Markdown (readable as plain text on a terminal)."""
     metric = doc.get("metric")
@@ -143,6 +163,7 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
                 tablefmt="github",
             )
         )
+        lines += ["", unit_sentence(doc.get("start_unit") or {})]
     not_tested = doc.get("not_tested") or []
     if not_tested:
         lines += ["", "Not tested (over the budget): " + ", ".join(not_tested)]

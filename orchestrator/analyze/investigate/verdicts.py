@@ -268,6 +268,7 @@ def judge(
     look: Mapping[str, int] | None = None,
     start_sd: float = 0.0,
     starts: Mapping[str, Sequence[str]] | None = None,
+    start_dof: float = math.inf,
 ) -> list[Finding]:
     """Each experiment's effect on BAD-now, its verdict and its share of the gap to GOOD-now.
 
@@ -275,7 +276,8 @@ def judge(
     yet count as p = 1, so a verdict given now stands whatever comes later); `looks`: how many
     times an experiment may be judged (alpha is split between them); `look`: which look each
     label is at; `starts`: the server start of each value, by label ("BAD now" and "GOOD now"
-    for the references) where known, `start_sd` the between-start sd (log scale) otherwise."""
+    for the references) where known, `start_sd` the between-start sd (log scale) otherwise,
+    estimated with `start_dof` degrees of freedom (inf: known)."""
     starts = starts or {}
     gap = log_effect(
         bad_now,
@@ -283,6 +285,7 @@ def judge(
         starts_a=starts.get("BAD now"),
         starts_b=starts.get("GOOD now"),
         start_sd=start_sd,
+        start_dof=start_dof,
     )
     found: list[Finding] = []
     for label, xs in experiments.items():
@@ -295,6 +298,7 @@ def judge(
             starts_a=starts.get("BAD now"),
             starts_b=starts.get(label),
             start_sd=start_sd,
+            start_dof=start_dof,
         )
         found.append(
             Finding(

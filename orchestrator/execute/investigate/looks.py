@@ -7,6 +7,7 @@ more; a verdict given at its first look is printed and stays as printed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -14,6 +15,7 @@ from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.analyze.investigate.factors import relabeled, swapped
 from orchestrator.analyze.investigate.verdicts import Finding
 from orchestrator.cell import Cell
+from orchestrator.execute.bisect.search import BisectPolicy
 from orchestrator.execute.investigate.experiments import (
     EXPERIMENT_REPEATS,
     FOLLOW_UP_MAX,
@@ -21,7 +23,6 @@ from orchestrator.execute.investigate.experiments import (
     REFERENCE_REPEATS,
     Experiment,
     follow_up_repeats,
-    with_repeats,
 )
 from orchestrator.execute.investigate.sides import Side
 
@@ -38,7 +39,9 @@ class Investigation(Protocol):
     def out(self, line: str) -> None: ...
     def budget(self) -> int: ...
     def _cell(self, data: Mapping[str, Any]) -> Cell: ...
+    def _repeats(self, cell: Mapping[str, Any], repeats: int) -> dict[str, Any]: ...
     def _stopping(self, data: Mapping[str, Any], bad_now: CellEvidence | None) -> Cell: ...
+    def _note_starts(self, label: str, evidence: CellEvidence | None) -> None: ...
     def _run(self, experiments: Sequence[Experiment]) -> dict[str, CellEvidence | None]: ...
     def _values(self, evidence: CellEvidence | None) -> list[float] | None: ...
     def _cell_ref(self, evidence: CellEvidence | None) -> dict[str, Any] | None: ...
@@ -55,26 +58,34 @@ GOOD_NOW, BAD_NOW = "GOOD now", "BAD now"
 BAD_AGAIN, LOOK_2 = "BAD now (look 2)", " (look 2)"
 # BAD now's second cell, at step 2c: its spread is in every comparison.
 BAD_AGAIN_REPEATS = 2 * REFERENCE_REPEATS
-# Cells a bisect may take beyond the experiments: its two ends and about log2(commits) runs,
-# some twice; printed with the plan, so a user sees the default before anything runs.
-BISECT_ALLOWANCE = 12
+
+
+def bisect_allowance(policy: BisectPolicy | None = None, commits: int = 16) -> int:
+    """Cells a confirmed bisect takes (one server start each), counted from its policy: each
+    end's starts, one run per halving of `commits`, the confirmation's P F F P blocks and
+    the ends measured again beside them, and one probe each side of the answer (20 with the
+    defaults and 16 commits; 12 counted the search alone)."""
+    policy = policy or BisectPolicy()
+    ends = 2 * policy.end_runs
+    search = math.ceil(math.log2(max(commits, 2)))
+    confirm = 4 * policy.confirm_blocks + 2
+    return ends + search + confirm + (2 if policy.probe else 0)
+
+
+# Cells a bisect may take beyond the experiments; printed with the plan, so a user sees the
+# default before anything runs.
+BISECT_ALLOWANCE = bisect_allowance()
 # A factor that brings back less than this share of the gap leaves room for the others together.
 FULL_SHARE = 0.9
 
 
-def plan_verdict_lines(family: int, tolerance: float, start_sd: float) -> list[str]:
-    """What the plan says of the verdicts: the family, the looks, the unit of replication."""
-    unit = (
-        f"a between-start sd of {start_sd:.1%} is added to each side"
-        if start_sd
-        else "no between-start sd is known, so repeats inside a start are taken as "
-        "independent (a start-to-start spread makes factors look significant)"
-    )
+def plan_verdict_lines(family: int, tolerance: float) -> list[str]:
+    """What the plan says of the verdicts: the family and the looks (the unit of replication
+    is starts.StartUnit.plan_line's)."""
     return [
         f"verdicts: Holm over {family} test(s) at 5 %, each experiment looked at up to {LOOKS} "
         f"times (an inconclusive one gets more repeats); 'ruled out' needs its interval inside "
         f"±{tolerance:.0%}",
-        f"unit: each cell is one server start; {unit}",
     ]
 
 
@@ -110,14 +121,14 @@ def look_again(
                 + ", ".join(f.label for f in undecided)
             )
         return findings, pooled
-    bad_again = relabeled(with_repeats(inv.bad.record.cell, BAD_AGAIN_REPEATS), "bad-now-2")
+    bad_again = relabeled(inv._repeats(inv.bad.record.cell, BAD_AGAIN_REPEATS), "bad-now-2")
     again = [Experiment(BAD_AGAIN, inv._cell(bad_again))]
     by_label = {e.label: e for e in experiments}
     for f in undecided[: room - 1]:
         n = len(samples.get(f.label) or ())
         # what BAD now alone keeps open, the new BAD now repeats may settle: a middling count
         repeats = follow_up_repeats(f.more_repeats, n) or FOLLOW_UP_MAX // 2
-        data = swapped(with_repeats(inv.bad.record.cell, repeats), by_label[f.label].factors)
+        data = swapped(inv._repeats(inv.bad.record.cell, repeats), by_label[f.label].factors)
         axis = f"{data['axes'].get('investigate', f.label)}, look 2"
         cell = inv._cell(relabeled(data, axis))
         again.append(Experiment(f"{f.label}{LOOK_2}", cell, by_label[f.label].factors))
@@ -131,6 +142,7 @@ def look_again(
     for e in again:
         doc["cells"][e.label] = inv._cell_ref(measured[e.label])
         label = e.label.removesuffix(LOOK_2)
+        inv._note_starts(BAD_NOW if e.label == BAD_AGAIN else label, measured[e.label])
         if label in pooled:
             pooled[label] = list(pooled[label] or []) + (
                 inv._values(measured[label + LOOK_2]) or []
@@ -176,12 +188,13 @@ def together(
         doc["not_tested"].append(label)
         return findings
     factors = tuple(f for e in joint for f in e.factors)
-    base = with_repeats(inv.bad.record.cell, EXPERIMENT_REPEATS)
+    base = inv._repeats(inv.bad.record.cell, EXPERIMENT_REPEATS)
     cell = inv._stopping(swapped(base, factors), references[BAD_NOW])
     both = Experiment(label, cell, factors)
     inv.out(f"step 2b: {label}")
     measured = inv._run([both])
     doc["cells"][label] = inv._cell_ref(measured[label])
+    inv._note_starts(label, measured[label])
     every = {**samples, label: inv._values(measured[label])}
     good_now = inv._values(references[GOOD_NOW]) or []
     judged = inv._judge(inv.bad_now or [], good_now, every)

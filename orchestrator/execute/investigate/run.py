@@ -25,7 +25,7 @@ from orchestrator.analyze.investigate.document import (
     positive,
     what_changed,
 )
-from orchestrator.analyze.investigate.factors import Factor, declared_factors, relabeled, swapped
+from orchestrator.analyze.investigate.factors import declared_factors, relabeled, swapped
 from orchestrator.analyze.investigate.html import render_html
 from orchestrator.analyze.investigate.report import render_markdown, verdict_sentence
 from orchestrator.analyze.investigate.verdicts import Finding, Reproduction, judge, reproduction
@@ -36,7 +36,7 @@ from orchestrator.errors import BundleError, InputError
 from orchestrator.execute.apply.outcomes import ApplyOptions
 from orchestrator.execute.apply.run import Run
 from orchestrator.execute.audit.stopping import with_audit_stop
-from orchestrator.execute.bisect.run import Bisection, BisectSetup
+from orchestrator.execute.investigate.bisecting import bisect_commit
 from orchestrator.execute.investigate.experiments import (
     EXPERIMENT_REPEATS,
     LOOKS,
@@ -61,7 +61,7 @@ from orchestrator.execute.investigate.sides import (
     open_side,
     plan_notes,
 )
-from orchestrator.execute.refs import pin_revision
+from orchestrator.execute.investigate.starts import start_ids, start_unit, with_starts
 from orchestrator.execute.replay import inventory_from_bundle, restore_secrets
 from orchestrator.results.bundle import BundleWriter
 from orchestrator.results.documents import read_json
@@ -93,9 +93,11 @@ class InvestigateRequest:
     resume: str | None = None
     bisect: bool = True
     argv: Sequence[str] = ()
-    # the between-start sd on the log scale, where known (a recorded between-start variance):
-    # each cell is one server start, and repeats inside it cannot show this part of the noise
-    start_sd: float = 0.0
+    # the between-start sd on the log scale (--start-sd): each cell is then one server start,
+    # and repeats inside it cannot show this part of the noise
+    start_sd: float | None = None
+    # server starts each cell runs (--starts); None: DEFAULT_STARTS unless the sd is known
+    starts: int | None = None
 
 
 class Investigation:
@@ -121,6 +123,14 @@ class Investigation:
             else inventory_from_bundle(self.bad.run)
         )
         self.host = self._host()
+        self.unit = start_unit(
+            self.metric,
+            [("GOOD", self.good.evidence.metrics), ("BAD", self.bad.evidence.metrics)],
+            given=request.start_sd,
+            starts=request.starts,
+        )
+        # each judged label's server start per value, where its cells ran several starts
+        self.start_ids: dict[str, list[str]] = {}
         self.factors = declared_factors(self.good.record.cell, self.bad.record.cell)
         self.run_id: str | None = None
         if request.resume:
@@ -156,8 +166,8 @@ class Investigation:
     def reference_experiments(self) -> list[Experiment]:
         """GOOD and BAD as recorded, measured again now on the investigation's host, with
         enough fixed repeats for the rank test (every experiment is judged against them)."""
-        good = with_profile(with_repeats(self.good.record.cell, REFERENCE_REPEATS))
-        bad = with_profile(with_repeats(self.bad.record.cell, REFERENCE_REPEATS))
+        good = with_profile(self._repeats(self.good.record.cell, REFERENCE_REPEATS))
+        bad = with_profile(self._repeats(self.bad.record.cell, REFERENCE_REPEATS))
         return [
             Experiment(GOOD_NOW, self._cell(relabeled(good, "good-now"))),
             Experiment(BAD_NOW, self._cell(relabeled(bad, "bad-now"))),
@@ -167,16 +177,21 @@ class Investigation:
         """BAD with one testable factor set back to GOOD's value each, the commit first; with
         BAD-now measured, each stops once the sequential test against it decides."""
         out = []
-        base = with_repeats(self.bad.record.cell, EXPERIMENT_REPEATS)
+        base = self._repeats(self.bad.record.cell, EXPERIMENT_REPEATS)
         for f in self.factors:
             if f.testable:
                 label = f"{f.label}: {f.shown(f.bad)} -> {f.shown(f.good)}"
                 out.append(Experiment(label, self._stopping(swapped(base, [f]), bad_now), (f,)))
         return out
 
+    def _repeats(self, cell: Mapping[str, Any], repeats: int) -> dict[str, Any]:
+        """A recorded cell measuring `repeats` times over the unit's server starts."""
+        return with_starts(with_repeats(cell, repeats), self.unit.starts)
+
     def _stopping(self, data: Mapping[str, Any], bad_now: CellEvidence | None) -> Cell:
         cell = self._cell(data)
-        if bad_now is None:
+        # the audit's stop counts repeats as independent and may end before the last start
+        if bad_now is None or self.unit.measures:
             return cell
         return with_audit_stop(cell, bad_now, tolerance=self.request.tolerance)
 
@@ -235,9 +250,8 @@ class Investigation:
                 f"{len(left)} will not run ({', '.join(e.label for e in left)}); "
                 f"--budget {len(planned)} runs them all"
             )
-        lines += plan_verdict_lines(
-            self.planned_family(), self.request.tolerance, self.request.start_sd
-        )
+        lines += plan_verdict_lines(self.planned_family(), self.request.tolerance)
+        lines.append(self.unit.plan_line(budget))
         return lines
 
     def _playbook(self) -> str:
@@ -288,6 +302,18 @@ class Investigation:
     def _values(self, evidence: CellEvidence | None) -> list[float] | None:
         return positive(evidence.values(self.metric)) if evidence else None
 
+    def _note_starts(self, label: str, evidence: CellEvidence | None) -> None:
+        """Add the server start of each of `evidence`'s values to `label`'s (its values are
+        appended in the same order where a second cell pools with the first)."""
+        values = self._values(evidence)
+        if evidence is None or not values:
+            return
+        ids = start_ids(evidence.metrics, self.metric, evidence.id)
+        # values and ids must pair up; else the label is judged on repeats, as before
+        if ids is None or len(ids) != len(values):
+            ids = [f"{evidence.id}/?"] * len(values)
+        self.start_ids.setdefault(label, []).extend(ids)
+
     def execute(self) -> dict[str, Any]:
         """Investigate; returns the report's document (also written into the run folder)."""
         tolerance = self.request.tolerance
@@ -309,6 +335,8 @@ class Investigation:
         now = self._run(self.reference_experiments())
         good_now, bad_now = self._values(now[GOOD_NOW]), self._values(now[BAD_NOW])
         self.bad_now = bad_now
+        for label in (GOOD_NOW, BAD_NOW):
+            self._note_starts(label, now[label])
         if good_now is None or bad_now is None:
             doc["notes"].append("GOOD or BAD could not be measured again; see the run's cells")
             return self._finish(doc, recorded, [], None)
@@ -341,6 +369,7 @@ class Investigation:
             measured = self._run(experiments)
             for label, evidence in measured.items():
                 doc["cells"][label] = self._cell_ref(evidence)
+                self._note_starts(label, evidence)
             samples: dict[str, Sequence[float] | None] = {
                 k: self._values(v) for k, v in measured.items()
             }
@@ -357,7 +386,7 @@ class Investigation:
             else False
         )
         if carried and commit is not None and self.request.bisect:
-            result = self._bisect(commit.factors[0], budget - self.spent, doc)
+            result = bisect_commit(self, commit.factors[0], budget - self.spent, doc)
         return self._finish(doc, state, findings, result)
 
     def _judge(
@@ -375,61 +404,9 @@ class Investigation:
             family=self.family,
             looks=LOOKS,
             look=look,
-            start_sd=self.request.start_sd,
+            start_sd=self.unit.judged_sd,
+            starts=self.unit.judged_starts(self.start_ids),
         )
-
-    def _bisect(self, factor: Factor, room: int, doc: dict[str, Any]) -> dict[str, Any] | None:
-        if room < 4:
-            doc["notes"].append(
-                f"the commit carries the change, but {room} cell(s) of the budget are left: "
-                "bisect with `orch bisect` (or --budget more)"
-            )
-            return None
-        self.out(
-            f"step 3: the commit carries it; bisect {factor.shown(factor.good)}.."
-            f"{factor.shown(factor.bad)}"
-        )
-        base = self._cell(self.bad.record.cell)
-        requested = (self.bad.record.cell.get("repo") or {}).get("requested")
-        commit_axes = frozenset(k for k, v in base.axes.items() if v == requested)
-        refs: dict[str, dict[str, Any]] = {}
-        for key, ref in (("good", str(factor.good)), ("bad", str(factor.bad))):
-            pinned = pin_revision(base, self.inventory, ref, key_path=key)
-            if pinned is not None and pinned.sha is not None:
-                refs[ref] = pinned.to_json()
-        files = [p for p in self.bad.run.playbook_files if p.is_file()]
-        bisect_run = doc.get("bisect_run")
-        job = Bisection(
-            BisectSetup(
-                base=base,
-                host=self.inventory.hosts[self.host],
-                inventory=self.inventory,
-                good=str(factor.good),
-                bad=str(factor.bad),
-                metric=self.metric,
-                results_dir=self.request.results_dir,
-                playbook_name=f"investigate-bisect-{self._playbook()}",
-                playbook_files=files,
-                playbook_dir=self.bad.run.path / "playbook",
-                argv=list(self.request.argv),
-                commit_axes=commit_axes,
-                refs=refs,
-            ),
-            run_id=bisect_run,
-        )
-
-        def log(msg: str) -> None:
-            self.out(f"  bisect: {msg}")
-            if job.run_id and doc.get("bisect_run") != job.run_id:
-                # said as soon as it exists: a resume continues this bisect, not a new one
-                doc["bisect_run"] = job.run_id
-                self._write({INVESTIGATION_JSON: {**doc, "status": "bisecting"}})
-
-        job.log = log
-        job.execute()
-        doc["bisect_run"] = job.run_id
-        self.spent += len(job.cells)
-        return job.doc
 
     # -- the report ----------------------------------------------------------------------------
 
@@ -441,7 +418,8 @@ class Investigation:
             "metric": self.metric,
             "host": self.host,
             "tolerance": self.request.tolerance,
-            "start_sd": self.request.start_sd,
+            "start_sd": self.unit.sd,
+            "start_unit": self.unit.as_dict(),
             "factors": [asdict(f) | {"label": f.label} for f in self.factors],
             "host_facts": host_facts(self.good.evidence, self.bad.evidence),
             "cells": {},
