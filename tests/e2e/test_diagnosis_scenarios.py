@@ -201,7 +201,9 @@ def test_a_no_change_run_flags_nothing_after_holm(runs: Runs) -> None:
     assert "no differences in any pair: code, packages, environment, server flags, bench" in text
     row = next(line for line in text.splitlines() if line.strip().startswith("accept_length"))
     assert "no (mann-whitney, p=" in row and "Holm p=" in row, row
-    assert "server.restart: per_cell" in text
+    # one start a side: the unit is said, and how to measure the start-to-start spread
+    assert "repeats of one start" in row
+    assert "`bench.starts: N` measures it" in text
 
 
 def test_a_busy_host_flags_the_outlier_and_names_no_cause(runs: Runs) -> None:
