@@ -36,6 +36,7 @@ from orchestrator.runner.layout import REPO_JSON as REPO_JSON
 from orchestrator.runner.layout import SERVER_JSON as SERVER_JSON
 from orchestrator.runner.layout import SERVER_LOG as SERVER_LOG
 from orchestrator.runner.layout import SETUP_LOG as SETUP_LOG
+from orchestrator.runner.layout import SNAPSHOT_IMAGE as SNAPSHOT_IMAGE
 from orchestrator.runner.layout import SNAPSHOT_POST as SNAPSHOT_POST
 from orchestrator.runner.layout import SNAPSHOT_PRE as SNAPSHOT_PRE
 from orchestrator.runner.layout import STDERR as STDERR
