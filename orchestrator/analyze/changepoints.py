@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from functools import cache
 from itertools import accumulate
 
+from orchestrator.analyze.student import t_two_sided
+
 FDR = 0.05  # Benjamini-Hochberg level across the series of one query
 MIN_CHANGE = 0.03  # relative change of the median across a split
 MIN_SIZE = 2  # runs on each side of a split
@@ -73,44 +75,6 @@ class Family:
     def expected_false(self) -> float:
         """At most this many of the kept change points are false, on average (BH: fdr * R)."""
         return self.fdr * self.kept
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 400):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((a - 1 + m2) * (a + m2)),
-                   -(a + m) * (a + b + m) * x / ((a + m2) * (a + 1 + m2))):  # fmt: skip
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                     + a * math.log(x) + b * math.log1p(-x))  # fmt: skip
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_two_sided(t: float, df: float) -> float:
-    """P(|T| >= |t|) for Student's t with `df` degrees of freedom (accurate far in the tail)."""
-    return _betainc(df / 2.0, 0.5, df / (df + t * t))
 
 
 def split_p(left: Sequence[float], right: Sequence[float]) -> float:

@@ -38,8 +38,8 @@ from orchestrator.analyze.changepoints import (
     change_points_of_many,
     logs_of,
     split_p,
-    t_two_sided,
 )
+from orchestrator.analyze.student import t_two_sided
 from orchestrator.results.history.db import Point, Series
 
 MIN_SETTLED = 3  # runs since the last change point before a new level is tested against them

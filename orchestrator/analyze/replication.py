@@ -16,6 +16,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.analyze.student import t_two_sided
+
 NOT_MEASURED = "one server start: start-to-start spread not measured"
 ONE_START_EACH = (
     "one start each: start-to-start spread not measured; the comparison's error rate holds "
@@ -213,57 +215,8 @@ def compare_starts(
         se2 = pooled * (1.0 / ka + 1.0 / kb)
     # identical start means on both sides: no spread at all to judge a difference against
     exact = 1.0 if diff == 0 else 0.0
-    p = t_two_sided_p(diff / math.sqrt(se2), df) if se2 > 0 else exact
+    p = t_two_sided(diff / math.sqrt(se2), df) if se2 > 0 else exact
     return StartComparison(ratio, p, p < alpha, ka, kb, method, note)
-
-
-def t_two_sided_p(t: float, df: float) -> float:
-    """P(|T| >= |t|) for Student's t with `df` degrees of freedom (df may be fractional)."""
-    if df <= 0 or math.isnan(t):
-        return 1.0
-    x = df / (df + t * t)
-    return min(1.0, max(0.0, _betai(df / 2.0, 0.5, x)))
-
-
-def _betai(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b) (continued fraction, Lentz)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    ln_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    front = math.exp(ln_front)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-14:
-            break
-    return h
 
 
 def starts_document(

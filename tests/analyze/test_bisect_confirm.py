@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from orchestrator.execute.bisect.confirm import step_test, t_upper_tail
+from orchestrator.analyze.student import t_sf
+from orchestrator.execute.bisect.confirm import step_test
 from orchestrator.execute.bisect.search import (
     BisectError,
     BisectResult,
@@ -79,11 +80,11 @@ def tally(trials: int, n: int, change: float, tag: str, **world: float) -> Count
 
 
 def test_student_t_tail_matches_the_tables() -> None:
-    assert t_upper_tail(3.143, 6) == pytest.approx(0.01, abs=1e-4)
-    assert t_upper_tail(1.943, 6) == pytest.approx(0.05, abs=1e-4)
-    assert t_upper_tail(6.965, 2) == pytest.approx(0.01, abs=1e-4)
-    assert t_upper_tail(0.0, 5) == pytest.approx(0.5)
-    assert t_upper_tail(-1.943, 6) == pytest.approx(0.95, abs=1e-4)
+    assert t_sf(3.143, 6) == pytest.approx(0.01, abs=1e-4)
+    assert t_sf(1.943, 6) == pytest.approx(0.05, abs=1e-4)
+    assert t_sf(6.965, 2) == pytest.approx(0.01, abs=1e-4)
+    assert t_sf(0.0, 5) == pytest.approx(0.5)
+    assert t_sf(-1.943, 6) == pytest.approx(0.95, abs=1e-4)
 
 
 def test_the_step_test_holds_its_level_with_no_step() -> None:

@@ -13,8 +13,8 @@ from orchestrator.analyze.changepoints import (
     change_points,
     change_points_of_many,
     right_lengths,
-    t_two_sided,
 )
+from orchestrator.analyze.student import t_two_sided
 
 
 def series(n: int, steps: dict[int, float], noise: float, seed: int) -> list[float]:

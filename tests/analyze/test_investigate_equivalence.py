@@ -12,13 +12,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from orchestrator.analyze.investigate.equivalence import (
-    log_effect,
-    share_interval,
-    t_quantile,
-    t_sf,
-)
+from orchestrator.analyze.investigate.equivalence import log_effect, share_interval
 from orchestrator.analyze.investigate.verdicts import SHARE_LEVEL, effect, judge
+from orchestrator.analyze.student import t_quantile, t_sf
 from orchestrator.execute.investigate.experiments import follow_up_repeats, holm_family
 
 TOLERANCE = 0.03

@@ -17,8 +17,8 @@ from orchestrator.analyze.replication import (
     start_spread,
     starts_document,
     starts_footer,
-    t_two_sided_p,
 )
+from orchestrator.analyze.student import t_two_sided
 from orchestrator.results.show import starts_line as describe_starts
 
 
@@ -56,10 +56,10 @@ def _rates(
 
 
 def test_t_distribution_matches_its_tables() -> None:
-    assert t_two_sided_p(2.776445, 4) == pytest.approx(0.05, abs=1e-5)
-    assert t_two_sided_p(2.228139, 10) == pytest.approx(0.05, abs=1e-5)
-    assert t_two_sided_p(1.959964, 1e6) == pytest.approx(0.05, abs=1e-4)
-    assert t_two_sided_p(0.0, 3) == pytest.approx(1.0)
+    assert t_two_sided(2.776445, 4) == pytest.approx(0.05, abs=1e-5)
+    assert t_two_sided(2.228139, 10) == pytest.approx(0.05, abs=1e-5)
+    assert t_two_sided(1.959964, 1e6) == pytest.approx(0.05, abs=1e-4)
+    assert t_two_sided(0.0, 3) == pytest.approx(1.0)
 
 
 def test_anova_estimator_recovers_both_levels() -> None:

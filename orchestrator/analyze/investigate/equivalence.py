@@ -21,88 +21,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 
+from orchestrator.analyze.student import t_quantile, t_sf
 from orchestrator.runner.compare_rule import outlier_indexes
-
-_MAX_ITER = 300
-_EPS = 1e-14
-
-
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, _MAX_ITER):
-        m2 = 2 * m
-        for num in (
-            m * (b - m) * x / ((a + m2 - 1) * (a + m2)),
-            -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1)),
-        ):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < _EPS:
-            break
-    return h
-
-
-def _incomplete_beta(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    # the fraction converges fast on the side of the mean; the symmetry covers the other
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _beta_fraction(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _beta_fraction(b, a, 1.0 - x) / b
-
-
-def t_sf(t: float, dof: float) -> float:
-    """P(T > t) for Student's t with `dof` (possibly fractional) degrees of freedom."""
-    if math.isinf(dof):
-        return 0.5 * math.erfc(t / math.sqrt(2.0))
-    tail = 0.5 * _incomplete_beta(dof / 2.0, 0.5, dof / (dof + t * t))
-    return tail if t >= 0 else 1.0 - tail
-
-
-def _t_pdf(t: float, dof: float) -> float:
-    log_c = math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi)
-    return math.exp(log_c - (dof + 1) / 2 * math.log1p(t * t / dof))
-
-
-def t_quantile(p: float, dof: float) -> float:
-    """The p-quantile of Student's t (0 < p < 1): Cornish-Fisher's start (Abramowitz and
-    Stegun 26.7.5), then Newton's steps on `t_sf`."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"quantile {p} is outside (0, 1)")
-    z = NormalDist().inv_cdf(p)
-    if math.isinf(dof):
-        return z
-    g1 = (z**3 + z) / 4
-    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
-    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
-    t = z + g1 / dof + g2 / dof**2 + g3 / dof**3
-    if dof < 3:  # the expansion is poor there; the exact forms are not
-        if dof == 1:
-            return math.tan(math.pi * (p - 0.5))
-        if dof == 2:
-            return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
-        t = max(min(t, 50.0), -50.0)
-    for _ in range(50):
-        step = (p - (1.0 - t_sf(t, dof))) / _t_pdf(t, dof)
-        t += step
-        if abs(step) < 1e-12 * max(1.0, abs(t)):
-            break
-    return t
 
 
 @dataclass(frozen=True)

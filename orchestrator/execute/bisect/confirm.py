@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from orchestrator.analyze.student import t_sf
+
 
 class Point(Protocol):
     """What the confirmation reads of a tested commit (search.Point)."""
@@ -44,49 +46,6 @@ class BisectPolicy(Protocol):
 
 # An end measured again is said to have moved when a two-sided t test puts it this far out.
 DRIFT_P = 0.01
-
-
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularized incomplete beta (Lentz; Numerical Recipes 6.4)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        even = m * (b - m) * x / ((qam + m2) * (a + m2))
-        odd = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        delta = 1.0
-        for aa in (even, odd):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            delta = d * c
-            h *= delta
-        if abs(delta - 1.0) < 1e-14:
-            break
-    return h
-
-
-def regularized_beta(a: float, b: float, x: float) -> float:
-    """I_x(a, b), the regularized incomplete beta function."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _beta_fraction(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _beta_fraction(b, a, 1.0 - x) / b
-
-
-def t_upper_tail(t: float, dof: float) -> float:
-    """P(T > t) for Student's t with `dof` degrees of freedom."""
-    tail = 0.5 * regularized_beta(dof / 2.0, 0.5, dof / (dof + t * t))
-    return tail if t > 0 else 1.0 - tail
 
 
 @dataclass(frozen=True)
@@ -133,10 +92,10 @@ def step_test(
     # A floor keeps identical runs (a noiseless simulation) from dividing by zero.
     spread = max(spread, abs(gap) * 1e-6, 1e-12)
     se = spread * math.sqrt(1 / len(parent) + 1 / len(first_bad))
-    p = t_upper_tail(step / se, dof) if dof > 0 else 1.0
+    p = t_sf(step / se, dof) if dof > 0 else 1.0
     # The gap now is one run of each end: its error adds two runs' variance to the step's.
     se_rest = spread * math.sqrt(1 / len(parent) + 1 / len(first_bad) + 2)
-    partial = t_upper_tail((gap - step) / se_rest, dof) if dof > 0 else 1.0
+    partial = t_sf((gap - step) / se_rest, dof) if dof > 0 else 1.0
     return StepTest(step, se, dof, p, step / gap if gap else 0.0, spread, partial)
 
 
@@ -195,7 +154,7 @@ def drift_sentence(
         now = statistics.fmean(point.run_values[-1])
         then = statistics.fmean(first)
         se = max(spread * math.sqrt(1 + 1 / len(first)), 1e-12)
-        far = dof > 0 and 2 * t_upper_tail(abs(now - then) / se, dof) < DRIFT_P
+        far = dof > 0 and 2 * t_sf(abs(now - then) / se, dof) < DRIFT_P
         moves.append((name, (now - then) / then if then else 0.0, far))
     if dof == 0 or not any(far for _, _, far in moves):
         return None
