@@ -14,7 +14,7 @@ from orchestrator.config.host import Inventory
 from orchestrator.errors import InputError
 from orchestrator.execute.bisect.run import Bisection, BisectSetup, pick_bisect_cell
 from orchestrator.execute.bisect.search import BisectPolicy
-from orchestrator.execute.images import pin_images
+from orchestrator.execute.images import ImageKey, pin_images, recorded_images
 from orchestrator.execute.refs import pin_revision
 from orchestrator.results.read import open_run
 
@@ -80,13 +80,19 @@ def prepare_bisect(plan: Plan, request: BisectRequest) -> Bisection:
     run_id = None
     refs: dict[str, dict[str, Any]] = {}
     images: list[dict[str, Any]] = []
+    earlier: dict[ImageKey, tuple[str, str]] | None = None
     if request.resume:
         run = open_run(request.resume, request.results_dir)
         run_id = run.path.name
         refs = dict((run.run or {}).get("bisect_refs") or {})  # the first start's commits
         images = list((run.run or {}).get("bisect_images") or [])  # and its digests
+        earlier = recorded_images(run.path)
     if request.images and [i.get("image") for i in images] != list(request.images):
         images = pinned_images(base, plan.inventory, request.images)
+    if not images:
+        # over commits, a cell in a container runs one image: its tag pinned once, as apply
+        # pins it (a resume keeps the first start's digest); the runner refuses a tag unpinned
+        (base,), _ = pin_images([base], plan.inventory, earlier=earlier)
     image_axes: frozenset[str] = frozenset()
     if images and base.server is not None and base.server.container is not None:
         # an axis that named the image (`matrix.image`) would mislabel every step

@@ -13,6 +13,8 @@ from pathlib import Path
 import yaml
 
 from container.test_podman_real import _free_port, _run, podman_env, registry  # noqa: F401
+from orchestrator.app.bisect import BisectRequest, prepare_bisect
+from orchestrator.app.plan import load_plan
 from orchestrator.sim.images import VERSIONS, push_images, study_playbook
 
 
@@ -54,3 +56,29 @@ def test_bisect_over_four_images_names_the_third_as_the_first_bad_one(
         server = json.loads((cell / "server.json").read_text())["container"]
         assert server["digest"] in digests.values() and "tag_moved_to" not in server
     assert any(line.split()[:2] == ["#", "image"] for line in done.stdout.splitlines())
+
+
+def test_a_commit_bisect_of_a_cell_in_a_container_pins_its_image_once(
+    podman_env: dict[str, str],  # noqa: F811
+    registry: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    tags = push_images(registry, tmp_path / "cache", podman_env, ["v1"])
+    digest = _run(
+        [
+            "skopeo",
+            "inspect",
+            "--tls-verify=false",
+            "--format",
+            "{{.Digest}}",
+            f"docker://{tags['v1']}",
+        ],
+        podman_env,
+    ).strip()
+    book = study_playbook(tags, podman_env["CONTAINERS_CONF"], _free_port())
+    (tmp_path / "pb.yml").write_text(yaml.safe_dump(book))
+    plan = load_plan(tmp_path / "pb.yml")
+    job = prepare_bisect(plan, BisectRequest(selector="*", good="a", bad="b"))
+    assert job.setup.base.server is not None and job.setup.base.server.container is not None
+    # unpinned, every step's server would be refused by the runner ("not pinned to a digest")
+    assert job.setup.base.server.container.digest == digest
