@@ -87,10 +87,11 @@ def investigate(
     """Why did the number move from GOOD to BAD (two cells, RUN/CELL)?
 
     Measures both again now on BAD's host (is it real, is it still there?), then BAD with each
-    declared difference (commit, env variable, server flag, bench setting) set back to GOOD's
-    value, one at a time, and bisects the commit when it carries the change. Every experiment
-    is a cell of one run folder; the report (investigation.md) says what explains the change
-    and what was ruled out, with effects and intervals.
+    declared difference (image, commit, env variable, server flag, bench setting) set back to
+    GOOD's value (an image by GOOD's recorded digest), one at a time, and bisects the commit
+    when it carries the change. Every experiment is a cell of one run folder; the report
+    (investigation.md) says what explains the change and what was ruled out, with effects and
+    intervals.
     """
     from orchestrator.execute.apply.resume import resume_command
     from orchestrator.execute.bisect.search import BisectError

@@ -347,6 +347,12 @@ def replay(
 @click.option("--good", default=None, help="A good revision.")
 @click.option("--bad", default=None, help="A bad revision (a descendant of --good).")
 @click.option(
+    "--images",
+    default=None,
+    help="REF1,REF2,...: bisect over these images (tags or digests), oldest (good) first, "
+    "instead of commits; each is pinned to its digest once.",
+)
+@click.option(
     "--metric", default=None, help="Default: the first expected metric, else output_throughput."
 )
 @count_option(
@@ -370,6 +376,7 @@ def bisect(
     selector: str | None,
     good: str | None,
     bad: str | None,
+    images: str | None,
     metric: str | None,
     repeats: int,
     end_repeats: int,
@@ -378,18 +385,25 @@ def bisect(
     show_run: str | None,
     resume_run: str | None,
 ) -> None:
-    """Find the first bad commit for one cell of PLAYBOOK, noise-aware."""
+    """Find the first bad commit for one cell of PLAYBOOK, noise-aware (or, with --images,
+    the first bad image of an ordered list)."""
     from orchestrator.app.bisect import BisectRequest, prepare_bisect
     from orchestrator.app.plan import load_plan
     from orchestrator.execute.apply.resume import resume_command
-    from orchestrator.execute.bisect.run import MetricNotReported, render_bisect, show_bisect
+    from orchestrator.execute.bisect.render import render_bisect, show_bisect
+    from orchestrator.execute.bisect.run import MetricNotReported
     from orchestrator.execute.bisect.search import BisectError
 
     if show_run:
         click.echo(show_bisect(show_run, results_dir))
         return
+    image_list = [i.strip() for i in (images or "").split(",") if i.strip()]
+    if image_list:
+        if good or bad:
+            raise InputError("--images replaces --good and --bad: give one or the other")
+        good, bad = image_list[0], image_list[-1]
     if playbook is None or not selector or not good or not bad:
-        raise InputError("bisect needs PLAYBOOK, --cell, --good and --bad")
+        raise InputError("bisect needs PLAYBOOK, --cell, and --good and --bad (or --images)")
     plan = load_plan(playbook, inventory, extra_vars, limit)
     policy = BisectPolicy(end_repeats=end_repeats, repeats=repeats, max_runs_per_point=max_runs)
     request = BisectRequest(
@@ -402,6 +416,7 @@ def bisect(
         all_parents=all_parents,
         policy=policy,
         argv=["orch", *sys.argv[1:]],
+        images=image_list,
     )
     job = prepare_bisect(plan, request)
     job.log = lambda msg: click.echo(f"bisect: {msg}", err=True)

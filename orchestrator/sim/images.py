@@ -16,7 +16,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,13 @@ MODEL_PATH = "/opt/orch-sim/orch_sim_model.json"  # inside the image
 SITE = "/opt/orch-sim/site"  # the image's own packages, on its PYTHONPATH
 PACKAGE = "orch-sim-kernels"
 # version -> (decode slowdown, the package's version): what changes inside the image
-VERSIONS: dict[str, tuple[float, str]] = {"v1": (1.0, "1.0"), "v2": (1.25, "1.1")}
+VERSIONS: dict[str, tuple[float, str]] = {
+    "v1": (1.0, "1.0"),
+    "v1.1": (1.0, "1.0.1"),  # a release that changes the package, not the speed
+    "v2": (1.25, "1.1"),
+    "v2.1": (1.25, "1.1.1"),
+}
+STUDY = ("v1", "v2")  # the two-image study's; `orch bisect --images` takes all four
 REPOSITORY = "orch/sim"
 
 
@@ -99,11 +105,13 @@ def _run(argv: list[str], env: Mapping[str, str]) -> str:
     return done.stdout
 
 
-def push_images(registry: str, cache: Path, env: Mapping[str, str]) -> dict[str, str]:
-    """Import each version's root as `REGISTRY/orch/sim:VERSION`, push it (plain http) and
-    drop the local copy, so that a run pulls it by digest: version -> tag."""
+def push_images(
+    registry: str, cache: Path, env: Mapping[str, str], versions: Sequence[str] = STUDY
+) -> dict[str, str]:
+    """Import each of `versions`' root as `REGISTRY/orch/sim:VERSION`, push it (plain http)
+    and drop the local copy, so that a run pulls it by digest: version -> tag."""
     tags: dict[str, str] = {}
-    for version in VERSIONS:
+    for version in versions:
         tag = f"{registry}/{REPOSITORY}:{version}"
         tar = rootfs_tar(cache, version)
         changes = [f"ENV PYTHONPATH={SITE}", f"LABEL org.opencontainers.image.version={version}"]
@@ -181,8 +189,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--conf", default=os.environ.get("CONTAINERS_CONF", ""))
     p.add_argument("--port", type=int, default=30123)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--versions",
+        default=",".join(STUDY),
+        help=f"which images, comma-separated, of {', '.join(VERSIONS)}",
+    )
     args = p.parse_args(argv)
-    tags = push_images(args.registry, Path(args.cache), os.environ)
+    versions = [v for v in args.versions.split(",") if v]
+    unknown = [v for v in versions if v not in VERSIONS]
+    if unknown:
+        p.error(f"--versions: no image {', '.join(unknown)} (there are {', '.join(VERSIONS)})")
+    tags = push_images(args.registry, Path(args.cache), os.environ, versions)
     if args.playbook:
         import yaml
 

@@ -214,7 +214,7 @@ def test_a_partial_step_is_said() -> None:
 
 def test_the_printed_answer_carries_its_warnings() -> None:
     """`orch bisect` (and --show) print the warnings under the answer, from bisect.json."""
-    from orchestrator.execute.bisect.run import render_bisect
+    from orchestrator.execute.bisect.render import render_bisect
 
     commits, measure = machine(32, 20, 0.05, 5, drift=-0.004)
     result = bisect(commits, measure)

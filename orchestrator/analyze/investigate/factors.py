@@ -1,11 +1,12 @@
 """The factors of an investigation: what GOOD and BAD declared differently, and BAD with one of
 them set back to GOOD's value.
 
-A factor is a declared difference a cell can be re-rendered without: the commit, the repo's
-setup command (what it installs: packages the playbook controls), one env variable, one server
-flag, one bench setting. What the playbook does not declare (the driver, clocks, packages it
-does not install) cannot be swapped; those come from the snapshots' diff and
-are listed as evidence only (`diff_evidence`).
+A factor is a declared difference a cell can be re-rendered without: the server's image (set
+back to GOOD's recorded digest, never resolved again), the commit, the repo's setup command
+(what it installs: packages the playbook controls), one env variable, one server flag, one
+bench setting. What the playbook does not declare (the driver, clocks, packages it does not
+install) cannot be swapped; those come from the snapshots' diff and are listed as evidence
+only (`diff_evidence`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from orchestrator.cell import cell_id
 from orchestrator.errors import InputError
 from orchestrator.runner.redaction import REDACTED
 
-Kind = Literal["commit", "setup", "env", "server_flag", "bench_setting"]
+Kind = Literal["image", "commit", "setup", "env", "server_flag", "bench_setting"]
 # The list styles an adapter renders flags with: argv is rebuilt only when it re-renders as
 # recorded, so a hand-written launcher or a generic command is never edited by guess.
 _LIST_STYLES: dict[str, Mapping[str, ListStyle]] = {
@@ -52,7 +53,9 @@ class Factor:
 
     @property
     def label(self) -> str:
-        """`commit`, `env NCCL_ALGO`, `server --disable-cuda-graph`, `bench --max-concurrency`."""
+        """`image`, `commit`, `env NCCL_ALGO`, `server --tp-size`, `bench --max-concurrency`."""
+        if self.kind == "image":
+            return "image"
         if self.kind in ("commit", "setup"):
             return "commit" if self.kind == "commit" else "repo setup"
         prefix = {"env": "env ", "server_flag": "server --", "bench_setting": "bench --"}
@@ -64,6 +67,9 @@ class Factor:
             return "(not set)"
         if self.kind == "commit":
             return str(value)[:12]
+        if self.kind == "image":
+            ref, _, digest = str(value).rpartition("@")
+            return _one_line(f"{ref} ({digest[:19]})" if ref else str(value))
         return _one_line(str(value))
 
 
@@ -77,13 +83,48 @@ def _section(cell: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _container(cell: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _section(_section(cell, "server"), "container")
+
+
+def _pinned_image(container: Mapping[str, Any]) -> str | None:
+    """`REF@sha256:...`: the image as written, pinned to its recorded digest (as written when
+    it was written with one; the reference alone when no digest was recorded)."""
+    image, digest = container.get("image"), container.get("digest")
+    if not image:
+        return None
+    return f"{image}@{digest}" if digest and "@" not in str(image) else str(image)
+
+
+def image_factor(good: Mapping[str, Any], bad: Mapping[str, Any]) -> Factor | None:
+    """The server's image when GOOD and BAD ran different ones (by digest where both were
+    pinned: two tags of one digest are one image), else None."""
+    cont_g, cont_b = _container(good), _container(bad)
+    if not cont_g and not cont_b:
+        return None
+    if cont_g.get("digest") and cont_g.get("digest") == cont_b.get("digest"):
+        return None
+    pin_g, pin_b = _pinned_image(cont_g), _pinned_image(cont_b)
+    if pin_g == pin_b:
+        return None
+    why = None
+    if not cont_g or not cont_b:
+        why = "only one side runs its server in a container"
+    elif not cont_g.get("digest"):
+        why = "GOOD's record has no digest for its image"
+    return Factor("image", "image", pin_g, pin_b, why is None, why)
+
+
 def declared_factors(good: Mapping[str, Any], bad: Mapping[str, Any]) -> list[Factor]:
-    """Every declared difference between two recorded cells, the commit first.
+    """Every declared difference between two recorded cells, the image and the commit first.
 
     A secret env value is never in a bundle, so a difference in one cannot be seen; a side
     without a server, a repo or flags rendered by a known adapter makes that part untestable.
     """
     out: list[Factor] = []
+    image = image_factor(good, bad)
+    if image is not None:
+        out.append(image)
     repo_g, repo_b = _section(good, "repo"), _section(bad, "repo")
     if repo_g.get("version") != repo_b.get("version"):
         same_repo = repo_g.get("url") == repo_b.get("url") and repo_g and repo_b
@@ -155,7 +196,19 @@ def swapped(bad: Mapping[str, Any], factors: Sequence[Factor]) -> dict[str, Any]
     for factor in factors:
         if not factor.testable:
             raise ValueError(f"{factor.label} cannot be swapped: {factor.why_not}")
-        if factor.kind == "commit":
+        if factor.kind == "image":
+            # GOOD's digest as recorded, written into the reference: nothing resolves it again
+            server = dict(_section(data, "server"))
+            pinned = str(factor.good)
+            server["container"] = {
+                **_section(server, "container"),
+                "image": pinned,
+                "digest": pinned.rpartition("@")[2],
+                "resolved_at": None,
+                "resolved_by": "GOOD's record",
+            }
+            data["server"] = server
+        elif factor.kind == "commit":
             repo = dict(_section(data, "repo"))
             repo.update(version=factor.good, requested=None, resolved_at=None, resolved_by=None)
             data["repo"] = repo

@@ -1,4 +1,5 @@
-"""`orch bisect`: run one cell at commits between good and bad until the first bad one is named.
+"""`orch bisect`: run one cell at commits between good and bad until the first bad one is named;
+with `--images`, at each of an ordered list of images (each pinned to its digest once) instead.
 
 Every step is a one-cell run into the same bundle (resume mode), so each measurement is a
 complete cell directory like any other, the per-commit setup cache on the host is reused, and a
@@ -37,7 +38,6 @@ from orchestrator.results.layout import (
     EXIT_JSON,
     METRICS_JSON,
 )
-from orchestrator.results.read import open_run
 from orchestrator.secrets.redact import secret_items_in
 from orchestrator.secrets.values import extra_vars_in_argv, secrets_of_run
 
@@ -69,6 +69,10 @@ class BisectSetup:
     secret_vars: dict[str, Any] = field(default_factory=dict)  # redacted like apply's
     # --good/--bad pinned on the origin for the whole bisect: {ref: Resolution.to_json()}
     refs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # --images, oldest first, each pinned once: [{"image": as written, "digest", "resolved_by"}];
+    # when set, the bisect's points are these images and the commit stays the cell's own
+    images: list[dict[str, Any]] = field(default_factory=list)
+    image_axes: frozenset[str] = frozenset()  # axes that only choose the image
 
     @property
     def pinned(self) -> dict[str, str]:
@@ -141,6 +145,12 @@ def commit_range(
     if not between or between[-1] != bad_sha:
         raise InputError(f"bad ({bad}) is not a descendant of good ({good})")
     return [good_sha, *between]
+
+
+def pinned_image(image: Mapping[str, Any]) -> str:
+    """`REF@sha256:...`: an --images entry as its digest pins it (a point of the search)."""
+    written = str(image["image"])
+    return written if "@" in written else f"{written}@{image['digest']}"
 
 
 def _home_relative(path: str) -> str:
@@ -225,18 +235,41 @@ class Bisection:
             if isinstance(raw, int | float) and raw > 0 and value > 0:
                 self._ratios.append(float(raw) / value)
 
+    def _point_axis(self, point: str) -> tuple[str, str]:
+        """The axis a step names its point by: its commit's short SHA, or its image."""
+        if self.setup.images:
+            return "bisect_image", str(self._image(point)["image"])
+        return "bisect_commit", point[:12]
+
+    def _image(self, point: str) -> Mapping[str, Any]:
+        return next(i for i in self.setup.images if pinned_image(i) == point)
+
     def _step_cell(self, sha: str, repeats: int, attempt: int, ends: Ends | None = None) -> Cell:
         base = self.setup.base
-        assert base.repo is not None
         # An axis that only named the commit (it rendered to the requested version) would now
         # mislabel every step: the measured commit replaces it.
-        kept = {k: v for k, v in base.axes.items() if k not in self.setup.commit_axes}
-        axes = {**kept, "bisect_commit": sha[:12], "bisect_run": attempt}
+        dropped = self.setup.commit_axes | self.setup.image_axes
+        kept = {k: v for k, v in base.axes.items() if k not in dropped}
+        axis, name = self._point_axis(sha)
+        axes = {**kept, axis: name, "bisect_run": attempt}
         data = base.model_dump(mode="json")
         data["axes"] = axes
-        # A step is its commit: no requested ref of the base stands in for it in the id.
-        data["repo"] = {**data["repo"], "version": sha, "requested": None}
-        data["repo"].update(resolved_at=None, resolved_by=None)
+        if self.setup.images:
+            # A step is its image, by the digest it was pinned to once: never resolved again.
+            image = self._image(sha)
+            container = {
+                **data["server"]["container"],
+                "image": image["image"],
+                "digest": image["digest"],
+                "resolved_at": image.get("resolved_at"),
+                "resolved_by": image.get("resolved_by"),
+            }
+            data["server"] = {**data["server"], "container": container}
+        else:
+            assert base.repo is not None
+            # A step is its commit: no requested ref of the base stands in for it in the id.
+            data["repo"] = {**data["repo"], "version": sha, "requested": None}
+            data["repo"].update(resolved_at=None, resolved_by=None)
         data["bench"] = {
             **data["bench"],
             "repeats": repeats,
@@ -275,7 +308,11 @@ class Bisection:
                 run_id=self.run_id,
                 resume=self.run_id is not None,
                 argv=self.setup.argv,
-                extra_run_fields={"bisect": True, "bisect_refs": self.setup.refs},
+                extra_run_fields={
+                    "bisect": True,
+                    "bisect_refs": self.setup.refs,
+                    "bisect_images": self.setup.images,
+                },
             ),
         )
         self.run_id = run.run_id
@@ -302,7 +339,8 @@ class Bisection:
     def measure(self, sha: str, repeats: int, ends: Ends | None = None) -> list[float] | None:
         """Run (or read back) one measurement of the cell at `sha`; with `ends`, the run stops
         as soon as the sequential test decides (at most `repeats`)."""
-        attempt = sum(1 for c in self.cells if c.axes.get("bisect_commit") == sha[:12]) + 1
+        axis, name = self._point_axis(sha)
+        attempt = sum(1 for c in self.cells if c.axes.get(axis) == name) + 1
         cell = self._step_cell(sha, repeats, attempt, ends)
         got = self._recorded(cell.id) if self.run_id else None
         if got is None:
@@ -355,6 +393,8 @@ class Bisection:
 
     def execute(self, conn_factory: Callable[[Host], Connection] = connect) -> BisectResult:
         """Bisect; writes bisect.json (progress and result) into the bundle."""
+        if self.setup.images:
+            return self._execute_images()
         conn = conn_factory(self.setup.host)
         try:
             setup = self.setup
@@ -388,10 +428,37 @@ class Bisection:
             "result": result.to_json(),
             "first_bad_story": story,
         }
+        self._write_doc()
+        return result
+
+    def _execute_images(self) -> BisectResult:
+        """Bisect over --images: the same search and confirmation, its points the images."""
+        points = [pinned_image(i) for i in self.setup.images]
+        for image in self.setup.images:
+            self.log(f"{image['image']} is {image['digest']} ({image.get('resolved_by')})")
+        result = bisect(points, self.measure, self.setup.policy)
+        # the search speaks of commits; here each point is an image
+        result.message = result.message.replace("commit", "image")
+        result.warnings = [w.replace("commit", "image") for w in result.warnings]
+        self.doc = {
+            "schema_version": 1,
+            "good": self.setup.good,
+            "bad": self.setup.bad,
+            "images": self.setup.images,
+            "metric": self.setup.metric,
+            "host": self.setup.host.name,
+            "base_cell": self.setup.base.id,
+            "commits": points,
+            "result": result.to_json(),
+            "first_bad_story": "",
+        }
+        self._write_doc()
+        return result
+
+    def _write_doc(self) -> None:
         writer = BundleWriter(self.setup.results_dir, str(self.run_id), new=False)
         writer.write_json(BISECT_FILE, self.doc)
         writer.finalize()
-        return result
 
 
 def pick_bisect_cell(cells: Sequence[Cell], selector: str) -> tuple[Cell, frozenset[str]]:
@@ -427,53 +494,3 @@ def pick_bisect_cell(cells: Sequence[Cell], selector: str) -> tuple[Cell, frozen
         if base.axes[k] == version or len({json.dumps(c.axes.get(k)) for c in same_host}) > 1
     )
     return base, commit_axes
-
-
-def show_bisect(ref: str, results_dir: Path) -> str:
-    """`orch bisect --show RUN`: a finished bisect re-printed from its bundle."""
-    run = open_run(ref, results_dir)
-    doc = read_json(run.path / BISECT_JSON)
-    if not isinstance(doc, dict):
-        is_bisect = bool((run.run or {}).get("bisect"))
-        raise InputError(
-            f"{ref}: no finished bisect here",
-            hint="continue it with --resume" if is_bisect else "this run is not a bisect",
-        )
-    return render_bisect(doc)
-
-
-def render_bisect(doc: dict[str, Any]) -> str:
-    """The answer first, then the table of tested commits, then the whole commit story."""
-    from tabulate import tabulate
-
-    result = doc["result"]
-    lines = [result["message"]]
-    lines += [f"warning: {w}" for w in result.get("warnings") or []]
-    lines.append("")
-    rows = []
-    for p in result["points"]:
-        values = p.get("values") or []
-        mean = sum(values) / len(values) if values else None
-        rows.append(
-            [
-                p["index"],
-                p["commit"][:12],
-                p.get("verdict") or "",
-                "uncertain" if p.get("uncertain") else "",
-                len(values),
-                f"{mean:.4g}" if mean is not None else "-",
-                f"{p['z']:.1f}" if p.get("z") is not None else "",
-                p.get("runs"),
-            ]
-        )
-    lines.append(
-        tabulate(rows, headers=["#", "commit", "verdict", "note", "n", doc["metric"], "z", "runs"])
-    )
-    lines.append(
-        f"\ngood mean {result['good_mean']:.4g}, bad mean {result['bad_mean']:.4g}, "
-        f"noise (stdev) {result['noise']:.3g}; {len(result['points'])} commits tested of "
-        f"{len(doc['commits'])}, {result['cell_runs']} cell runs"
-    )
-    if doc.get("first_bad_story"):
-        lines += ["", doc["first_bad_story"].rstrip()]
-    return "\n".join(lines)
