@@ -47,8 +47,8 @@ def mark(row: dict[str, Any]) -> str:
     """`OVER` where the measured rate exceeds the stated one beyond the simulation's error."""
     stated, measured = _number(row.get("stated_rate")), _number(row.get("measured_rate"))
     trials = int(row.get("trials") or 0)
-    if stated is None or measured is None or trials <= 0:
-        return ""
+    if stated is None or measured is None or trials <= 0 or math.isnan(stated + measured):
+        return ""  # a power row, or nothing measured: no stated rate to hold
     low, _ = wilson(measured, trials)
     return "OVER" if low > stated else "ok"
 
@@ -110,6 +110,13 @@ def main() -> int:
         "",
     ]
     print(tabulate(table, headers=headers))
+    print(
+        "\nRows marked 'as before', 'not modelled (--starts 1)', 'repeats as independent', 'told\n"
+        "nothing' or '1 start(s)' show what a rule that counts the repeats of one start gives\n"
+        "under a start-to-start spread: they are expected OVER, and are why orch now counts\n"
+        "starts. 'one commit's call in the search' is bisect's per-commit call, which the\n"
+        "confirmation bounds (its own row). docs/VERDICTS.md reads the table."
+    )
     return 0
 
 
