@@ -10,9 +10,9 @@ single metrics at 2 v 2 and 10 % at 3 v 3, so nearly every diff of 17 metrics.
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
+from analyze_fixtures import evidence_of
 
 from orchestrator.analyze.diff.model import MetricDelta, metric_deltas
 from orchestrator.analyze.evidence import CellEvidence
@@ -26,24 +26,7 @@ def _cell(rng: random.Random, n: int, shift: float) -> CellEvidence:
         {"n": i + 1, **{m: 100 * (1 + shift) * (1 + 0.02 * rng.gauss(0, 1)) for m in METRICS}}
         for i in range(n)
     ]
-    return CellEvidence(
-        path=Path("."),
-        id="sim",
-        host=None,
-        axes={},
-        status="passed",
-        reason=None,
-        failed_step=None,
-        cell={},
-        cell_json={},
-        repo={},
-        server={},
-        env_check={},
-        snapshot_pre={},
-        snapshot_post={},
-        metrics={"repeats": repeats},
-        captures={},
-    )
+    return evidence_of({"repeats": repeats})
 
 
 def _deltas(rng: random.Random, n: int, shift: float) -> list[MetricDelta]:

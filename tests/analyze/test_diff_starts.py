@@ -13,6 +13,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from analyze_fixtures import evidence_of
+
 from orchestrator.analyze.diff.cells import diff_cells
 from orchestrator.analyze.diff.model import MetricDelta, metric_deltas
 from orchestrator.analyze.diff.render import render_diff
@@ -39,24 +41,7 @@ def sim_cell(
     metrics: dict[str, object] = {"repeats": repeats}
     if starts > 1:
         metrics["starts"] = {"count": starts, "of_repeat": of_repeat, "metrics": {}}
-    return CellEvidence(
-        path=Path("."),
-        id="sim",
-        host=None,
-        axes={},
-        status="passed",
-        reason=None,
-        failed_step=None,
-        cell={},
-        cell_json={},
-        repo={},
-        server={},
-        env_check={},
-        snapshot_pre={},
-        snapshot_post={},
-        metrics=metrics,
-        captures={},
-    )
+    return evidence_of(metrics)
 
 
 def _deltas(a: CellEvidence, b: CellEvidence) -> list[MetricDelta]:
