@@ -49,6 +49,7 @@ class Host:
     executor: ExecutorKind = "direct"  # orch_executor: slurm runs each command as a Slurm job
     slurm: SlurmOptions | None = None  # the slurm_* vars, set when executor is slurm
     location: SourceLocation | None = None  # where the host was declared
+    gpu_hour_usd: float | None = None  # orch_gpu_hour_usd: what one GPU-hour costs, in USD
 
     @property
     def target(self) -> str:

@@ -9,6 +9,7 @@ then runs as a Slurm job there.
 from __future__ import annotations
 
 import contextlib
+import math
 import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -38,6 +39,7 @@ _FALSE = {"false", "no", "off", "0", "n"}
 
 # srun's job-name options, as one word (`--job-name=x`, `-Jx`)
 _JOB_NAME = ("--job-name=", "-J")
+PRICE_VAR = "orch_gpu_hour_usd"  # what one GPU-hour of the host costs (cost per million tokens)
 
 
 def host_from_vars(
@@ -128,6 +130,20 @@ def host_from_vars(
             )
         executor = known
 
+    price: float | None = None
+    found = pick(PRICE_VAR)
+    if found is not None:
+        var, value = found
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):  # not a number: refused below
+                value = float(value.strip())
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value < 0:
+            raise bad(
+                var, f"expected USD per GPU-hour (a number, 0 or more), got {describe(value)}"
+            )
+        price = float(value)
+
     python = text("ansible_python_interpreter", "python") or "python3"
     if python.startswith("auto"):  # Ansible's interpreter discovery: the host's python3
         python = "python3"
@@ -148,6 +164,7 @@ def host_from_vars(
         executor=executor,
         slurm=_slurm_options(pick, text, bad) if executor == "slurm" else None,
         location=location,
+        gpu_hour_usd=price,
     )
 
 
