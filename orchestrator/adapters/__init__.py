@@ -20,6 +20,8 @@ from orchestrator.results.layout import TELEMETRY_CSV
 
 __all__ = [
     "BENCH_ADAPTERS",
+    "COST_CATALOGUE",
+    "COST_METRIC",
     "SERVER_ADAPTERS",
     "BenchAdapter",
     "MetricInfo",
@@ -83,15 +85,37 @@ TELEMETRY_CATALOGUE = (
 )
 
 
+# Every adapter's repeats get these, derived from its own metrics by analyze/cost.py: per GPU
+# (the GPUs the cell uses), per user (InferenceX's interactivity) and the price per token.
+COST_METRIC = "usd_per_million_output_tokens"
+COST_CATALOGUE = (
+    MetricInfo(
+        "output_throughput_per_gpu", "tok/s/GPU", "higher", "output_throughput / the cell's GPUs"
+    ),
+    MetricInfo(
+        "total_throughput_per_gpu", "tok/s/GPU", "higher", "total_throughput / the cell's GPUs"
+    ),
+    MetricInfo("interactivity", "tok/s/user", "higher", "1000 / median_tpot_ms (per user)"),
+    MetricInfo(
+        COST_METRIC,
+        "$/Mtok",
+        "lower",
+        "orch_gpu_hour_usd x the cell's GPUs over the bench's measured duration, per million "
+        "output tokens: price x GPUs x 1e6 / (output_throughput x 3600)",
+    ),
+)
+
+
 def _telemetry_knows(name: str) -> bool:
-    return any(i.name == name for i in TELEMETRY_CATALOGUE) or name.startswith("throttle_s.")
+    derived = (*TELEMETRY_CATALOGUE, *COST_CATALOGUE)
+    return any(i.name == name for i in derived) or name.startswith("throttle_s.")
 
 
 def metric_unit(name: str, bench: str | None, server: str | None = None) -> str | None:
     """The unit of metric `name` of a cell with these adapters; None when no catalogue says
     (a regex metric, a generic bench's field)."""
     base = name.split(".", 1)[0]
-    tables: list[Iterable[MetricInfo]] = [TELEMETRY_CATALOGUE]
+    tables: list[Iterable[MetricInfo]] = [TELEMETRY_CATALOGUE, COST_CATALOGUE]
     if bench in BENCH_ADAPTERS:
         tables.insert(0, bench_adapter(bench).catalogue())
     if server in SERVER_ADAPTERS:
@@ -120,7 +144,7 @@ def unknown_metric_hint(bench: str, name: str, declared: Iterable[str] = ()) -> 
             f"{name} is a {servers[0]} server metric (metrics.json's server block): expect: "
             "bounds the bench's metrics"
         )
-    known = [i.name for i in adapter.catalogue()] + [i.name for i in TELEMETRY_CATALOGUE]
+    known = [i.name for i in (*adapter.catalogue(), *TELEMETRY_CATALOGUE, *COST_CATALOGUE)]
     known += sorted(declared)
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     listing = f"see `orch metrics {bench}`"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from orchestrator.adapters import BENCH_ADAPTERS
+from orchestrator.adapters import BENCH_ADAPTERS, COST_CATALOGUE
 from orchestrator.adapters.base import Better
 from orchestrator.analyze.changepoints import (
     FDR,
@@ -53,7 +53,8 @@ def better_of(metric: str) -> Better:
         for info in make().catalogue():
             if info.name == metric:
                 return info.better
-    return "neither"
+    derived = {i.name: i.better for i in COST_CATALOGUE}  # per GPU, per user, $ per token
+    return derived.get(metric, "neither")
 
 
 @dataclass(frozen=True)

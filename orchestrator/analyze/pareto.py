@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tabulate import tabulate
 
@@ -174,3 +175,95 @@ def unknown_axis(name: str, axes: Sequence[str], purpose: str, option: str) -> I
         key_path=option,
         hint=f"did you mean {close[0]!r}?" if close else None,
     )
+
+
+# --- throughput per GPU against per user (InferenceX's chart) -----------------------------------
+
+PER_GPU = ("total_throughput_per_gpu", "output_throughput_per_gpu")  # the first measured
+PER_USER = "interactivity"
+
+
+@dataclass(frozen=True)
+class GpuUserPoint:
+    """One cell: its name in the report, medians per GPU and per user, on the front or not."""
+
+    label: str
+    cell_id: str
+    per_gpu: float
+    per_user: float
+    on_front: bool
+
+
+@dataclass
+class GpuUserView:
+    """Every cell's throughput per GPU against its interactivity, the Pareto front marked."""
+
+    per_gpu: str
+    points: list[GpuUserPoint]
+
+    @property
+    def front(self) -> list[GpuUserPoint]:
+        """The points on the front, by interactivity."""
+        return sorted((p for p in self.points if p.on_front), key=lambda p: p.per_user)
+
+
+def gpu_user_front(report: Report) -> GpuUserView | None:
+    """The per-GPU vs per-user view of the report's cells (InferenceX's throughput per GPU
+    against interactivity: more of both is better); None with fewer than two cells having both."""
+    measured = {m for row in report.rows for m in row.metrics}
+    per_gpu = next((m for m in PER_GPU if m in measured), None)
+    if per_gpu is None:
+        return None
+    rows = [r for r in report.rows if per_gpu in r.metrics and PER_USER in r.metrics]
+    if len(rows) < 2:
+        return None
+    others = varying_axes(report, "")
+    hosts = len({row.cell.host for row in report.rows})
+    values = [(r.metrics[per_gpu].median, r.metrics[PER_USER].median) for r in rows]
+    # pareto_front wants (lower-is-better, higher-is-better): less interactivity is worse
+    front = set(pareto_front([(-user, gpu) for gpu, user in values]))
+    points = [
+        GpuUserPoint(series_label(r, others, hosts), r.cell.id, gpu, user, i in front)
+        for i, (r, (gpu, user)) in enumerate(zip(rows, values, strict=True))
+    ]
+    return GpuUserView(per_gpu, sorted(points, key=lambda p: p.per_user))
+
+
+def gpu_user_cells(
+    view: GpuUserView, report: Report, *, two_lines: bool = True
+) -> tuple[list[str], list[list[str]]]:
+    """The per-GPU vs per-user table as headers and rows of text, ★ on the front."""
+    headers = ["configuration", _label(report, PER_USER, two_lines)]
+    headers += [_label(report, view.per_gpu, two_lines), "front"]
+    body = [
+        [p.label, format_number(p.per_user), format_number(p.per_gpu), FRONT_MARK * p.on_front]
+        for p in view.points
+    ]
+    return headers, body
+
+
+def gpu_user_note(view: GpuUserView) -> str:
+    """What ★ means in the per-GPU vs per-user table."""
+    return (
+        f"{FRONT_MARK}: on the Pareto front: no cell has both more {view.per_gpu} and more "
+        f"{PER_USER} (1000 / median_tpot_ms, tok/s per user, as InferenceX); medians over repeats"
+    )
+
+
+def render_gpu_user(view: GpuUserView, report: Report, fmt: str = "table") -> str:
+    """The per-GPU vs per-user table in a terminal (`table`) or markdown (`md`)."""
+    headers, body = gpu_user_cells(view, report, two_lines=fmt != "md")
+    table = tabulate(
+        body, headers=headers, tablefmt="github" if fmt == "md" else "simple", disable_numparse=True
+    )
+    title = f"{view.per_gpu} vs {PER_USER}"
+    if fmt == "md":
+        return f"**{title}**\n\n{table}\n\n- {gpu_user_note(view)}\n"
+    return f"{title}\n\n{table}\n\n{gpu_user_note(view)}\n"
+
+
+def front_rows(rows: list[dict[str, Any]], view: GpuUserView) -> list[dict[str, Any]]:
+    """Tidy report rows with `pareto_front`: whether the row's cell is on the per-GPU vs
+    per-user front (None for a cell without both figures)."""
+    on = {p.cell_id: p.on_front for p in view.points}
+    return [{**row, "pareto_front": on.get(str(row.get("cell_id")))} for row in rows]

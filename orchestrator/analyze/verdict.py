@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.adapters import bench_adapter, server_adapter
+from orchestrator.analyze.cost import add_cost_metrics
 from orchestrator.analyze.energy import (
     RepeatWindow,
     read_telemetry,
@@ -49,8 +51,11 @@ def repeat_dirs(cell_dir: Path) -> list[Path]:
     return [repeat.path for repeat in CellRecord(cell_dir).repeats]
 
 
-def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
-    """Parse a finished cell directory into metrics and decide pass/fail.
+def score_cell(
+    cell_dir: Path, cell: Cell, prices: Mapping[str, float | None] | None = None
+) -> Verdict:
+    """Parse a finished cell directory into metrics and decide pass/fail; `prices` (USD per
+    GPU-hour by host, from the inventory) give the cost metrics.
 
     The runner's own status comes first; a parser failure, a failed adapter check (e.g. a declared
     NCCL variable NCCL never reported) in strict mode, or a missed expectation fails the cell.
@@ -90,6 +95,8 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
         server_metrics = dict(analysis.get("metrics", {}))
 
     telemetry = add_telemetry_metrics(cell_dir, repeats, sources)
+    sampled = len(telemetry.get("gpus") or ())
+    cost = add_cost_metrics(repeats, sources, cell, prices or {}, sampled)
     summary = summarize([{k: v for k, v in r.items() if k != "n"} for r in repeats])
     medians = {m: float(s["median"]) for m, s in summary.items()}
     expectations = [e.to_json() for e in check_all(cell.expect, medians)] if repeats else []
@@ -122,6 +129,7 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
     )
     if telemetry:
         metrics["telemetry"] = telemetry
+    metrics["cost"] = cost
     if start_of:
         metrics["starts"] = starts_document(repeats, start_of)
     if cell.bench.settle is not None and cell.bench.settle.until is not None and repeats:

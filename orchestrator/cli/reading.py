@@ -180,9 +180,23 @@ def report(
     CSV and JSON are tidy: one row per cell x repeat x metric. HTML is one self-contained file
     (tables, plots when matplotlib is installed, every cell's status and reason).
     """
-    from orchestrator.analyze.pareto import build_sweep, render_sweep, sweep_axis
+    import json
+
+    from orchestrator.analyze.pareto import (
+        build_sweep,
+        front_rows,
+        gpu_user_front,
+        render_gpu_user,
+        render_sweep,
+        sweep_axis,
+    )
     from orchestrator.analyze.plot.charts import plot_report, plot_telemetry
-    from orchestrator.analyze.report.tables import chosen_metrics, load_report, render_report
+    from orchestrator.analyze.report.tables import (
+        chosen_metrics,
+        load_report,
+        render_report,
+        tidy_rows,
+    )
     from orchestrator.results.read import local_path
 
     if diff_cells and fmt in ("csv", "json"):
@@ -202,17 +216,22 @@ def report(
         )
     # a sweep is drawn along its axis, so its configurations are the same series in every panel
     axis = by or along or next(iter(rep.axes), None)
+    front = gpu_user_front(rep)  # throughput per GPU against per user, as InferenceX draws it
     diff_text = _report_diff(bundle, diff_cells, results_dir, fmt) if diff_cells else None
     if fmt == "html":
         from orchestrator.analyze.report.html import render_html, report_figures
 
         figures, note = report_figures(rep, axis, view)
         diff = (f"diff {diff_cells[0]} vs {diff_cells[1]}", diff_text or "") if diff_cells else None
-        text = render_html(rep, sweep=view, figures=figures, plot_note=note, diff=diff)
+        text = render_html(rep, sweep=view, figures=figures, plot_note=note, diff=diff, front=front)
+    elif fmt == "json" and front is not None:
+        text = json.dumps(front_rows(tidy_rows(rep), front), indent=2, default=str) + "\n"
     else:
         text = render_report(rep, fmt)  # type: ignore[arg-type]
         if view is not None and fmt in ("table", "md"):
             text += "\n" + render_sweep(view, rep, fmt)
+        if front is not None and fmt in ("table", "md"):
+            text += "\n" + render_gpu_user(front, rep, fmt)
         if diff_text:
             text += "\n" + diff_text
     if out is not None:
@@ -229,6 +248,10 @@ def report(
         if not axis:
             raise InputError("--plot needs an axis to draw against", hint="add --by AXIS")
         click.echo(f"plot: {plot_report(rep, axis, plot, view)}", err=True)
+        if front is not None:
+            from orchestrator.analyze.plot.front import plot_gpu_user
+
+            click.echo(f"per-GPU vs per-user plot: {plot_gpu_user(front, rep, plot)}", err=True)
         strips = plot_telemetry(rep, plot)
         if strips is not None:
             click.echo(f"telemetry plot: {strips}", err=True)
@@ -379,6 +402,7 @@ def metrics_catalogue(adapter: str, as_json: bool) -> None:
 
     from orchestrator.adapters import (
         BENCH_ADAPTERS,
+        COST_CATALOGUE,
         SERVER_ADAPTERS,
         TELEMETRY_CATALOGUE,
         bench_adapter,
@@ -399,6 +423,7 @@ def metrics_catalogue(adapter: str, as_json: bool) -> None:
         bench = bench_adapter(adapter)
         sections.append(("bench", bench.catalogue(), bench.open_ended))
         sections.append(("telemetry", TELEMETRY_CATALOGUE, False))
+        sections.append(("derived", COST_CATALOGUE, False))
     if adapter in SERVER_ADAPTERS:
         sections.append(("server", server_adapter(adapter).catalogue(), False))
     if as_json:

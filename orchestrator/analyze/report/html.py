@@ -17,7 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.analyze.pareto import SweepView, front_note, sweep_cells
+from orchestrator.analyze.pareto import (
+    GpuUserView,
+    SweepView,
+    front_note,
+    gpu_user_cells,
+    gpu_user_note,
+    sweep_cells,
+)
 from orchestrator.analyze.report.tables import Report, axis_text, footer_lines, table_cells
 
 # Forbids every fetch: the page shows only what it carries (inline style, data: images).
@@ -115,9 +122,10 @@ def render_html(
     figures: Sequence[Figure] = (),
     plot_note: str | None = None,
     diff: tuple[str, str] | None = None,
+    front: GpuUserView | None = None,
 ) -> str:
     """The whole page. `diff` is (title, the diff's text); `plot_note` says why there are no
-    plots (e.g. no matplotlib)."""
+    plots (e.g. no matplotlib); `front` the per-GPU vs per-user table."""
     title = f"orch report: {report.run_id or 'cells'}"
     parts = page_start(title)
     if report.started:
@@ -132,6 +140,12 @@ def render_html(
         parts.append(f'<section id="sweep"><h2>Throughput–latency over {text(sweep.axis)}</h2>')
         parts.append(_table(headers, body, "sweep-table"))
         parts.append(f'<p class="note">{text(front_note(sweep))}</p></section>')
+    if front is not None:
+        headers, body = gpu_user_cells(front, report)
+        title = f"{front.per_gpu} vs interactivity"
+        parts.append(f'<section id="gpu-user"><h2>{text(title)}</h2>')
+        parts.append(_table(headers, body, "gpu-user-table"))
+        parts.append(f'<p class="note">{text(gpu_user_note(front))}</p></section>')
     parts.append('<section id="plots"><h2>Plots</h2>')
     for figure in figures:
         data = base64.b64encode(figure.png).decode("ascii")

@@ -19,8 +19,10 @@ from typing import Any, Literal
 
 from tabulate import tabulate
 
+from orchestrator.adapters import COST_METRIC
 from orchestrator.analyze import stats
 from orchestrator.analyze.baseline import baseline_cells
+from orchestrator.analyze.cost import cost_notes
 from orchestrator.analyze.evidence import CellEvidence, load_cells, load_run
 from orchestrator.analyze.metrics import HEADLINE_METRICS, cell_metric_unit, format_number
 from orchestrator.analyze.replication import starts_footer
@@ -173,10 +175,9 @@ def chosen_metrics(rep: Report, asked: Sequence[str]) -> list[str]:
         if e.get("metric") in available
     ]
     chosen = [*dict.fromkeys([*expected, *(m for m in HEADLINE_METRICS if m in available)])]
-    # energy, when the run had telemetry: per output token where the bench reported tokens
-    energy = next((m for m in ENERGY_METRICS if m in available), None)
-    if chosen and energy is not None and energy not in chosen:
-        chosen.append(energy)
+    # energy (with telemetry: per output token where the bench reported tokens), then $/M tokens
+    extra = [next((m for m in ENERGY_METRICS if m in available), None), COST_METRIC]
+    chosen += [m for m in extra if m is not None and chosen and m in available and m not in chosen]
     return chosen or available[:4]
 
 
@@ -406,6 +407,7 @@ def footer_lines(report: Report) -> list[str]:
                     f"expected {' and '.join(mark.bounds)}{why}"
                 )
     cells = [(row.cell.id, row.cell.metrics) for row in report.rows if not row.failed]
+    lines += cost_notes(cells) if COST_METRIC in report.metrics else []
     return lines + (starts_footer(cells, report.metrics[0]) if report.metrics and cells else [])
 
 

@@ -388,8 +388,10 @@ class Run:
             # The host redacted its captures (server_info): compare what it reported with the
             # declared cell redacted the same way, as `orch report`/`audit` read them later.
             nodes = self.nodes.join(cell, staged) if cell.nodes else None
+            hosts = self.inventory.hosts
+            prices = {h: hosts[h].gpu_hour_usd for h in cell.hosts if h in hosts}
             verdict = score_cell(
-                staged, with_head_address(self.run_record.recorded_cell(cell), staged)
+                staged, with_head_address(self.run_record.recorded_cell(cell), staged), prices
             )
             if nodes is not None:
                 verdict.status, verdict.reason, verdict.failed_step = joined_verdict(
