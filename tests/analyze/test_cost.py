@@ -4,6 +4,7 @@ and the per-GPU vs per-user Pareto front of a report."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,26 @@ def test_one_cell_has_no_front(tmp_path: Path) -> None:
     c = base_cell("only-0000")
     run = write_run(tmp_path, "r", [{"cell": c, "repeats": [{"output_throughput": 1.0}]}])
     assert gpu_user_front(load_report(run)) is None
+
+
+def test_the_html_report_has_the_front_table(tmp_path: Path) -> None:
+    from orchestrator.analyze.report.html import render_html
+
+    rep = load_report(sweep_run(tmp_path))
+    page = render_html(rep, front=gpu_user_front(rep))
+    section = page.split('<section id="gpu-user">', 1)[1].split("</section>", 1)[0]
+    assert section.count(FRONT_MARK) == 4  # three cells on the front, one in the note
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None, reason="needs orch[plot] (matplotlib)"
+)
+def test_the_plot_draws_the_front_beside_the_report_plot(tmp_path: Path) -> None:
+    from orchestrator.analyze.plot.front import plot_gpu_user
+
+    rep = load_report(sweep_run(tmp_path / "run"))
+    view = gpu_user_front(rep)
+    assert view is not None
+    out = plot_gpu_user(view, rep, tmp_path / "report.png")
+    assert out == tmp_path / "report-pareto.png"
+    assert out.read_bytes().startswith(b"\x89PNG")
