@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator.cell import Cell
 from orchestrator.config.host import Group, Host, Inventory
-from orchestrator.config.inventory.connection import executor_from_vars
+from orchestrator.config.inventory.connection import executor_from_vars, price_from_vars
 from orchestrator.config.patterns import select_hosts_checked
 from orchestrator.errors import InputError, SourceLocation
 from orchestrator.execute.apply.outcomes import ApplyOptions, RunOutcome
@@ -123,6 +123,7 @@ def inventory_from_bundle(run: RunBundle) -> Inventory:
             workdir=str(hvars.get("orch_workdir") or ".orch"),
             executor=executor,
             slurm=slurm,
+            gpu_hour_usd=price_from_vars(name, hvars, SourceLocation(str(run.source))),
         )
     groups = {"all": Group("all", hosts=tuple(hosts))}
     return Inventory(hosts=hosts, groups=groups, source=f"{run.source} (inventory.json)")

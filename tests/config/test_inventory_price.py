@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.inventory.connection import price_from_vars
 from orchestrator.config.inventory.load import load_inventory
 from orchestrator.errors import InputError, SourceLocation
 
@@ -50,3 +51,11 @@ def test_a_bad_price_in_group_vars_names_that_file(tmp_path: Path) -> None:
         load_inventory(inv)
     assert info.value.location is not None
     assert (info.value.location.file, info.value.location.line) == (str(vars_file), 2)
+
+
+def test_a_bundles_recorded_vars_give_the_same_price() -> None:
+    where = SourceLocation("run/inventory.json", 1, 1)
+    assert price_from_vars("h", {"orch_gpu_hour_usd": "1.25", "x": 1}, where) == 1.25
+    assert price_from_vars("h", {"x": 1}, where) is None
+    with pytest.raises(InputError):
+        price_from_vars("h", {"orch_gpu_hour_usd": -1}, where)

@@ -177,6 +177,14 @@ def executor_from_vars(
     return host.executor, host.slurm
 
 
+def price_from_vars(name: str, values: Mapping[str, Any], location: SourceLocation) -> float | None:
+    """`orch_gpu_hour_usd` of recorded host vars (a bundle's inventory.json), checked as an
+    inventory checks it: a replayed cell is priced as the run was."""
+    if values.get(PRICE_VAR) is None:
+        return None
+    return host_from_vars(name, location, VarLayer(values=dict(values)), ()).gpu_hour_usd
+
+
 def _slurm_options(
     pick: Callable[[str], tuple[str, Any] | None],
     text: Callable[[str], str | None],
