@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from orchestrator.adapters.base import BenchAdapter, MetricInfo, RepeatResult, ServerAdapter
+from orchestrator.adapters.engine_families import ENGINE_CATALOGUE
 from orchestrator.adapters.generic import GenericBench, GenericServer
 from orchestrator.adapters.sglang import SglangServer
 from orchestrator.adapters.sglang_bench import SglangBenchOneBatchServer, SglangBenchServing
@@ -20,6 +21,7 @@ from orchestrator.results.layout import TELEMETRY_CSV
 
 __all__ = [
     "BENCH_ADAPTERS",
+    "ENGINE_CATALOGUE",
     "SERVER_ADAPTERS",
     "BenchAdapter",
     "MetricInfo",
@@ -84,14 +86,15 @@ TELEMETRY_CATALOGUE = (
 
 
 def _telemetry_knows(name: str) -> bool:
-    return any(i.name == name for i in TELEMETRY_CATALOGUE) or name.startswith("throttle_s.")
+    known = any(i.name == name for i in (*TELEMETRY_CATALOGUE, *ENGINE_CATALOGUE))
+    return known or name.startswith("throttle_s.")
 
 
 def metric_unit(name: str, bench: str | None, server: str | None = None) -> str | None:
     """The unit of metric `name` of a cell with these adapters; None when no catalogue says
     (a regex metric, a generic bench's field)."""
     base = name.split(".", 1)[0]
-    tables: list[Iterable[MetricInfo]] = [TELEMETRY_CATALOGUE]
+    tables: list[Iterable[MetricInfo]] = [TELEMETRY_CATALOGUE, ENGINE_CATALOGUE]
     if bench in BENCH_ADAPTERS:
         tables.insert(0, bench_adapter(bench).catalogue())
     if server in SERVER_ADAPTERS:
@@ -120,7 +123,7 @@ def unknown_metric_hint(bench: str, name: str, declared: Iterable[str] = ()) -> 
             f"{name} is a {servers[0]} server metric (metrics.json's server block): expect: "
             "bounds the bench's metrics"
         )
-    known = [i.name for i in adapter.catalogue()] + [i.name for i in TELEMETRY_CATALOGUE]
+    known = [i.name for i in (*adapter.catalogue(), *TELEMETRY_CATALOGUE, *ENGINE_CATALOGUE)]
     known += sorted(declared)
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     listing = f"see `orch metrics {bench}`"

@@ -14,6 +14,7 @@ from orchestrator.analyze.energy import (
     repeat_metrics,
     throttle_episodes,
 )
+from orchestrator.analyze.engine_metrics import add_engine_metrics
 from orchestrator.analyze.expect import check_all
 from orchestrator.analyze.metrics import metric_units, metrics_document, summarize, values_of
 from orchestrator.analyze.replication import starts_document
@@ -90,6 +91,8 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
         server_metrics = dict(analysis.get("metrics", {}))
 
     telemetry = add_telemetry_metrics(cell_dir, repeats, sources)
+    scraped = cell.engine_metrics
+    engine = add_engine_metrics(cell_dir, scraped.engine if scraped else None, repeats, sources)
     summary = summarize([{k: v for k, v in r.items() if k != "n"} for r in repeats])
     medians = {m: float(s["median"]) for m, s in summary.items()}
     expectations = [e.to_json() for e in check_all(cell.expect, medians)] if repeats else []
@@ -122,6 +125,8 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
     )
     if telemetry:
         metrics["telemetry"] = telemetry
+    if engine:
+        metrics["engine_metrics"] = engine
     if start_of:
         metrics["starts"] = starts_document(repeats, start_of)
     if cell.bench.settle is not None and cell.bench.settle.until is not None and repeats:
