@@ -119,9 +119,9 @@ def _absent_reason(engine: str, usable: list[tuple[str, ...]]) -> str:
     if not usable:
         return f"{engine} has no such family"
     families = [ENGINE_FAMILIES[engine][r][0] for r in usable[0]]
-    spec = any(r.startswith("spec_") for r in usable[0])
-    why = " / ".join(families) + " not on /metrics"
-    return why + " (speculative decoding off)" if spec else why
+    if any(r.startswith("spec_") for r in usable[0]):  # one line for every acceptance metric
+        return f"{families[0]} not on /metrics (speculative decoding off)"
+    return " / ".join(families) + " not on /metrics"
 
 
 def _value(
