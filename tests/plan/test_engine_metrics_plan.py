@@ -57,7 +57,8 @@ def test_sglang_scrapes_only_with_enable_metrics_or_when_asked(tmp_path: Path) -
     flagged = plan(tmp_path, SGLANG.replace("port: 30001}", "port: 30001, enable-metrics: true}"))
     assert flagged.engine_metrics is not None and flagged.engine_metrics.engine == "sglang"
     asked = plan(tmp_path, SGLANG + "engine_metrics: true\n")
-    assert asked.engine_metrics is not None and "sglang:token_usage" in asked.engine_metrics.families
+    assert asked.engine_metrics is not None
+    assert "sglang:token_usage" in asked.engine_metrics.families
 
 
 def test_a_generic_server_needs_its_engine_named_at_the_key(tmp_path: Path) -> None:
