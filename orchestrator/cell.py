@@ -264,6 +264,16 @@ class TelemetrySpec(_Frozen):
     fields: tuple[str, ...] | None = None  # nvidia-smi --query-gpu names; None: the runner's
 
 
+class EngineMetricsSpec(_Frozen):
+    """The engine's Prometheus /metrics scraped during each measured repeat (observation only:
+    not in the id); `families` are the ones kept, named by `engine`'s adapter."""
+
+    url: str
+    engine: str | None = None  # whose family names (vllm, sglang); None: kept whole, no summary
+    interval: float = 1.0  # seconds between scrapes
+    families: tuple[str, ...] = ()  # empty: every family kept
+
+
 class ProfileSpec(_Frozen):
     """A short profile of the server after the measured repeats (observation only: one extra,
     unmeasured bench run, so not in the id): the engine's own start/stop endpoints, its traces
@@ -326,6 +336,7 @@ class Cell(_Frozen):
     telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
     preflight: PreflightSpec = Field(default_factory=PreflightSpec)
     profile: ProfileSpec | None = None  # `profile:` on and the server adapter can profile
+    engine_metrics: EngineMetricsSpec | None = None  # the server's /metrics per repeat
     # A server over several hosts: the other nodes, by rank; `host` is the head (rank 0).
     nodes: tuple[NodePart, ...] = ()
     node: NodeRole | None = None  # only on a node's part, as sent to that node's runner
@@ -342,6 +353,8 @@ class Cell(_Frozen):
                 data.pop("node", None)
             if data.get("profile") is None:
                 data.pop("profile", None)
+            if data.get("engine_metrics") is None:
+                data.pop("engine_metrics", None)
             if data.get("run_inputs") is None:
                 data.pop("run_inputs", None)
         return data

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from orchestrator.adapters.base import BenchAdapter, MetricInfo, RepeatResult, ServerAdapter
+from orchestrator.adapters.engine_families import ENGINE_CATALOGUE
 from orchestrator.adapters.generic import GenericBench, GenericServer
 from orchestrator.adapters.sglang import SglangServer
 from orchestrator.adapters.sglang_bench import SglangBenchOneBatchServer, SglangBenchServing
@@ -22,6 +23,7 @@ __all__ = [
     "BENCH_ADAPTERS",
     "COST_CATALOGUE",
     "COST_METRIC",
+    "ENGINE_CATALOGUE",
     "SERVER_ADAPTERS",
     "BenchAdapter",
     "MetricInfo",
@@ -107,7 +109,7 @@ COST_CATALOGUE = (
 
 
 def _telemetry_knows(name: str) -> bool:
-    derived = (*TELEMETRY_CATALOGUE, *COST_CATALOGUE)
+    derived = (*TELEMETRY_CATALOGUE, *COST_CATALOGUE, *ENGINE_CATALOGUE)
     return any(i.name == name for i in derived) or name.startswith("throttle_s.")
 
 
@@ -115,7 +117,7 @@ def metric_unit(name: str, bench: str | None, server: str | None = None) -> str 
     """The unit of metric `name` of a cell with these adapters; None when no catalogue says
     (a regex metric, a generic bench's field)."""
     base = name.split(".", 1)[0]
-    tables: list[Iterable[MetricInfo]] = [TELEMETRY_CATALOGUE, COST_CATALOGUE]
+    tables: list[Iterable[MetricInfo]] = [TELEMETRY_CATALOGUE, COST_CATALOGUE, ENGINE_CATALOGUE]
     if bench in BENCH_ADAPTERS:
         tables.insert(0, bench_adapter(bench).catalogue())
     if server in SERVER_ADAPTERS:
@@ -144,7 +146,10 @@ def unknown_metric_hint(bench: str, name: str, declared: Iterable[str] = ()) -> 
             f"{name} is a {servers[0]} server metric (metrics.json's server block): expect: "
             "bounds the bench's metrics"
         )
-    known = [i.name for i in (*adapter.catalogue(), *TELEMETRY_CATALOGUE, *COST_CATALOGUE)]
+    known = [
+        i.name
+        for i in (*adapter.catalogue(), *TELEMETRY_CATALOGUE, *COST_CATALOGUE, *ENGINE_CATALOGUE)
+    ]
     known += sorted(declared)
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     listing = f"see `orch metrics {bench}`"

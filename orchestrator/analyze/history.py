@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from orchestrator.adapters import BENCH_ADAPTERS, COST_CATALOGUE
+from orchestrator.adapters import BENCH_ADAPTERS, COST_CATALOGUE, ENGINE_CATALOGUE
 from orchestrator.adapters.base import Better
 from orchestrator.analyze.changepoints import (
     FDR,
@@ -48,9 +48,10 @@ TRAILING = 5  # the newest runs a new level may begin at, each night
 
 @cache
 def better_of(metric: str) -> Better:
-    """Which way `metric` is better, from the bench adapters' catalogues ("neither" unknown)."""
-    for make in BENCH_ADAPTERS.values():
-        for info in make().catalogue():
+    """Which way `metric` is better, from the bench adapters' catalogues and the engine's
+    /metrics ("neither" unknown)."""
+    for infos in [*(make().catalogue() for make in BENCH_ADAPTERS.values()), ENGINE_CATALOGUE]:
+        for info in infos:
             if info.name == metric:
                 return info.better
     derived = {i.name: i.better for i in COST_CATALOGUE}  # per GPU, per user, $ per token

@@ -16,6 +16,7 @@ from orchestrator.analyze.energy import (
     repeat_metrics,
     throttle_episodes,
 )
+from orchestrator.analyze.engine_metrics import add_engine_metrics
 from orchestrator.analyze.expect import check_all
 from orchestrator.analyze.metrics import metric_units, metrics_document, summarize, values_of
 from orchestrator.analyze.replication import starts_document
@@ -97,6 +98,8 @@ def score_cell(
     telemetry = add_telemetry_metrics(cell_dir, repeats, sources)
     sampled = len(telemetry.get("gpus") or ())
     cost = add_cost_metrics(repeats, sources, cell, prices or {}, sampled)
+    scraped = cell.engine_metrics
+    engine = add_engine_metrics(cell_dir, scraped.engine if scraped else None, repeats, sources)
     summary = summarize([{k: v for k, v in r.items() if k != "n"} for r in repeats])
     medians = {m: float(s["median"]) for m, s in summary.items()}
     expectations = [e.to_json() for e in check_all(cell.expect, medians)] if repeats else []
@@ -130,6 +133,8 @@ def score_cell(
     if telemetry:
         metrics["telemetry"] = telemetry
     metrics["cost"] = cost
+    if engine:
+        metrics["engine_metrics"] = engine
     if start_of:
         metrics["starts"] = starts_document(repeats, start_of)
     if cell.bench.settle is not None and cell.bench.settle.until is not None and repeats:

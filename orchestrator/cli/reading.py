@@ -403,6 +403,7 @@ def metrics_catalogue(adapter: str, as_json: bool) -> None:
     from orchestrator.adapters import (
         BENCH_ADAPTERS,
         COST_CATALOGUE,
+        ENGINE_CATALOGUE,
         SERVER_ADAPTERS,
         TELEMETRY_CATALOGUE,
         bench_adapter,
@@ -424,6 +425,7 @@ def metrics_catalogue(adapter: str, as_json: bool) -> None:
         sections.append(("bench", bench.catalogue(), bench.open_ended))
         sections.append(("telemetry", TELEMETRY_CATALOGUE, False))
         sections.append(("derived", COST_CATALOGUE, False))
+        sections.append(("engine", ENGINE_CATALOGUE, False))  # the server's /metrics
     if adapter in SERVER_ADAPTERS:
         sections.append(("server", server_adapter(adapter).catalogue(), False))
     if as_json:

@@ -225,6 +225,10 @@ _CACHE = ("fresh", "warm")
 TCache = Annotated[Any, PlainValidator(one_of(*_CACHE)), _or_template(_enum(*_CACHE))]
 _GPUS_BUSY = ("refuse", "warn")
 TGpusBusy = Annotated[Any, PlainValidator(one_of(*_GPUS_BUSY)), _or_template(_enum(*_GPUS_BUSY))]
+_METRICS_ENGINE = ("vllm", "sglang")  # whose /metrics family names orch knows
+TMetricsEngine = Annotated[
+    Any, PlainValidator(one_of(*_METRICS_ENGINE)), _or_template(_enum(*_METRICS_ENGINE))
+]
 TServerAdapter = Annotated[
     Any,
     PlainValidator(one_of(*SERVER_ADAPTER_NAMES)),

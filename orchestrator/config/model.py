@@ -30,6 +30,7 @@ from orchestrator.config.fieldtypes import (
     TLauncher,
     TMatrix,
     TMetrics,
+    TMetricsEngine,
     TMounts,
     TName,
     TNonNegative,
@@ -290,6 +291,23 @@ class ProfileSection(_Section):
         return {"enabled": value} if isinstance(value, bool) else value
 
 
+class EngineMetricsSection(_Section):
+    """The serving engine's Prometheus /metrics scraped during each measured repeat (on by
+    default where the server adapter knows its engine's families; `engine_metrics: false`
+    turns it off); not in the cell id."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_or_boolean)
+    enabled: TBool = True
+    path: TStr = "/metrics"
+    interval: TPositive = 1.0
+    engine: TMetricsEngine | None = None  # a generic server's engine: whose families to read
+
+    @model_validator(mode="before")
+    @classmethod
+    def _on_or_off(cls, value: Any) -> Any:
+        return {"enabled": value} if isinstance(value, bool) else value
+
+
 class TrackSection(_Section):
     """`orch apply` compares each run with its history (`track: true`, or the metric); as
     `--track`, which wins over it."""
@@ -347,6 +365,7 @@ class PlaybookModel(_Section):
     telemetry: TelemetrySection | None = None
     preflight: PreflightSection | None = None
     profile: ProfileSection | None = None
+    engine_metrics: EngineMetricsSection | None = None
     track: TrackSection | None = None
     timeouts: TimeoutsSection | None = None
 
@@ -360,6 +379,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "telemetry": TelemetrySection,
     "preflight": PreflightSection,
     "profile": ProfileSection,
+    "engine_metrics": EngineMetricsSection,
     "track": TrackSection,
     "timeouts": TimeoutsSection,
 }

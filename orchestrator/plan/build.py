@@ -50,7 +50,7 @@ def cell_spec(cell: Cell) -> dict[str, Any]:
         mode="json",
         exclude={
             *("id", "playbook", "schema_version", "host"),
-            *("snapshot", "telemetry", "preflight", "profile"),  # observation and policy
+            *("snapshot", "telemetry", "preflight", "profile", "engine_metrics"),  # observation
         },
     )
 

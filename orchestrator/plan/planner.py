@@ -359,6 +359,7 @@ class HostPlanner(SectionRenderer):
                     "telemetry": telemetry,
                     "preflight": preflight,
                     "profile": self.profile(server) if profiling else None,
+                    "engine_metrics": self.engine_metrics(server),
                     "nodes": (),
                     "node": None,
                     "run_inputs": self.run_inputs(bench),

@@ -17,8 +17,11 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from orchestrator.adapters import bench_adapter, server_adapter
+from orchestrator.adapters.engine_families import default_engine, families_of
+from orchestrator.adapters.sections import server_url
 from orchestrator.cell import (
     BenchSpec,
+    EngineMetricsSpec,
     Expectation,
     PreflightSpec,
     ProfileSpec,
@@ -38,6 +41,7 @@ from orchestrator.config.model import (
 )
 from orchestrator.config.templates.render import TemplateEngine, VariableScope
 from orchestrator.config.validation import validate_rendered
+from orchestrator.config.values import is_template
 from orchestrator.container_pin import ContainerPin
 from orchestrator.errors import InputError
 from orchestrator.plan.repeats import settle_rule
@@ -296,6 +300,59 @@ class SectionRenderer:
         if found is None or found[0] is not bench:
             found = memo[id(bench)] = (bench, bench_adapter(bench.adapter).run_inputs(bench))
         return found[1]
+
+    def engine_metrics(self, server: ServerSpec | None) -> EngineMetricsSpec | None:
+        """The `engine_metrics:` scrape for this server, None when off: on by default where the
+        adapter's engine serves /metrics (engine_families.default_engine), a generic server's
+        only with `engine:`; refused without a server (plain values; a template keeps the
+        default). One spec per server object: the planner shares them like run_inputs."""
+        memo: dict[int, tuple[ServerSpec | None, EngineMetricsSpec | None]] = (
+            self.__dict__.setdefault("_engine_metrics_memo", {})
+        )
+        found = memo.get(id(server))
+        if found is None or found[0] is not server:
+            found = memo[id(server)] = (server, self._engine_metrics(server))
+        return found[1]
+
+    def _engine_metrics(self, server: ServerSpec | None) -> EngineMetricsSpec | None:
+        given = self.playbook.model.engine_metrics
+        if given is not None and given.enabled is False:
+            return None
+        where = self.locate(("engine_metrics",))
+        url = server_url(server)
+        if server is None or url is None:
+            if given is None:
+                return None
+            raise InputError(
+                "engine_metrics needs a server with a port to scrape",
+                location=where,
+                key_path="engine_metrics",
+                hint="remove engine_metrics:, or declare server.port",
+            )
+        chosen = given.model_dump(exclude_unset=True) if given is not None else {}
+        engine = chosen.get("engine") if chosen.get("engine") in ("vllm", "sglang") else None
+        engine = engine or default_engine(server.adapter, server.args)
+        if engine is None and given is None:
+            return None  # SGLang without --enable-metrics, or a generic server: nothing asked
+        if engine is None and server.adapter not in ("vllm", "sglang"):
+            raise InputError(
+                f"a {server.adapter} server's /metrics families are not known",
+                location=where,
+                key_path="engine_metrics.engine",
+                hint="name the engine it runs: engine: vllm or engine: sglang",
+            )
+        engine = engine or server.adapter  # asked for explicitly: SGLang without the flag
+        path = chosen.get("path")
+        path = path if isinstance(path, str) and not is_template(path) else "/metrics"
+        interval = chosen.get("interval")
+        if not isinstance(interval, int | float) or isinstance(interval, bool):
+            interval = 1.0  # a template keeps the default
+        return EngineMetricsSpec(
+            url=path if path.startswith(("http://", "https://")) else url + "/" + path.lstrip("/"),
+            engine=engine,
+            interval=float(interval),
+            families=families_of(engine),
+        )
 
     def preflight(self) -> PreflightSpec:
         """The `preflight:` options (plain values; a template keeps the default)."""

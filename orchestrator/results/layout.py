@@ -22,6 +22,7 @@ from orchestrator.runner.layout import BENCH_DIR as BENCH_DIR
 from orchestrator.runner.layout import BETWEEN_LOG as BETWEEN_LOG
 from orchestrator.runner.layout import CAPTURES_DIR as CAPTURES_DIR
 from orchestrator.runner.layout import CELL_JSON as CELL_JSON
+from orchestrator.runner.layout import ENGINE_METRICS_JSONL as ENGINE_METRICS_JSONL
 from orchestrator.runner.layout import ENV_CHECK_JSON as ENV_CHECK_JSON
 from orchestrator.runner.layout import EVENTS as EVENTS
 from orchestrator.runner.layout import EXIT_JSON as EXIT_JSON

@@ -149,6 +149,7 @@ def describe_cell(cell: CellRecord, *, unit_of: UnitOf = recorded_unit) -> str:
             for m, s in summary.items()
         ]
         lines += ["", tabulate(rows, headers=["metric", "unit", "median", "min", "max", "n"])]
+    lines += engine_lines(cell.metrics or {}, lambda m: unit_of(spec, cell.metrics or {}, m))
     settle = _dict((cell.metrics or {}).get("settle"))
     if settle:
         lines.append(settle_line(settle))
@@ -187,6 +188,39 @@ def describe_cell(cell: CellRecord, *, unit_of: UnitOf = recorded_unit) -> str:
         archive = shlex.quote(str(run.source))
         lines.append(f"extract with: tar -xzf {archive} {shlex.quote(run.member(cell.path))}")
     return "\n".join(lines)
+
+
+def engine_lines(metrics: Mapping[str, Any], unit: Callable[[str], str | None]) -> list[str]:
+    """The engine's /metrics per measured repeat (metric rows, repeat columns) and what the
+    engine lacked, from metrics.json's `engine_metrics` block; none without it."""
+    block = _dict(metrics.get("engine_metrics"))
+    if not block:
+        return []
+    repeats = [r for r in metrics.get("repeats") or [] if isinstance(r, dict)]
+    names = [m for m in dict.fromkeys(k for r in repeats for k in r) if m.startswith("engine_")]
+    lines = ["", f"engine /metrics ({block.get('engine')}), per repeat ({block.get('file')}):"]
+    if names:
+        header = ["metric", "unit", *(f"#{r.get('n')}" for r in repeats)]
+        rows = [[m, unit(m) or "", *(r.get(m, "-") for r in repeats)] for m in names]
+        lines.append(tabulate(rows, headers=header))
+    lines += absent_lines(block)
+    return lines
+
+
+def absent_lines(block: Mapping[str, Any]) -> list[str]:
+    """`engine /metrics (vllm) lacks spec_...: why`, one line per reason, for what a cell's
+    engine did not serve (metrics.json's `engine_metrics.absent`): said, never a zero."""
+    absent = block.get("absent")
+    if not isinstance(absent, Mapping) or not absent:
+        return []
+    by_reason: dict[str, list[str]] = {}
+    for metric, why in absent.items():
+        by_reason.setdefault(str(why), []).append(str(metric).removeprefix("engine_"))
+    engine = block.get("engine") or "?"
+    return [
+        f"engine /metrics ({engine}) lacks {', '.join(names)}: {why}"
+        for why, names in by_reason.items()
+    ]
 
 
 def settle_line(settle: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from orchestrator.runner.engine_metrics import start_scraper
 from orchestrator.runner.layout import (
     BENCH_DIR,
     EXIT_JSON,
@@ -72,9 +73,16 @@ class BenchStep(ServerSteps):
             env = self.base_env(
                 {"ORCH_REPEAT_KIND": kind, "ORCH_REPEAT": str(n), "ORCH_BENCH_SEED": str(seed)}
             )
-            rc, timed_out, start, end, server_gone = self.run_bench_once(
-                run_argv, rdir, env, timeout
+            # the engine's /metrics while a measured repeat runs (engine_metrics.py)
+            scraper = (
+                start_scraper(self.cell.get("engine_metrics"), rdir) if kind == "measure" else None
             )
+            try:
+                rc, timed_out, start, end, server_gone = self.run_bench_once(
+                    run_argv, rdir, env, timeout
+                )
+            finally:
+                scraped = scraper.stop() if scraper is not None else None
             seconds = end - start
             result_file = bench.get("result_file")
             seen = (
@@ -106,6 +114,7 @@ class BenchStep(ServerSteps):
                         else None
                     ),
                     **({"watched": seen} if seen is not None else {}),
+                    **({"engine_metrics": scraped} if scraped is not None else {}),
                     **({"server_start": server_start} if starts > 1 else {}),
                 },
             )

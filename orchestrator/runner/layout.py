@@ -23,6 +23,7 @@ STDERR = "stderr"
 EXIT_JSON = "exit.json"
 TELEMETRY_CSV = "telemetry.csv"  # the GPU sampler's rows
 TELEMETRY_JSON = "telemetry.json"  # the sampler's own account (rows, off, errors)
+ENGINE_METRICS_JSONL = "engine_metrics.jsonl"  # bench/<n>/: the engine's /metrics, sampled
 LINKS_FILE = "links.json"  # the symbolic links an archive holds, recorded not packed
 REPEATS_JSON = "repeats.json"  # `repeats: {min, max, until}`: how many ran and why they stopped
 BETWEEN_LOG = "between.log"  # a session's `server.between` hook

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from orchestrator.sim import model as m
 from orchestrator.sim.engine import Engine, Request, token_text
 from orchestrator.sim.profiler import Profiler
+from orchestrator.sim.prometheus import exposition
 
 
 class ServedServer(Protocol):
@@ -43,6 +44,7 @@ class ServedServer(Protocol):
     def engine(self) -> Engine: ...  # its prefix_cache
 
     def server_info(self) -> dict[str, Any]: ...
+    def token_usage(self, reqs: list[Request]) -> float: ...
     def generate(
         self, prompt_tokens: int, max_new_tokens: int
     ) -> tuple[Request, Iterator[int]]: ...
@@ -116,7 +118,7 @@ def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
                 self._text("pong")
             elif path == "/metrics":
                 model = srv.args.served_model_name or srv.args.model_path
-                self._text(srv.engine.prefix_cache.prometheus(str(model)))
+                self._text(exposition(srv.engine, srv, str(model)))
             elif path == "/health_generate":
                 if not srv.ready.is_set() or srv.stopping.is_set():
                     self._text("server is starting", HTTPStatus.SERVICE_UNAVAILABLE)

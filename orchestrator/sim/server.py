@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--random-seed", type=int, default=None)
     p.add_argument("--log-level", default="info")
     p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--enable-metrics", action="store_true")  # /metrics is served either way
     # Simulator-only flags.
     p.add_argument("--time-scale", type=float, default=None)
     p.add_argument(

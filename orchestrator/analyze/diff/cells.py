@@ -56,6 +56,7 @@ from orchestrator.errors import InputError
 from orchestrator.results.documents import is_cell_dir
 from orchestrator.results.layout import CELLS_DIR
 from orchestrator.results.records import NOT_RESET, Snapshot, cache_state
+from orchestrator.results.show import absent_lines
 from orchestrator.runner.probe.shape import CPU_COUNT, LOAD_1M
 
 # --- environment -------------------------------------------------------------------------------
@@ -224,6 +225,9 @@ def _metrics_section(
     section = Section("metrics", SECTION_TITLES["metrics"])
     section.metrics = metric_deltas(a, b, deciding, ratio_threshold=ratio_threshold, alpha=alpha)
     section.notes += unit_notes(section.metrics, a.metrics, b.metrics)
+    for side, cell in (("A", a), ("B", b)):  # an engine family one side lacks: said, not zero
+        block = as_dict(as_dict(cell.metrics).get("engine_metrics"))
+        section.notes += [f"{side}: {line}" for line in absent_lines(block)]
     return section
 
 

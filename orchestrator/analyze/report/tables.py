@@ -26,6 +26,7 @@ from orchestrator.analyze.cost import cost_notes
 from orchestrator.analyze.evidence import CellEvidence, load_cells, load_run
 from orchestrator.analyze.metrics import HEADLINE_METRICS, cell_metric_unit, format_number
 from orchestrator.analyze.replication import starts_footer
+from orchestrator.analyze.report.engine import engine_section
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
 from orchestrator.plan.select import axis_text as axis_text
@@ -471,7 +472,7 @@ def render_report(report: Report, fmt: ReportFormat = "table") -> str:
         tablefmt="github" if fmt == "md" else "simple",
         disable_numparse=True,
     )
-    footer = footer_lines(report)
+    footer, table = footer_lines(report), table + engine_section(report, fmt)
     if fmt == "md":
         return table + "\n\n" + "\n".join(f"- {line}" for line in footer) + "\n"
     return table + "\n\n" + "\n".join(footer) + "\n"
