@@ -16,6 +16,7 @@ from orchestrator.analyze.energy import (
 )
 from orchestrator.analyze.expect import check_all
 from orchestrator.analyze.metrics import metric_units, metrics_document, summarize, values_of
+from orchestrator.analyze.outputs import outputs_summary
 from orchestrator.analyze.replication import starts_document
 from orchestrator.cell import Cell
 from orchestrator.errors import OrchError
@@ -24,6 +25,7 @@ from orchestrator.results.layout import (
     CELL_JSON,
     EXIT_JSON,
     METRICS_JSON,
+    OUTPUTS_JSON,
     REPEATS_JSON,
     SERVER_LOG,
     TELEMETRY_CSV,
@@ -92,7 +94,13 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
     telemetry = add_telemetry_metrics(cell_dir, repeats, sources)
     summary = summarize([{k: v for k, v in r.items() if k != "n"} for r in repeats])
     medians = {m: float(s["median"]) for m, s in summary.items()}
-    expectations = [e.to_json() for e in check_all(cell.expect, medians)] if repeats else []
+    outputs = outputs_summary(_read_json(cell_dir / OUTPUTS_JSON))
+    if outputs.get("accuracy") is not None:  # one value per cell: `expect: {accuracy: ...}`
+        medians["accuracy"] = float(outputs["accuracy"])
+    recorded = {"fingerprint": str(outputs["fingerprint"])} if "fingerprint" in outputs else {}
+    expectations = (
+        [e.to_json() for e in check_all(cell.expect, medians, recorded)] if repeats else []
+    )
 
     failed_step = None
     if status == "passed":
@@ -122,6 +130,10 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
     )
     if telemetry:
         metrics["telemetry"] = telemetry
+    if outputs:
+        metrics["outputs"] = outputs
+        if outputs.get("stable") is False:
+            notes.append("greedy outputs differed between passes of one server")
     if start_of:
         metrics["starts"] = starts_document(repeats, start_of)
     if cell.bench.settle is not None and cell.bench.settle.until is not None and repeats:
