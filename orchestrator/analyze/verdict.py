@@ -92,11 +92,14 @@ def score_cell(cell_dir: Path, cell: Cell) -> Verdict:
         server_metrics = dict(analysis.get("metrics", {}))
 
     telemetry = add_telemetry_metrics(cell_dir, repeats, sources)
+    outputs = outputs_summary(_read_json(cell_dir / OUTPUTS_JSON))
+    if outputs.get("accuracy") is not None:
+        # one measurement per cell, on each repeat: expect, bisect and history read it as any
+        # metric (its spread is 0 by construction)
+        for row in repeats:
+            row["accuracy"] = float(outputs["accuracy"])
     summary = summarize([{k: v for k, v in r.items() if k != "n"} for r in repeats])
     medians = {m: float(s["median"]) for m, s in summary.items()}
-    outputs = outputs_summary(_read_json(cell_dir / OUTPUTS_JSON))
-    if outputs.get("accuracy") is not None:  # one value per cell: `expect: {accuracy: ...}`
-        medians["accuracy"] = float(outputs["accuracy"])
     recorded = {"fingerprint": str(outputs["fingerprint"])} if "fingerprint" in outputs else {}
     expectations = (
         [e.to_json() for e in check_all(cell.expect, medians, recorded)] if repeats else []

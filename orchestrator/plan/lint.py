@@ -145,8 +145,6 @@ def expect_name_error(playbook: LoadedPlaybook, cells: Sequence[Cell]) -> InputE
     """The first `expect:` name some cell's bench adapter cannot report, located, or None."""
     written = playbook.data.get("expect")
     for cell in cells:
-        if cell.bench.adapter not in BENCH_ADAPTERS:
-            continue
         for name, exp in cell.expect.items():
             # bench.fingerprint and bench.accuracy record these; `equal` is the fingerprint's
             if name in OUTPUT_NAMES or exp.equal is not None:
@@ -154,11 +152,13 @@ def expect_name_error(playbook: LoadedPlaybook, cells: Sequence[Cell]) -> InputE
                 if found is None:
                     continue
                 problem, hint = found
+            elif cell.bench.adapter not in BENCH_ADAPTERS:
+                continue
             else:
-                hint = unknown_metric_hint(cell.bench.adapter, name, cell.bench.metrics)
-                if hint is None:
+                unknown = unknown_metric_hint(cell.bench.adapter, name, cell.bench.metrics)
+                if unknown is None:
                     continue
-                problem = f"{cell.bench.adapter} reports no metric {name!r}"
+                problem, hint = f"{cell.bench.adapter} reports no metric {name!r}", unknown
             path: KeyPath = ("expect", name) if isinstance(written, Mapping) else ("expect",)
             if isinstance(written, Mapping) and name not in written:
                 path = ("expect",)  # a name a template gave
