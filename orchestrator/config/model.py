@@ -284,7 +284,7 @@ class ExpectSection(_Section):
         if self.tolerance is not None and self.ref is None:
             raise FieldProblem("tolerance needs ref", sub_path=("tolerance",), at_key=True)
         if self.min is None and self.max is None and self.ref is None:
-            raise FieldProblem("give min, max, ref with tolerance, or equal")
+            raise FieldProblem("give min, max, or ref with tolerance (equal: for fingerprint)")
         if self.ref is not None and self.tolerance is None:
             raise FieldProblem(
                 "ref needs a tolerance", sub_path=("ref",), at_key=True, hint="e.g. tolerance: '5%'"
