@@ -76,3 +76,7 @@ def test_a_faster_wrong_commit_is_named_by_diff_beside_the_outputs_it_changed(
     assert f"outputs changed on {len(wrong)} of {PROMPTS} prompts" in shown.stdout
     assert repo.regress[:12] in shown.stdout or "Skip the logits soft-cap" in shown.stdout
     assert f"prompt {wrong[0]} (" in shown.stdout
+    shown = orch("show", str(good), cwd=tmp_path, home=home)
+    assert f"outputs   fingerprint {fp['digest']} (32 prompts, token_ids hashed, passes agree)" in (
+        shown.stdout
+    )
