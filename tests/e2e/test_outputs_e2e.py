@@ -1,8 +1,9 @@
 """Greedy outputs beside speed, end to end on the simulator: a repo whose regressing commit is
 faster and wrong (`orch sim init-repo --bug wrong-output`), one `orch apply` of good and bad with
 `bench.fingerprint` (two passes) and `bench.accuracy`, then `orch diff`: the fingerprint's two
-passes agree, `expect: {fingerprint: {equal: ...}}` passes good and fails bad, and the diff
-names the outputs that changed beside the commit that changed them."""
+passes agree, `expect: {fingerprint: {equal: ...}}` passes good and fails bad, the diff names
+the outputs that changed beside the commit that changed them, and `orch investigate --metric
+accuracy` finds that the commit explains the change."""
 
 from __future__ import annotations
 
@@ -76,6 +77,13 @@ def test_a_faster_wrong_commit_is_named_by_diff_beside_the_outputs_it_changed(
     assert f"outputs changed on {len(wrong)} of {PROMPTS} prompts" in shown.stdout
     assert repo.regress[:12] in shown.stdout or "Skip the logits soft-cap" in shown.stdout
     assert f"prompt {wrong[0]} (" in shown.stdout
+    # investigate on accuracy: BAD with the commit set back to GOOD's explains the change (its
+    # bisect is tested without a run, tests/analyze/test_outputs.py, as a run costs 40 s)
+    found = orch("investigate", str(good), str(bad), "--metric", "accuracy", "--starts", "1",
+                 "--no-bisect", "--results", str(results), cwd=tmp_path, home=home)  # fmt: skip
+    assert found.returncode == 0, found.stdout + found.stderr
+    commit = f"commit: {repo.head[:12]} -> {repo.first[:12]}"
+    assert any(commit in line and "explains" in line for line in found.stdout.splitlines())
     shown = orch("show", str(good), cwd=tmp_path, home=home)
     assert f"outputs   fingerprint {fp['digest']} (32 prompts, token_ids hashed, passes agree)" in (
         shown.stdout
