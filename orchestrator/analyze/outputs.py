@@ -8,7 +8,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.adapters.base import Better
 from orchestrator.runner.prompts import FINGERPRINT_PROMPTS
+
+# What the output checks put on every measured repeat (analyze/verdict.py), and which way is
+# better: no bench adapter's catalogue has them.
+OUTPUT_METRICS: dict[str, Better] = {"accuracy": "higher"}
 
 # vLLM documents speculative decoding as lossless up to hardware numerics (its "Lossless
 # guarantees" page): a changed greedy answer is a warning to read, not proof of a bug.

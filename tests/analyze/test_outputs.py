@@ -15,6 +15,7 @@ from orchestrator.analyze.diff.cells import diff_cells
 from orchestrator.analyze.diff.render import render_diff
 from orchestrator.analyze.evidence import CellEvidence
 from orchestrator.analyze.expect import check_all
+from orchestrator.analyze.history import better_of
 from orchestrator.analyze.outputs import (
     compare_fingerprints,
     outputs_summary,
@@ -169,3 +170,7 @@ def test_diff_says_the_changed_outputs_first_and_warns_of_a_speculative_twin(
     assert "outputs changed on 1 of 3 prompts" in head  # beside the cells' names
     assert "prompt 1 ('Once upon a time" in rest and "'answer b' -> 'answer x'" in rest
     assert "B decodes speculatively" in rest
+
+
+def test_history_calls_an_accuracy_drop_a_regression() -> None:
+    assert better_of("accuracy") == "higher"
