@@ -206,6 +206,17 @@ class RunInputs(_Frozen):
     seed_key: str = ""
 
 
+class OutputsSpec(_Frozen):
+    """`bench.fingerprint` or `bench.accuracy` as the runner asks them (runner/outputs.py):
+    the first `prompts` of the bundled set at temperature 0, after the measured repeats."""
+
+    url: str  # the server's base URL (scheme://host:port)
+    prompts: int = 32
+    max_tokens: int = 16
+    timeout: float = 60.0  # seconds per request
+    passes: int = 1  # fingerprint: taken this many times from the one server
+
+
 class BenchSpec(_Frozen):
     """A benchmark client run `warmup` + `repeats` times, each in its own directory as cwd;
     with `settle`, `repeats` is the most it runs."""
@@ -223,6 +234,8 @@ class BenchSpec(_Frozen):
     # fresh: every run sends prompts of its own (Cell.run_inputs); warm: the same prompts each
     # run, so the engine's prefix cache serves repeats from what the runs before left in it.
     cache: Literal["fresh", "warm"] = "fresh"
+    fingerprint: OutputsSpec | None = None  # greedy outputs hashed per prompt (outputs.json)
+    accuracy: OutputsSpec | None = None  # the bundled arithmetic task (outputs.json)
 
     @model_serializer(mode="wrap")
     def _without_fixed_repeats(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -236,6 +249,9 @@ class BenchSpec(_Frozen):
                 data.pop("starts", None)  # one start, as every cell before `starts:`: ids stay
             if data.get("cache") == "fresh":
                 data.pop("cache", None)
+            for key in ("fingerprint", "accuracy"):  # off: ids stay what they were
+                if data.get(key) is None:
+                    data.pop(key, None)
         return data
 
 
@@ -246,6 +262,14 @@ class Expectation(_Frozen):
     max: float | None = None
     ref: float | None = None
     tolerance: float | None = None
+    equal: str | None = None  # a recorded value such as the outputs' fingerprint digest
+
+    @model_serializer(mode="wrap")
+    def _without_equal(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)  # left out when unused: the ids of existing playbooks stay
+        if isinstance(data, dict) and data.get("equal") is None:
+            data.pop("equal", None)
+        return data
 
 
 class SnapshotSpec(_Frozen):

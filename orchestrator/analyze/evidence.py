@@ -50,6 +50,7 @@ class CellEvidence:
     run_id: str | None = None
     problems: list[str] = field(default_factory=list)
     profile: dict[str, Any] = field(default_factory=dict)  # profile.json (`profile:`)
+    outputs: dict[str, Any] = field(default_factory=dict)  # outputs.json (`bench.fingerprint`)
 
     @classmethod
     def load(cls, cell_dir: Path, *, run_id: str | None = None) -> CellEvidence:
@@ -90,6 +91,7 @@ class CellEvidence:
             run_id=run_id,
             problems=problems,
             profile=document(layout.PROFILE_JSON),
+            outputs=document(layout.OUTPUTS_JSON),
         )
 
     @property

@@ -1,4 +1,5 @@
-"""Expectations: per-metric bounds (min/max) or a reference with a tolerance, as ReFrame does."""
+"""Expectations: per-metric bounds (min/max) or a reference with a tolerance, as ReFrame does;
+`equal` for a recorded value such as the greedy outputs' fingerprint digest."""
 
 from __future__ import annotations
 
@@ -37,6 +38,16 @@ def describe(exp: Expectation) -> str:
     return ", ".join(parts) or "any"
 
 
+def check_equal(metric: str, exp: Expectation, text: str | None) -> ExpectationResult:
+    """A recorded value (the outputs' fingerprint digest) against the one it must equal."""
+    bound = f"== {exp.equal}"
+    if text is None:
+        return ExpectationResult(metric, False, None, bound, f"{metric} was not recorded")
+    if text != exp.equal:
+        return ExpectationResult(metric, False, None, bound, f"{text} != {exp.equal}")
+    return ExpectationResult(metric, True, None, bound, f"{text} as expected")
+
+
 def check(metric: str, exp: Expectation, value: float | None) -> ExpectationResult:
     """Check one measured value (the median) against its expectation."""
     bound = describe(exp)
@@ -59,7 +70,15 @@ def check(metric: str, exp: Expectation, value: float | None) -> ExpectationResu
 
 
 def check_all(
-    expect: Mapping[str, Expectation], medians: Mapping[str, float]
+    expect: Mapping[str, Expectation],
+    medians: Mapping[str, float],
+    recorded: Mapping[str, str] | None = None,
 ) -> list[ExpectationResult]:
-    """Every expectation of a cell against the medians of its repeats, in declared order."""
-    return [check(metric, exp, medians.get(metric)) for metric, exp in expect.items()]
+    """Every expectation of a cell against the medians of its repeats (an `equal` one against
+    `recorded`, e.g. {"fingerprint": digest}), in declared order."""
+    return [
+        check_equal(metric, exp, (recorded or {}).get(metric))
+        if exp.equal is not None
+        else check(metric, exp, medians.get(metric))
+        for metric, exp in expect.items()
+    ]

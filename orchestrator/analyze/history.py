@@ -39,6 +39,7 @@ from orchestrator.analyze.changepoints import (
     logs_of,
     split_p,
 )
+from orchestrator.analyze.outputs import OUTPUT_METRICS
 from orchestrator.analyze.student import t_two_sided
 from orchestrator.results.history.db import Point, Series
 
@@ -48,8 +49,10 @@ TRAILING = 5  # the newest runs a new level may begin at, each night
 
 @cache
 def better_of(metric: str) -> Better:
-    """Which way `metric` is better, from the bench adapters' catalogues and the engine's
-    /metrics ("neither" unknown)."""
+    """Which way `metric` is better, from the bench adapters' catalogues, the engine's /metrics
+    and the output checks' metrics ("neither" unknown)."""
+    if metric in OUTPUT_METRICS:
+        return OUTPUT_METRICS[metric]
     for infos in [*(make().catalogue() for make in BENCH_ADAPTERS.values()), ENGINE_CATALOGUE]:
         for info in infos:
             if info.name == metric:

@@ -19,6 +19,7 @@ from orchestrator.analyze.energy import (
 from orchestrator.analyze.engine_metrics import add_engine_metrics
 from orchestrator.analyze.expect import check_all
 from orchestrator.analyze.metrics import metric_units, metrics_document, summarize, values_of
+from orchestrator.analyze.outputs import outputs_summary
 from orchestrator.analyze.replication import starts_document
 from orchestrator.cell import Cell
 from orchestrator.errors import OrchError
@@ -27,6 +28,7 @@ from orchestrator.results.layout import (
     CELL_JSON,
     EXIT_JSON,
     METRICS_JSON,
+    OUTPUTS_JSON,
     REPEATS_JSON,
     SERVER_LOG,
     TELEMETRY_CSV,
@@ -100,9 +102,18 @@ def score_cell(
     cost = add_cost_metrics(repeats, sources, cell, prices or {}, sampled)
     scraped = cell.engine_metrics
     engine = add_engine_metrics(cell_dir, scraped.engine if scraped else None, repeats, sources)
+    outputs = outputs_summary(_read_json(cell_dir / OUTPUTS_JSON))
+    if outputs.get("accuracy") is not None:
+        # one measurement per cell, on each repeat: expect, bisect and history read it as any
+        # metric (its spread is 0 by construction)
+        for row in repeats:
+            row["accuracy"] = float(outputs["accuracy"])
     summary = summarize([{k: v for k, v in r.items() if k != "n"} for r in repeats])
     medians = {m: float(s["median"]) for m, s in summary.items()}
-    expectations = [e.to_json() for e in check_all(cell.expect, medians)] if repeats else []
+    recorded = {"fingerprint": str(outputs["fingerprint"])} if "fingerprint" in outputs else {}
+    expectations = (
+        [e.to_json() for e in check_all(cell.expect, medians, recorded)] if repeats else []
+    )
 
     failed_step = None
     if status == "passed":
@@ -135,6 +146,10 @@ def score_cell(
     metrics["cost"] = cost
     if engine:
         metrics["engine_metrics"] = engine
+    if outputs:
+        metrics["outputs"] = outputs
+        if outputs.get("stable") is False:
+            notes.append("greedy outputs differed between passes of one server")
     if start_of:
         metrics["starts"] = starts_document(repeats, start_of)
     if cell.bench.settle is not None and cell.bench.settle.until is not None and repeats:

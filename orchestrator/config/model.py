@@ -51,6 +51,7 @@ from orchestrator.config.fieldtypes import (
     TVerifyEnv,
 )
 from orchestrator.config.values import describe, is_template, shown, suggest
+from orchestrator.runner.prompts import ACCURACY_MAX, FINGERPRINT_PROMPTS
 
 # --------------------------------------------------------------------------------------------
 # The model
@@ -170,6 +171,13 @@ def _check_command(section: ServerSection | BenchSection, generic: bool, kind: s
         )
 
 
+def _or_boolean(schema: dict[str, Any]) -> None:
+    """The section's JSON Schema also accepts `true`/`false` (editors must not flag them)."""
+    mapping = dict(schema)
+    schema.clear()
+    schema["anyOf"] = [mapping, {"type": "boolean"}]
+
+
 class ServerSection(_Section):
     """The server under test."""
 
@@ -197,6 +205,41 @@ class ServerSection(_Section):
         return self
 
 
+class AccuracySection(_Section):
+    """`bench.accuracy`: the bundled arithmetic task (`prompts` questions) scored by exact
+    match after the measured repeats (`accuracy: true`, or the options)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_or_boolean)
+    enabled: TBool = True
+    prompts: TPositiveCount = 32  # the first N of the bundled set (runner/prompts.py)
+    max_tokens: TPositiveCount = 16
+    url: TStr | None = None  # the server's base URL; default: where its readiness check asks
+    timeout: TPositive = 60.0  # seconds per request
+
+    @model_validator(mode="before")
+    @classmethod
+    def _on_or_off(cls, value: Any) -> Any:
+        return {"enabled": value} if isinstance(value, bool) else value
+
+    @model_validator(mode="after")
+    def _bundled(self) -> AccuracySection:
+        most = len(FINGERPRINT_PROMPTS) if isinstance(self, FingerprintSection) else ACCURACY_MAX
+        if isinstance(self.prompts, int) and self.prompts > most:
+            raise FieldProblem(
+                f"prompts {self.prompts} is more than the {most} bundled",
+                sub_path=("prompts",),
+                hint=f"at most {most}",
+            )
+        return self
+
+
+class FingerprintSection(AccuracySection):
+    """`bench.fingerprint`: the greedy outputs of the bundled prompts, each hashed, after the
+    measured repeats; `passes: 2` takes them twice from the one server (equal, or said)."""
+
+    passes: TPositiveCount = 1
+
+
 class BenchSection(_Section):
     """The benchmark client, run warmup + repeats times."""
 
@@ -215,6 +258,8 @@ class BenchSection(_Section):
     metrics: TMetrics | None = None
     # fresh: each run sends prompts of its own; warm: the same each run (a warm prefix cache)
     cache: TCache = "fresh"
+    fingerprint: FingerprintSection | None = None
+    accuracy: AccuracySection | None = None
 
     @model_validator(mode="after")
     def _command_fits_adapter(self) -> BenchSection:
@@ -229,13 +274,18 @@ class ExpectSection(_Section):
     max: TNumber | None = None
     ref: TNumber | None = None
     tolerance: TTolerance | None = None
+    equal: TStr | None = None  # `fingerprint: {equal: DIGEST}`: the greedy outputs' digest
 
     @model_validator(mode="after")
     def _bounds(self) -> ExpectSection:
+        if self.equal is not None:
+            if self.min is not None or self.max is not None or self.ref is not None:
+                raise FieldProblem("equal stands alone (no min, max or ref beside it)")
+            return self
         if self.tolerance is not None and self.ref is None:
             raise FieldProblem("tolerance needs ref", sub_path=("tolerance",), at_key=True)
         if self.min is None and self.max is None and self.ref is None:
-            raise FieldProblem("give min, max, or ref with tolerance")
+            raise FieldProblem("give min, max, or ref with tolerance (equal: for fingerprint)")
         if self.ref is not None and self.tolerance is None:
             raise FieldProblem(
                 "ref needs a tolerance", sub_path=("ref",), at_key=True, hint="e.g. tolerance: '5%'"
@@ -252,13 +302,6 @@ class SnapshotSection(_Section):
 
     pip_freeze: TBool = True
     topo: TBool = True
-
-
-def _or_boolean(schema: dict[str, Any]) -> None:
-    """The section's JSON Schema also accepts `true`/`false` (editors must not flag them)."""
-    mapping = dict(schema)
-    schema.clear()
-    schema["anyOf"] = [mapping, {"type": "boolean"}]
 
 
 class TelemetrySection(_Section):

@@ -29,6 +29,7 @@ from orchestrator.config.keypath import KeyPath
 from orchestrator.config.loaded import LoadedPlaybook
 from orchestrator.config.templates.render import has_template
 from orchestrator.errors import InputError
+from orchestrator.plan.outputs import OUTPUT_NAMES, output_expect_problem
 from orchestrator.plan.sessions import session_key
 from orchestrator.runner.redaction import MIN_SECRET_LENGTH, is_secret_name, short_secret_names
 from orchestrator.runner.server import UNCHECKED_SETTLE_SECONDS
@@ -144,17 +145,25 @@ def expect_name_error(playbook: LoadedPlaybook, cells: Sequence[Cell]) -> InputE
     """The first `expect:` name some cell's bench adapter cannot report, located, or None."""
     written = playbook.data.get("expect")
     for cell in cells:
-        if cell.bench.adapter not in BENCH_ADAPTERS:
-            continue
-        for name in cell.expect:
-            hint = unknown_metric_hint(cell.bench.adapter, name, cell.bench.metrics)
-            if hint is None:
+        for name, exp in cell.expect.items():
+            # bench.fingerprint and bench.accuracy record these; `equal` is the fingerprint's
+            if name in OUTPUT_NAMES or exp.equal is not None:
+                found = output_expect_problem(cell.bench, name, exp.equal is not None)
+                if found is None:
+                    continue
+                problem, hint = found
+            elif cell.bench.adapter not in BENCH_ADAPTERS:
                 continue
+            else:
+                unknown = unknown_metric_hint(cell.bench.adapter, name, cell.bench.metrics)
+                if unknown is None:
+                    continue
+                problem, hint = f"{cell.bench.adapter} reports no metric {name!r}", unknown
             path: KeyPath = ("expect", name) if isinstance(written, Mapping) else ("expect",)
             if isinstance(written, Mapping) and name not in written:
                 path = ("expect",)  # a name a template gave
             return InputError(
-                f"{cell.bench.adapter} reports no metric {name!r}",
+                problem,
                 location=playbook.locate(path),
                 key_path=f"expect.{name}",
                 hint=hint,

@@ -23,6 +23,7 @@ from orchestrator.cell import (
     BenchSpec,
     EngineMetricsSpec,
     Expectation,
+    OutputsSpec,
     PreflightSpec,
     ProfileSpec,
     RepoPin,
@@ -44,6 +45,7 @@ from orchestrator.config.validation import validate_rendered
 from orchestrator.config.values import is_template
 from orchestrator.container_pin import ContainerPin
 from orchestrator.errors import InputError
+from orchestrator.plan.outputs import OUTPUT_KEYS, outputs_spec
 from orchestrator.plan.repeats import settle_rule
 
 _KEY_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
@@ -179,6 +181,13 @@ class SectionRenderer:
     ) -> BenchSpec:
         """The bench spec its adapter builds for `server`."""
         adapter, section = self._section(ps, "bench", BenchSection, "bench", timeouts)
+        outputs: dict[str, OutputsSpec | None] = {}
+        for key in OUTPUT_KEYS:  # the runner asks the server itself: no adapter builds them
+            if section.get(key) is not None:
+                path: KeyPath = ("bench", key)
+                checked = self.check(BenchSection, key, section.pop(key), path)
+                outputs[key] = outputs_spec(checked, server, path, self.locate(path))
+            section.pop(key, None)
         if section.get("repeats") is not None:  # a template may give either form
             section["repeats"] = self.check(
                 BenchSection, "repeats", section["repeats"], ("bench", "repeats")
@@ -189,7 +198,7 @@ class SectionRenderer:
             raise self._relocate(exc, "bench") from None
         if spec.starts > 1:
             self._check_starts(spec, server)
-        return spec
+        return spec.model_copy(update=outputs) if outputs else spec
 
     def _check_starts(self, spec: BenchSpec, server: ServerSpec | None) -> None:
         """`bench.starts: N` restarts the cell's own server between groups of fixed repeats."""

@@ -30,6 +30,7 @@ from orchestrator.runner.layout import LINKS_FILE as LINKS_FILE
 from orchestrator.runner.layout import METRICS_JSON as METRICS_JSON
 from orchestrator.runner.layout import NODES_DIR as NODES_DIR
 from orchestrator.runner.layout import NODES_JSON as NODES_JSON
+from orchestrator.runner.layout import OUTPUTS_JSON as OUTPUTS_JSON
 from orchestrator.runner.layout import PROFILE_DIR as PROFILE_DIR
 from orchestrator.runner.layout import PROFILE_JSON as PROFILE_JSON
 from orchestrator.runner.layout import REPEATS_JSON as REPEATS_JSON

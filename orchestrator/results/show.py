@@ -156,6 +156,14 @@ def describe_cell(cell: CellRecord, *, unit_of: UnitOf = recorded_unit) -> str:
     if summary:
         headline = next((m for m in _HEADLINE if m in summary), next(iter(summary)))
         lines.append(starts_line(cell.metrics or {}, headline))
+    outputs = _dict((cell.metrics or {}).get("outputs"))
+    if outputs.get("fingerprint"):  # the digest `expect: {fingerprint: {equal}}` compares
+        agree = outputs.get("stable")
+        stable = "" if agree is None else (", passes agree" if agree else ", passes DIFFER")
+        lines.append(
+            f"outputs   fingerprint {outputs['fingerprint']} ({outputs.get('prompts')} prompts,"
+            f" {outputs.get('hashed')} hashed{stable})"
+        )
     for exp in metrics.expectations:
         mark = "ok  " if exp.get("ok") else "MISS"
         lines.append(f"expect {mark} {exp.get('metric')} {exp.get('bound')}: {exp.get('detail')}")

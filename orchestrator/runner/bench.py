@@ -20,12 +20,14 @@ from orchestrator.runner.engine_metrics import start_scraper
 from orchestrator.runner.layout import (
     BENCH_DIR,
     EXIT_JSON,
+    OUTPUTS_JSON,
     PROFILE_DIR,
     PROFILE_JSON,
     REPEATS_JSON,
     STDERR,
     STDOUT,
 )
+from orchestrator.runner.outputs import take_outputs
 from orchestrator.runner.profile import summarize, wait_for_traces
 from orchestrator.runner.protocol import (
     Interrupted,
@@ -153,7 +155,11 @@ class BenchStep(ServerSteps):
                     write_json(self.path(REPEATS_JSON), stopped)
                     self.emit({"event": "repeats", "ran": n, "stopped": reason})
                     break
-        more = {"server_starts": restarts} if restarts else {}
+        more: Dict[str, Any] = {"server_starts": restarts} if restarts else {}
+        # after the measured repeats, within the same server start: never inside a timing
+        outputs = take_outputs(bench, self.path(OUTPUTS_JSON))
+        if outputs is not None:
+            more["outputs"] = outputs
         if stopped is not None:
             return {
                 "seconds": seconds_all,

@@ -29,3 +29,4 @@ REPEATS_JSON = "repeats.json"  # `repeats: {min, max, until}`: how many ran and 
 BETWEEN_LOG = "between.log"  # a session's `server.between` hook
 PROFILE_DIR = "profile"  # `profile:`: the engine's trace files for this cell
 PROFILE_JSON = "profile.json"  # their summary: milliseconds per phase per decode step
+OUTPUTS_JSON = "outputs.json"  # `bench.fingerprint`/`bench.accuracy`: the greedy outputs

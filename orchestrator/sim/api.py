@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from orchestrator.sim import model as m
 from orchestrator.sim.engine import Engine, Request, token_text
+from orchestrator.sim.outputs import answer
 from orchestrator.sim.profiler import Profiler
 from orchestrator.sim.prometheus import exposition
 
@@ -42,6 +43,8 @@ class ServedServer(Protocol):
     def profiler(self) -> Profiler: ...
     @property
     def engine(self) -> Engine: ...  # its prefix_cache
+    @property
+    def params(self) -> dict[str, Any]: ...  # the repo's model file (its bugs)
 
     def server_info(self) -> dict[str, Any]: ...
     def token_usage(self, reqs: list[Request]) -> float: ...
@@ -315,15 +318,18 @@ def make_handler(srv: ServedServer) -> type[BaseHTTPRequestHandler]:
                     return
             else:
                 total = sum(chunks)
+                # the answer a greedy model gives: fixed by model, prompt and the repo's code
+                text, ids = answer(str(name), " ".join(tokens), srv.params, total)
                 self._json(
                     {
                         **base,
                         "choices": [
                             {
                                 "index": 0,
-                                "text": token_text(req.rid, 0, total),
+                                "text": text,
                                 "logprobs": None,
                                 "finish_reason": "length",
+                                **({"token_ids": ids} if body.get("return_token_ids") else {}),
                             }
                         ],
                         "usage": {

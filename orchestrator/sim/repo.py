@@ -96,6 +96,12 @@ _BUG_TEXT = {
         "Workers no longer inherit every variable of the launcher: some tuning variables were\n"
         "leaking into child processes. Pass only what the scheduler needs.",
     ),
+    "wrong-output": (
+        "[Perf] Skip the logits soft-cap in the fused sampler",
+        "python/sglang/srt/layers/sampler.py",
+        "The soft-cap costs a pass over the logits every step; the fused top-k path makes it\n"
+        "unnecessary. About 10% less time per decode step.",
+    ),
     "crash": (
         "[Launch] Check the kernel package version before loading weights",
         "python/sglang/srt/entrypoints/engine.py",
@@ -155,7 +161,7 @@ class RepoInfo:
 
 def apply_bug(params: dict[str, Any], bug: str) -> dict[str, Any]:
     """Return model params with one bug applied: `verify[:MS]`, `drop-env:VAR,..[@RANK,..]`,
-    `crash`."""
+    `crash`, `wrong-output[:SHARE]` (faster, and a share of the greedy answers changed)."""
     out = m.model_params(params)
     kind, _, arg = bug.partition(":")
     if kind == "verify":
@@ -166,10 +172,16 @@ def apply_bug(params: dict[str, Any], bug: str) -> dict[str, Any]:
             raise ValueError("drop-env needs variable names, e.g. drop-env:NCCL_ALGO")
         out["bugs"]["drop_env"] = [n for n in names.split(",") if n]
         out["bugs"]["drop_env_ranks"] = [int(r) for r in ranks.split(",")] if ranks else None
+    elif kind == "wrong-output":
+        # faster and wrong: a shortcut in the sampler that changes a share of the answers
+        out["bugs"]["wrong_outputs"] = float(arg) if arg else 0.25
+        out["decode_ms"] = round(float(out["decode_ms"]) * 0.9, 3)
     elif kind == "crash":
         out["bugs"]["crash_on_start"] = arg or "sgl-kernel 0.3.99 or newer is required"
     else:
-        raise ValueError(f"unknown bug {bug!r} (verify[:MS], drop-env:VAR[@RANKS], crash)")
+        raise ValueError(
+            f"unknown bug {bug!r} (verify[:MS], drop-env:VAR[@RANKS], crash, wrong-output[:SHARE])"
+        )
     return out
 
 
@@ -358,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--bug",
         action="append",
         default=None,
-        help="verify[:MS] (default), drop-env:VAR[,VAR][@RANK,..], crash; repeatable",
+        help="verify[:MS] (default), drop-env:VAR[,VAR][@RANK,..], crash, wrong-output[:SHARE];"
+        " repeatable",
     )
     p.add_argument("--setup-fail-at", type=int, default=None)
     return p

@@ -7,7 +7,8 @@ VLLM::EngineCore, VLLM::Worker) verified, its re-titled workers included; snapsh
 name the engine's own vllm and torch; metrics equal to its client's own JSON; sessions reset by
 its /reset_prefix_cache; a runner killed with SIGKILL mid-bench leaves nothing of the engine
 running 30 s later without any next run; a server killed mid-session fails that cell and the
-next one starts a fresh server."""
+next one starts a fresh server; greedy outputs (`bench.fingerprint`, the engine's token ids)
+equal between two passes of one server and between the cells that share it."""
 
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ def test_two_configurations_two_bench_points_every_process_verified(
 ) -> None:
     home, results = tmp_path / "home", tmp_path / "results"
     argv = apply_argv(
-        engine.python, engine.model, results, "-e", "repeats=1", "-e", "num_prompts=8"
-    )
+        engine.python, engine.model, results, "-e", "repeats=1", "-e", "num_prompts=8",
+        "-e", '{"fingerprint": true}',
+    )  # fmt: skip
     proc = subprocess.run(
         argv, capture_output=True, text=True, env=orch_env(home), timeout=900, check=False
     )
@@ -95,6 +97,15 @@ def test_two_configurations_two_bench_points_every_process_verified(
         else:  # the second cell of a configuration: the server's prefix cache was reset
             assert session["reset"]["reset"]["status"] == 200, session
     assert starts == 2
+    # greedy outputs of one server: equal between its two passes and between its two cells
+    digests: dict[int, set[str]] = {}
+    for path in cells.values():
+        fp = load(path / "outputs.json")["fingerprint"]
+        assert fp["hashed"] == "token_ids" and fp["prompts"] == 8, fp
+        assert fp["stable"] and fp["passes"][0] == fp["passes"][1], fp["passes"]
+        seqs = load(path / "cell.json")["cell"]["axes"]["max_seqs"]
+        digests.setdefault(seqs, set()).add(fp["digest"])
+    assert all(len(found) == 1 for found in digests.values()), digests
 
     by_seqs = {load(p / "cell.json")["cell"]["axes"]["max_seqs"]: p for p in cells.values()}
     diff = orch(home, "diff", str(by_seqs[4]), str(by_seqs[8]))

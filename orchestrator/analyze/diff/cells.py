@@ -48,6 +48,7 @@ from orchestrator.analyze.diff.model import (
     same,
 )
 from orchestrator.analyze.diff.node_parts import node_label, paired_nodes
+from orchestrator.analyze.diff.outputs import outputs_section
 from orchestrator.analyze.diff.profile import profile_section
 from orchestrator.analyze.evidence import CellEvidence, load_cells
 from orchestrator.analyze.replication import NOT_MEASURED, start_spread, values_and_starts
@@ -311,6 +312,7 @@ def diff_cells(
         hardware_section(a, b),
         *nodes["hardware"],
         *([profile_section(a, b)] if a.profile or b.profile else []),  # only with `profile:`
+        *([outputs_section(a, b)] if a.outputs or b.outputs else []),  # beside the speed
         _metrics_section(a, b, deciding, ratio_threshold, alpha),
     ]
     return CellDiff(

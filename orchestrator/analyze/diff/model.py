@@ -34,10 +34,11 @@ SECTION_TITLES: dict[str, str] = {
     "system": "system (driver, CUDA, NCCL, torch, kernel, python, Slurm job)",
     "hardware": "hardware state (before the server started; 'after run' where marked)",
     "profile": "profile (milliseconds per decode step, from the engine's trace)",
+    "outputs": "outputs (greedy answers to the bundled prompts, accuracy)",
     "metrics": "metrics",
 }
 # Sections only a diff of cells that have them shows (both without a profile: no section).
-OPTIONAL_SECTIONS = ("image", "profile")
+OPTIONAL_SECTIONS = ("image", "profile", "outputs")
 # The sections every cell diff has, in order.
 SECTION_ORDER: tuple[str, ...] = tuple(k for k in SECTION_TITLES if k not in OPTIONAL_SECTIONS)
 

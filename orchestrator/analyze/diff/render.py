@@ -178,6 +178,9 @@ def _cell_diff_lines(diff: CellDiff, max_lines_inline: int, spill_dir: Path | No
     headline = image_headline(image) if image is not None else None
     if headline:  # a different image is named before anything else, as a commit is
         lines.append(headline)
+    outputs = next((s for s in diff.sections if s.name == "outputs"), None)
+    if outputs is not None and outputs.notes:  # wrong answers are named beside the speed
+        lines.append(outputs.notes[0])
     unstable = unstable_line(diff)
     if unstable:
         lines.append(unstable)
