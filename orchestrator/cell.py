@@ -182,15 +182,29 @@ class RepeatRule(_Frozen):
     against: Against | None = None
     metrics: tuple[str, ...]
     watch: tuple[Watch, ...]
-    chosen: Literal["metric", "expect", "headline"] = "headline"  # what chose the metrics
+    chosen: Literal["metric", "expect", "headline", "slo"] = "headline"  # what chose the metrics
+    # an SLO search's level: metric -> {max: X} or {min: X}, stopped once decided (slo_rule.py)
+    slo: dict[str, dict[str, float]] | None = None
 
     @model_serializer(mode="wrap")
     def _without_audit_rule(self, handler: SerializerFunctionWrapHandler) -> Any:
         # Left out when unset: the ids of cells that settle stay what they were before audit's.
         data = handler(self)
-        if isinstance(data, dict) and data.get("against") is None:
-            data.pop("against", None)
+        if isinstance(data, dict):
+            for key in ("against", "slo"):
+                if data.get(key) is None:
+                    data.pop(key, None)
         return data
+
+
+class SloSearch(_Frozen):
+    """`bench.search`: this cell is one level of a search along matrix axis `axis` for its
+    highest value whose SLO holds (`slo`: metric -> {max: X} or {min: X}), each call at
+    one-sided `confidence` (analyze/slo.py)."""
+
+    axis: str
+    slo: dict[str, dict[str, float]]
+    confidence: float = 0.95
 
 
 class RunInputs(_Frozen):
@@ -223,6 +237,7 @@ class BenchSpec(_Frozen):
     # fresh: every run sends prompts of its own (Cell.run_inputs); warm: the same prompts each
     # run, so the engine's prefix cache serves repeats from what the runs before left in it.
     cache: Literal["fresh", "warm"] = "fresh"
+    search: SloSearch | None = None  # an SLO search's level (`bench.search`)
 
     @model_serializer(mode="wrap")
     def _without_fixed_repeats(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -236,6 +251,8 @@ class BenchSpec(_Frozen):
                 data.pop("starts", None)  # one start, as every cell before `starts:`: ids stay
             if data.get("cache") == "fresh":
                 data.pop("cache", None)
+            if data.get("search") is None:
+                data.pop("search", None)  # ids of cells outside a search stay
         return data
 
 

@@ -40,6 +40,7 @@ from orchestrator.analyze.changepoints import (
     split_p,
 )
 from orchestrator.analyze.student import t_two_sided
+from orchestrator.results.history.capacity import CAPACITY
 from orchestrator.results.history.db import Point, Series
 
 MIN_SETTLED = 3  # runs since the last change point before a new level is tested against them
@@ -48,7 +49,10 @@ TRAILING = 5  # the newest runs a new level may begin at, each night
 
 @cache
 def better_of(metric: str) -> Better:
-    """Which way `metric` is better, from the bench adapters' catalogues ("neither" unknown)."""
+    """Which way `metric` is better, from the bench adapters' catalogues ("neither" unknown);
+    an SLO search's capacity (results/history/capacity.py) is better higher."""
+    if metric == CAPACITY:
+        return "higher"
     for make in BENCH_ADAPTERS.values():
         for info in make().catalogue():
             if info.name == metric:

@@ -41,6 +41,7 @@ from orchestrator.config.fieldtypes import (
     TRegex,
     TRepeats,
     TRestart,
+    TSearch,
     TServerAdapter,
     TStr,
     TStrategy,
@@ -214,6 +215,8 @@ class BenchSection(_Section):
     metrics: TMetrics | None = None
     # fresh: each run sends prompts of its own; warm: the same each run (a warm prefix cache)
     cache: TCache = "fresh"
+    # an SLO search along a matrix axis: its highest level whose SLO holds (config/slo.py)
+    search: TSearch | None = None
 
     @model_validator(mode="after")
     def _command_fits_adapter(self) -> BenchSection:

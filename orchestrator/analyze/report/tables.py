@@ -24,6 +24,7 @@ from orchestrator.analyze.baseline import baseline_cells
 from orchestrator.analyze.evidence import CellEvidence, load_cells, load_run
 from orchestrator.analyze.metrics import HEADLINE_METRICS, cell_metric_unit, format_number
 from orchestrator.analyze.replication import starts_footer
+from orchestrator.analyze.report.slo import capacity_rows, render_searches
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
 from orchestrator.plan.select import axis_text as axis_text
@@ -447,8 +448,9 @@ def tidy_rows(report: Report) -> list[dict[str, Any]]:
 
 def render_report(report: Report, fmt: ReportFormat = "table") -> str:
     """Render as `table` (terminal), `md` (GitHub markdown), or tidy `csv` / `json`."""
+    cells = [row.cell for row in report.rows]
     if fmt in ("csv", "json"):
-        rows = tidy_rows(report)
+        rows = tidy_rows(report) + capacity_rows(cells, report.run_id)  # an SLO search's answer
         if fmt == "json":
             return json.dumps(rows, indent=2, default=str) + "\n"
         columns = list(TIDY_FIXED)
@@ -470,9 +472,10 @@ def render_report(report: Report, fmt: ReportFormat = "table") -> str:
         disable_numparse=True,
     )
     footer = footer_lines(report)
+    slo = render_searches(cells, fmt)  # each SLO search's table and answer, if any
     if fmt == "md":
-        return table + "\n\n" + "\n".join(f"- {line}" for line in footer) + "\n"
-    return table + "\n\n" + "\n".join(footer) + "\n"
+        return table + "\n\n" + "\n".join(f"- {line}" for line in footer) + "\n" + slo
+    return table + "\n\n" + "\n".join(footer) + "\n" + slo
 
 
 def as_float(value: Any) -> float | None:
