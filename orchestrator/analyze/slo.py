@@ -21,6 +21,7 @@ from orchestrator.analyze.stats import median
 from orchestrator.results.history.capacity import CAPACITY
 from orchestrator.runner.slo_rule import capacity, judge_level
 
+GOODPUT = "request_goodput"
 THROUGHPUTS = ("request_throughput", "output_throughput", "total_throughput")
 SLOW_GAIN = 0.25  # throughput gained less than this share of the load's gain: saturated
 LATENCY_CLIMB = 0.1  # ... while the latency rose more than this
@@ -38,6 +39,7 @@ class Level:
     throughput: float | None
     latency: float | None  # the saturation check's latency (median over repeats)
     note: str = ""
+    goodput: float | None = None  # the client's requests within its SLO per s (vLLM --goodput)
 
     def as_dict(self) -> dict[str, Any]:
         """The level as JSON-ready data."""
@@ -48,6 +50,7 @@ class Level:
             "verdict": self.verdict or "undecided",
             "metrics": self.judged,
             "throughput": self.throughput,
+            "goodput": self.goodput,
             "note": self.note or None,
         }
 
@@ -84,9 +87,9 @@ class Search:
         return edge is None or edge.verdict == "fails"
 
     @property
-    def saturation(self) -> tuple[Level, float, float] | None:
+    def saturation(self) -> tuple[Level, float, float, float] | None:
         """The first level whose throughput rose less than `SLOW_GAIN` of the load's rise while
-        its latency climbed: (level, throughput gain, latency gain)."""
+        its latency climbed: (level, throughput gain, latency gain, load gain)."""
         for low, high in zip(self.levels, self.levels[1:], strict=False):
             if None in (low.throughput, high.throughput, low.latency, high.latency):
                 continue
@@ -96,7 +99,7 @@ class Search:
             gain = high.throughput / low.throughput - 1.0  # type: ignore[operator]
             climb = high.latency / low.latency - 1.0  # type: ignore[operator]
             if gain < SLOW_GAIN * load and climb > LATENCY_CLIMB:
-                return high, gain, climb
+                return high, gain, climb, load
         return None
 
     def sentence(self) -> str:
@@ -129,10 +132,10 @@ class Search:
         found = self.saturation
         if found is None:
             return None
-        level, gain, climb = found
+        level, gain, climb, load = found
         return (
             f"saturated at {self.axis}={_num(level.value)}: {self.throughput_metric} "
-            f"{gain:+.0%} while {self.latency_metric} {climb:+.0%}"
+            f"{gain:+.0%} for {self.axis} {load:+.0%}, while {self.latency_metric} {climb:+.0%}"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -190,6 +193,7 @@ def level_of(cell: CellEvidence, search: Mapping[str, Any], most: int) -> Level:
         throughput=median(cell.values(tput)) if tput else None,
         latency=None,
         note="; ".join(notes),
+        goodput=median(cell.values(GOODPUT)) if cell.values(GOODPUT) else None,
     )
 
 

@@ -48,7 +48,7 @@ def test_the_answer_is_the_last_level_holding_before_one_fails(tmp_path: Path) -
         "over 6 repeats); 4 fails (p99_ttft_ms 965 > 500, 95% confidence)"
     )
     assert search.saturation_sentence() == (
-        "saturated at rate=4: request_throughput +5% while p99_ttft_ms +837%"
+        "saturated at rate=4: request_throughput +5% for rate +100%, while p99_ttft_ms +837%"
     )
     text = render_report(load_report(run))
     assert "SLO search along rate (spec=off) on gpu01: p99_ttft_ms ≤ 500" in text

@@ -35,13 +35,16 @@ def render_search(search: Search, fmt: str) -> str:
     """One search: a row per level (each SLO metric's median and interval, throughput, verdict)
     and a chart of the first SLO metric against its bound, then the answer in words."""
     first = next(iter(search.slo))
+    goodput = any(level.goodput is not None for level in search.levels)
     headers = [search.axis, "repeats", *search.slo, search.throughput_metric or "throughput"]
-    headers += ["verdict", f"{first} vs bound"]
+    headers += ["request_goodput"] * goodput + ["verdict", f"{first} vs bound"]
     body = []
     for level in search.levels:
         row: list[Any] = [f"{level.value:g}", level.repeats]
         row += [_interval(level.judged[m]) for m in search.slo]
         row.append(f"{level.throughput:.4g}" if level.throughput is not None else "-")
+        if goodput:
+            row.append(f"{level.goodput:.4g}" if level.goodput is not None else "-")
         row.append(level.verdict or "undecided")
         row.append(_bar(level.judged[first].get("median"), search.slo[first]))
         body.append(row)
