@@ -36,6 +36,13 @@ def search_rule(section: Mapping[str, Any], spec: BenchSpec) -> BenchSpec:
     adapter = bench_adapter(spec.adapter)
     known = [info.name for info in adapter.catalogue()] + list(spec.metrics) + [ERROR_RATE]
     for metric in slo:
+        if metric == ERROR_RATE and adapter.catalogue() and not adapter.knows("failed"):
+            raise InputError(
+                f"the {spec.adapter} bench writes no count of failed requests: error_rate "
+                "cannot be judged",
+                key_path=f"search.slo.{metric}",
+                hint="leave error_rate out (vllm.bench_serve writes failed and completed)",
+            )
         if adapter.catalogue() and metric not in known:
             # `ttft_p99_ms` is `p99_ttft_ms` with its words in another order
             same_words = [k for k in known if sorted(k.split("_")) == sorted(metric.split("_"))]

@@ -32,7 +32,7 @@ bench:
   search:
 {search}
 """
-GOOD = "    axis: rate\n    slo: {p99_ttft_ms: 500, error_rate: 0.01}"
+GOOD = "    axis: rate\n    slo: {p99_ttft_ms: 500, request_throughput: {min: 0.5}}"
 
 
 def write(tmp_path: Path, search: str = GOOD, repeats: str = "6") -> Path:
@@ -48,15 +48,14 @@ def test_levels_share_one_server_start_and_stop_once_decided(tmp_path: Path) -> 
     for cell in cells:
         search, rule = cell.bench.search, cell.bench.settle
         assert search is not None and rule is not None
-        assert search.slo == {"p99_ttft_ms": {"max": 500.0}, "error_rate": {"max": 0.01}}
-        assert search.confidence == 0.95
-        # the runner reads p99 TTFT between repeats; error_rate is judged by the controller
-        assert rule.slo == {"p99_ttft_ms": {"max": 500.0}} and rule.min == 5
+        slo = {"p99_ttft_ms": {"max": 500.0}, "request_throughput": {"min": 0.5}}
+        assert search.slo == slo and search.confidence == 0.95
+        assert rule.slo == slo and rule.min == 5  # both read between repeats
     result = CliRunner().invoke(main, ["plan", str(write(tmp_path))])
     assert result.exit_code == 0, result.output
     assert (
         "SLO search on localhost: the highest rate of 1, 2, 4 meeting p99_ttft_ms ≤ 500, "
-        "error_rate ≤ 0.01; 1 server start(s); each level 5..6 repeats" in result.output
+        "request_throughput ≥ 0.5; 1 server start(s); each level 5..6 repeats" in result.output
     )
 
 
@@ -76,6 +75,8 @@ def test_levels_share_one_server_start_and_stop_once_decided(tmp_path: Path) -> 
          "'concurrency' is not a matrix axis (axes: rate)", "bench.search.axis", 15),
         ("    axis: rate\n    slo: {ttft_p99_ms: 5}", "6",
          "did you mean 'p99_ttft_ms'", "bench.search.slo.ttft_p99_ms", None),
+        ("    axis: rate\n    slo: {error_rate: 0.01}", "6",
+         "writes no count of failed requests", "bench.search.slo.error_rate", None),
         ("    axis: rate\n    slo: {p99_ttft_ms: 5}", "3",
          "needs at least 5 repeats", "bench.repeats", None),
         ("    axis: rate\n    slo: {p99_ttft_ms: 5}", "{max: 8, until: 2%}",
