@@ -3,6 +3,7 @@ undecided boundary said, saturation found, the report's table and JSON, diff's c
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from analyze_fixtures import base_cell, write_run
 from orchestrator.analyze.diff.cells import diff_runs
 from orchestrator.analyze.diff.render import render_diff
 from orchestrator.analyze.evidence import load_run
+from orchestrator.analyze.report.html import render_html
 from orchestrator.analyze.report.tables import load_report, render_report
 from orchestrator.analyze.slo import searches
 
@@ -58,6 +60,9 @@ def test_the_answer_is_the_last_level_holding_before_one_fails(tmp_path: Path) -
     assert capacity["value"] == 2 and capacity["confidence"] == 0.95
     assert capacity["slo_search"]["levels"][2]["verdict"] == "fails"
     assert capacity["cell_id"] == "r2-00000000" and capacity["spec"] == "off"
+    page = render_html(load_report(run))
+    assert '<section id="slo"><h2>SLO search</h2>' in page
+    assert html.escape(search.sentence(), quote=False) in page
 
 
 def test_a_boundary_its_repeats_could_not_decide_is_said(tmp_path: Path) -> None:

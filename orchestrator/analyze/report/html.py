@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.analyze.pareto import SweepView, front_note, sweep_cells
+from orchestrator.analyze.report.slo import render_searches
 from orchestrator.analyze.report.tables import Report, axis_text, footer_lines, table_cells
 
 # Forbids every fetch: the page shows only what it carries (inline style, data: images).
@@ -132,6 +133,9 @@ def render_html(
         parts.append(f'<section id="sweep"><h2>Throughput–latency over {text(sweep.axis)}</h2>')
         parts.append(_table(headers, body, "sweep-table"))
         parts.append(f'<p class="note">{text(front_note(sweep))}</p></section>')
+    searched = render_searches([row.cell for row in report.rows], "table")
+    if searched:  # each SLO search: its levels, chart and answer, as the terminal shows them
+        parts.append(f'<section id="slo"><h2>SLO search</h2><pre>{text(searched)}</pre></section>')
     parts.append('<section id="plots"><h2>Plots</h2>')
     for figure in figures:
         data = base64.b64encode(figure.png).decode("ascii")
