@@ -6,11 +6,6 @@ the runner on the host, the bundle stores it, and `orch diff` pairs cells across
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import (
@@ -21,9 +16,40 @@ from pydantic import (
     model_serializer,
 )
 
-from orchestrator.cell_masks import mask_secrets, secret_placeholder
-from orchestrator.container_pin import ContainerPin, without_container_pin
-from orchestrator.runner.redaction import is_secret_name
+from orchestrator.cell_ids import (
+    SECRET_SLUG as SECRET_SLUG,
+)
+from orchestrator.cell_ids import (
+    axis_slugs as axis_slugs,
+)
+from orchestrator.cell_ids import (
+    canonical_json as canonical_json,
+)
+from orchestrator.cell_ids import (
+    cell_id as cell_id,
+)
+from orchestrator.cell_ids import (
+    cell_id_text as cell_id_text,
+)
+from orchestrator.cell_ids import (
+    entries_text as entries_text,
+)
+from orchestrator.cell_ids import (
+    id_from_text as id_from_text,
+)
+from orchestrator.cell_ids import (
+    keyed_text as keyed_text,
+)
+from orchestrator.cell_ids import (
+    repo_id_data as repo_id_data,
+)
+from orchestrator.cell_ids import (
+    slug_part as slug_part,
+)
+from orchestrator.cell_ids import (
+    spec_id_text as spec_id_text,
+)
+from orchestrator.container_pin import ContainerPin
 
 CELL_SCHEMA_VERSION = 1
 DEFAULT_CELL_TIMEOUT = 4 * 3600.0  # seconds, when the playbook gives no timeouts.cell
@@ -48,19 +74,6 @@ class RepoPin(_Frozen):
     requested: str | None = None  # the ref as written (the id hashes it, not the SHA)
     resolved_at: float | None = None  # epoch seconds
     resolved_by: str | None = None  # "controller" or "host NAME"
-
-
-# Not in a cell id: how and when the ref was resolved, and how the host may find it.
-_REPO_PIN_NOT_HASHED = ("fetch", "requested", "resolved_at", "resolved_by")
-
-
-def repo_id_data(repo: Mapping[str, Any]) -> dict[str, Any]:
-    """What a cell id hashes of a repo pin: the ref as requested, never the SHA a run pinned it
-    to, so the same playbook gives the same id in every run (resume and diff pair by id)."""
-    data = {k: v for k, v in repo.items() if k not in _REPO_PIN_NOT_HASHED}
-    if repo.get("requested") is not None:
-        data["version"] = repo["requested"]
-    return data
 
 
 class ReadyCheck(_Frozen):
@@ -182,15 +195,29 @@ class RepeatRule(_Frozen):
     against: Against | None = None
     metrics: tuple[str, ...]
     watch: tuple[Watch, ...]
-    chosen: Literal["metric", "expect", "headline"] = "headline"  # what chose the metrics
+    chosen: Literal["metric", "expect", "headline", "slo"] = "headline"  # what chose the metrics
+    # an SLO search's level: metric -> {max: X} or {min: X}, stopped once decided (slo_rule.py)
+    slo: dict[str, dict[str, float]] | None = None
 
     @model_serializer(mode="wrap")
     def _without_audit_rule(self, handler: SerializerFunctionWrapHandler) -> Any:
         # Left out when unset: the ids of cells that settle stay what they were before audit's.
         data = handler(self)
-        if isinstance(data, dict) and data.get("against") is None:
-            data.pop("against", None)
+        if isinstance(data, dict):
+            for key in ("against", "slo"):
+                if data.get(key) is None:
+                    data.pop(key, None)
         return data
+
+
+class SloSearch(_Frozen):
+    """`bench.search`: this cell is one level of a search along matrix axis `axis` for its
+    highest value whose SLO holds (`slo`: metric -> {max: X} or {min: X}), each call at
+    one-sided `confidence` (analyze/slo.py)."""
+
+    axis: str
+    slo: dict[str, dict[str, float]]
+    confidence: float = 0.95
 
 
 class RunInputs(_Frozen):
@@ -236,6 +263,7 @@ class BenchSpec(_Frozen):
     cache: Literal["fresh", "warm"] = "fresh"
     fingerprint: OutputsSpec | None = None  # greedy outputs hashed per prompt (outputs.json)
     accuracy: OutputsSpec | None = None  # the bundled arithmetic task (outputs.json)
+    search: SloSearch | None = None  # an SLO search's level (`bench.search`)
 
     @model_serializer(mode="wrap")
     def _without_fixed_repeats(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -252,6 +280,8 @@ class BenchSpec(_Frozen):
             for key in ("fingerprint", "accuracy"):  # off: ids stay what they were
                 if data.get(key) is None:
                     data.pop(key, None)
+            if data.get("search") is None:
+                data.pop("search", None)  # ids of cells outside a search stay
         return data
 
 
@@ -392,113 +422,3 @@ class Cell(_Frozen):
 def part_id(cell_id: str, rank: int) -> str:
     """The id of node `rank`'s part of a multi-node cell (its folder and lock on that host)."""
     return f"{cell_id}.n{rank}"
-
-
-def canonical_json(data: Any) -> str:
-    """JSON with sorted keys and no whitespace: the same data always gives the same text."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-_SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def slug_part(value: Any) -> str:
-    """One axis value as a short, filesystem-safe piece of a cell id."""
-    if isinstance(value, dict | list):
-        value = canonical_json(value)
-    text = _SLUG_BAD.sub("-", str(value)).strip("-.")
-    return text[:24] or "x"
-
-
-def _mask_env(spec: Mapping[str, Any]) -> Mapping[str, Any]:
-    """`spec` with the env values of its `secrets` names as placeholders."""
-    secrets = set(spec.get("secrets") or ())
-    env = spec.get("env")
-    if not secrets or not isinstance(env, Mapping) or not secrets.intersection(env):
-        return spec
-    masked = {k: (secret_placeholder(k) if k in secrets else v) for k, v in env.items()}
-    return {**spec, "env": masked}
-
-
-@lru_cache(maxsize=1024)
-def _key_order(keys: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
-    """(index, key's JSON with ':') in canonical order; planning asks for the same keys often."""
-    return tuple(
-        (i, canonical_json(keys[i]) + ":") for i in sorted(range(len(keys)), key=keys.__getitem__)
-    )
-
-
-def entries_text(entries: Mapping[str, str]) -> str:
-    """A mapping's canonical JSON without its braces, from the canonical JSON of each value."""
-    return keyed_text(tuple(entries), list(entries.values()))
-
-
-def keyed_text(keys: tuple[str, ...], texts: Sequence[str]) -> str:
-    """`entries_text` of `keys` with `texts[i]` the canonical JSON of the value of `keys[i]`."""
-    return ",".join([key + texts[i] for i, key in _key_order(keys)])
-
-
-def spec_id_text(
-    host_text: str, axes_text: str, rest_text: str, masks: Mapping[str, str] | None = None
-) -> str:
-    """`[host, spec]` as canonical JSON from its pieces, for a spec whose first key is `axes`.
-
-    `host_text` and `axes_text` are canonical JSON, `rest_text` the spec's other entries
-    (`entries_text`); `masks` (value -> name) are masked in those entries only: axis values are
-    declared data, and two points must never share an id.
-    """
-    head = "[" + host_text + ',{"axes":' + axes_text
-    if not rest_text:
-        return head + "}]"
-    return head + "," + mask_secrets(rest_text + "}", masks or {}) + "]"
-
-
-def cell_id_text(host: str, spec: Any, masks: Mapping[str, str] | None = None) -> str:
-    """What a cell id hashes: `[host, spec]` as canonical JSON, secret values as placeholders.
-
-    Env values of the spec's `secrets` names are masked by name; `masks` (value -> name, e.g.
-    the rendered values of secret vars) are masked wherever they appear in the spec, except in
-    `axes` (`spec_id_text`).
-    """
-    if isinstance(spec, Mapping):
-        spec = _mask_env(spec)
-        if isinstance(spec.get("repo"), Mapping):
-            spec = {**spec, "repo": repo_id_data(spec["repo"])}
-        spec = without_container_pin(spec)
-    if not isinstance(spec, Mapping) or "axes" not in spec or min(spec) != "axes":
-        return mask_secrets(canonical_json([host, spec]), masks or {})
-    rest = {k: canonical_json(v) for k, v in spec.items() if k != "axes"}
-    return spec_id_text(
-        canonical_json(host), canonical_json(spec["axes"]), entries_text(rest), masks
-    )
-
-
-def id_from_text(slug_parts: Iterable[str], text: str) -> str:
-    """A cell id: the slug of its axis values, then a short hash of `text` (`cell_id_text`)."""
-    slug = "-".join(slug_parts) or "cell"
-    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
-    return f"{slug[:80]}-{digest}"
-
-
-def cell_id(
-    axes: dict[str, Any], host: str, spec: Any, masks: Mapping[str, str] | None = None
-) -> str:
-    """A readable slug of the axis values plus a short hash of the rendered spec.
-
-    `spec` is everything that defines the cell except its id (canonical JSON is hashed), so the
-    same cell gets the same id in every run and on every machine. Secret values are hashed as
-    placeholders (`cell_id_text`): an id neither changes when a token is rotated nor serves as
-    an offline oracle for guessing one.
-    """
-    listed = spec.get("secrets") if isinstance(spec, Mapping) else None
-    return id_from_text(axis_slugs(axes, listed or ()), cell_id_text(host, spec, masks))
-
-
-SECRET_SLUG = "secret"
-
-
-def axis_slugs(axes: Mapping[str, Any], listed: Iterable[str]) -> list[str]:
-    """The slug parts of a point's axis values; the value of an axis whose name is secret (or
-    listed under `secrets:`) never shows in an id: its part is `secret`."""
-    names = set(listed)
-    return [SECRET_SLUG if is_secret_name(k, names) else slug_part(v) for k, v in axes.items()]

@@ -15,7 +15,7 @@ LAYERS = (
     ("errors",),
     ("runner",),  # the host side: stdlib only, shipped as runner.pyz
     ("sim",),  # the simulated world (server, client, nvidia-smi, NCCL): stdlib only
-    ("cell", "cell_masks", "container_pin"),  # container_pin: the Cell's image pin, beside it
+    ("cell", "cell_ids", "container_pin"),  # container_pin: the Cell's image pin, beside it
     ("config",),
     ("secrets",),  # the name rule, every source of secret values, redaction of every shape
     ("results",),  # the bundle on disk: knows no plan

@@ -378,10 +378,11 @@ class VllmBenchServe(BenchAdapter):
         )
 
     def watch(self, spec: BenchSpec, metric: str) -> Watch | None:
-        """A throughput or count of the result JSON (under vLLM's own key), else a regex
-        metric; percentages and latencies are left to the controller's parse."""
+        """A throughput, count or latency of the result JSON (under vLLM's own key), else a
+        regex metric; percentages are left to the controller's parse."""
         key = {v: k for k, v in _VLLM_RENAMES.items()}.get(metric, metric)
-        if key in _VLLM_SCALARS and key not in _PERCENT:
+        key = key.replace("_e2e_latency_ms", "_e2el_ms")  # vLLM's spelling of the latency
+        if (key in _VLLM_SCALARS and key not in _PERCENT) or _VLLM_LATENCY.match(key):
             name = spec.result_file or RESULT_FILE
             return Watch(metric=metric, file=name, format="json", key=key)
         return super().watch(spec, metric)
@@ -411,6 +412,7 @@ _VLLM_RENAMES = {
 _VLLM_SCALARS = (
     "output_throughput",
     "request_throughput",
+    "request_goodput",
     "total_token_throughput",
     "max_output_tokens_per_s",
     "max_concurrent_requests",
@@ -432,6 +434,8 @@ def _bench_catalogue() -> tuple[MetricInfo, ...]:
     infos = [
         MetricInfo("output_throughput", "tok/s", "higher", _RESULT),
         MetricInfo("request_throughput", "req/s", "higher", _RESULT),
+        # only with --goodput ttft:MS [tpot:MS] [e2el:MS]: requests within every bound, per s
+        MetricInfo("request_goodput", "req/s", "higher", _RESULT + " (with --goodput)"),
         MetricInfo("total_throughput", "tok/s", "higher", _RESULT + " total_token_throughput"),
         MetricInfo("max_output_tokens_per_s", "tok/s", "higher", _RESULT),
         MetricInfo("max_concurrent_requests", "requests", "neither", _RESULT),

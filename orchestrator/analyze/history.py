@@ -41,6 +41,7 @@ from orchestrator.analyze.changepoints import (
 )
 from orchestrator.analyze.outputs import OUTPUT_METRICS
 from orchestrator.analyze.student import t_two_sided
+from orchestrator.results.history.capacity import CAPACITY
 from orchestrator.results.history.db import Point, Series
 
 MIN_SETTLED = 3  # runs since the last change point before a new level is tested against them
@@ -50,7 +51,10 @@ TRAILING = 5  # the newest runs a new level may begin at, each night
 @cache
 def better_of(metric: str) -> Better:
     """Which way `metric` is better, from the bench adapters' catalogues, the engine's /metrics
-    and the output checks' metrics ("neither" unknown)."""
+    and the output checks' metrics ("neither" unknown); an SLO search's capacity
+    (results/history/capacity.py) is better higher."""
+    if metric == CAPACITY:
+        return "higher"
     if metric in OUTPUT_METRICS:
         return OUTPUT_METRICS[metric]
     for infos in [*(make().catalogue() for make in BENCH_ADAPTERS.values()), ENGINE_CATALOGUE]:

@@ -162,3 +162,13 @@ def format_number(value: float | None) -> str:
     if abs(value) >= 1:
         return f"{value:.2f}"
     return f"{value:.4g}"
+
+
+def as_float(value: Any) -> float | None:
+    """A number from an int, float or numeric text; None for anything else (bools too)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None

@@ -11,8 +11,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from orchestrator.analyze.metrics import format_number
-from orchestrator.analyze.report.tables import Report, as_float, series_label, varying_axes
+from orchestrator.analyze.metrics import as_float, format_number
+from orchestrator.analyze.report.tables import Report, series_label, varying_axes
 from orchestrator.errors import InputError
 
 # Axis names a sweep goes along (the bench client's flags, in either spelling).

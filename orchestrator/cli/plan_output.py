@@ -28,6 +28,7 @@ def echo_plan(
     """Print the plan's cells (pinned as `resolutions` say): a table, or JSON with --json."""
     from orchestrator.plan.lint import unchecked_ready_note
     from orchestrator.plan.sessions import session_labels
+    from orchestrator.plan.slo import search_lines
     from orchestrator.secrets.redact import cell_json_by_name, redact_text
     from orchestrator.secrets.rule import REDACTED, is_secret_name
 
@@ -85,6 +86,8 @@ def echo_plan(
                 "spread over their starts (the server restarted, warmed up and made ready again "
                 "between groups), so their spread between starts is measured"
             )
+    for line in search_lines(cells, servers):  # each SLO search: levels, SLO, stop rule
+        echo(line)
     note = unchecked_ready_note(plan.playbook, cells)
     if note is not None:
         echo(note)

@@ -27,6 +27,7 @@ from orchestrator.config.fields import (
     validate_vars,
 )
 from orchestrator.config.repeats import repeats_validator
+from orchestrator.config.slo import search_validator
 from orchestrator.config.values import (
     BENCH_ADAPTER_NAMES,
     SERVER_ADAPTER_NAMES,
@@ -140,6 +141,30 @@ TRepeats = Annotated[
                 },
                 _TEMPLATE_SCHEMA,
             ]
+        }
+    ),
+]
+_BOUND: dict[str, Any] = {
+    "anyOf": [
+        _NUMBER,
+        {"type": "object", "properties": {"max": _NUMBER}, "required": ["max"]},
+        {"type": "object", "properties": {"min": _NUMBER}, "required": ["min"]},
+        _TEMPLATE_SCHEMA,
+    ]
+}
+TSearch = Annotated[
+    Any,
+    PlainValidator(search_validator),
+    _or_template(
+        {
+            "type": "object",
+            "properties": {
+                "axis": _STR,
+                "slo": {"type": "object", "additionalProperties": _BOUND},
+                "confidence": {"anyOf": [_NUMBER, _STR]},
+            },
+            "required": ["axis", "slo"],
+            "additionalProperties": False,
         }
     ),
 ]

@@ -42,6 +42,7 @@ from orchestrator.config.fieldtypes import (
     TRegex,
     TRepeats,
     TRestart,
+    TSearch,
     TServerAdapter,
     TStr,
     TStrategy,
@@ -260,6 +261,8 @@ class BenchSection(_Section):
     cache: TCache = "fresh"
     fingerprint: FingerprintSection | None = None
     accuracy: AccuracySection | None = None
+    # an SLO search along a matrix axis: its highest level whose SLO holds (config/slo.py)
+    search: TSearch | None = None
 
     @model_validator(mode="after")
     def _command_fits_adapter(self) -> BenchSection:

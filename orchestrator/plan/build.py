@@ -23,6 +23,7 @@ from orchestrator.errors import InputError
 from orchestrator.plan.matrix import Matrix, MatrixPoint, parse_matrix
 from orchestrator.plan.nodes import declared_nodes, dist_port, joined_cell, node_groups, node_vars
 from orchestrator.plan.planner import HostPlanner, raw_safe_axes
+from orchestrator.plan.slo import check_search_axis
 
 
 def build_cells(
@@ -70,6 +71,7 @@ def _build_cells(playbook: LoadedPlaybook, inventory: Inventory, limit: str | No
         )
     engine = TemplateEngine()
     _check_where_syntax(matrix.where, engine, locate)
+    _check_search(data.get("bench"), matrix, locate)
     raw_safe = raw_safe_axes(data.get("matrix"), matrix)
     nodes = declared_nodes(playbook)
     groups = node_groups(hosts, nodes, playbook, inventory) if nodes > 1 else [[h] for h in hosts]
@@ -212,6 +214,25 @@ def _check_where_syntax(where: Any, engine: TemplateEngine, locate: Locate) -> N
         hint="a Jinja expression that is true for the cells to keep, e.g. "
         "matrix.nccl == 'tuned' or matrix.tp <= 8",
     )
+
+
+def _check_search(bench: Any, matrix: Matrix, locate: Locate) -> None:
+    """`bench.search.axis` names a matrix axis of two or more numbers (the search's levels)."""
+    search = bench.get("search") if isinstance(bench, Mapping) else None
+    axis = search.get("axis") if isinstance(search, Mapping) else None
+    if axis is None or has_template(str(axis)):
+        return
+    points = matrix.candidates + matrix.includes
+    problem = check_search_axis(
+        axis, matrix.axes, [p.values[axis] for p in points if axis in p.values]
+    )
+    if problem is not None:
+        raise InputError(
+            problem,
+            location=locate(("bench", "search", "axis")),
+            key_path="bench.search.axis",
+            hint="e.g. matrix: {rate: [1, 2, 4, 8]} with request-rate: '{{ matrix.rate }}'",
+        )
 
 
 def _group_by_repo(cells: list[Cell]) -> list[Cell]:

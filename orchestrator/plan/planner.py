@@ -29,7 +29,7 @@ from orchestrator.cell import (
     slug_part,
     spec_id_text,
 )
-from orchestrator.cell_masks import secret_masks, secret_placeholder
+from orchestrator.cell_ids import secret_masks, secret_placeholder
 from orchestrator.config.host import Host, Inventory
 from orchestrator.config.keypath import KeyPath
 from orchestrator.config.loaded import LoadedPlaybook

@@ -47,6 +47,7 @@ from orchestrator.container_pin import ContainerPin
 from orchestrator.errors import InputError
 from orchestrator.plan.outputs import OUTPUT_KEYS, outputs_spec
 from orchestrator.plan.repeats import settle_rule
+from orchestrator.plan.slo import search_rule
 
 _KEY_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
@@ -192,8 +193,13 @@ class SectionRenderer:
             section["repeats"] = self.check(
                 BenchSection, "repeats", section["repeats"], ("bench", "repeats")
             )
+        if section.get("search") is not None:  # rendered: bounds as {max|min: number}
+            section["search"] = self.check(
+                BenchSection, "search", section["search"], ("bench", "search")
+            )
         try:
             spec = settle_rule(section, bench_adapter(adapter).build(section, server))
+            spec = search_rule(section, spec)
         except InputError as exc:
             raise self._relocate(exc, "bench") from None
         if spec.starts > 1:

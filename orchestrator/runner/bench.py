@@ -39,6 +39,7 @@ from orchestrator.runner.protocol import (
 )
 from orchestrator.runner.repeat_rule import decide, summary, values_so_far, watched_value
 from orchestrator.runner.server import ServerSteps, http_post
+from orchestrator.runner.slo_rule import decide_slo
 from orchestrator.runner.starts import runs_over_starts
 
 START_ANSWER_WAIT = 10.0  # seconds a profiler start may take to answer before the run goes on
@@ -149,7 +150,8 @@ class BenchStep(ServerSteps):
                 raise StepFailed(self.server_exit_reason(self.proc.returncode, "during bench"))
             if rule is not None and seen is not None:
                 values_so_far(watched, seen)
-                reason, judged = decide(watched, rule, n)
+                # an SLO search's level stops once its SLO is decided (slo_rule.py)
+                reason, judged = (decide_slo if rule.get("slo") else decide)(watched, rule, n)
                 if reason is not None:
                     stopped = summary(rule, n, reason, judged)
                     write_json(self.path(REPEATS_JSON), stopped)

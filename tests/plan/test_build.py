@@ -470,7 +470,7 @@ def test_masking_nothing_hashes_the_plain_spec(tmp_path: Path) -> None:
 
 def test_mask_secrets_finds_values_as_json_writes_them() -> None:
     from orchestrator.cell import canonical_json
-    from orchestrator.cell_masks import mask_secrets
+    from orchestrator.cell_ids import mask_secrets
 
     tricky = 'to"k\\en-€'
     text = canonical_json({"argv": [f"--t={tricky}", "1", "12"], "n": 1})

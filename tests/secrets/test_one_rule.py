@@ -3,7 +3,7 @@ runner's (or named beside them), and the process's registry hides what it was to
 
 from __future__ import annotations
 
-from orchestrator import cell_masks, errors
+from orchestrator import cell_ids, errors
 from orchestrator.runner import redaction
 from orchestrator.secrets import rule
 
@@ -14,7 +14,7 @@ def test_every_layer_uses_the_runners_lengths() -> None:
     assert errors.SECRET_TEXT_MIN == rule.MIN_SECRET_LENGTH
     assert errors.SECRET_SHOWN == rule.REDACTED
     # a cell id's masks replace substrings as short as the controller's by-value floor
-    assert cell_masks.MIN_MASKED_SUBSTRING == rule.MIN_VALUE_LENGTH
+    assert cell_ids.MIN_MASKED_SUBSTRING == rule.MIN_VALUE_LENGTH
 
 
 def test_the_registry_hides_long_values_inside_text_and_short_ones_only_whole() -> None:

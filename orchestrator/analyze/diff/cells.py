@@ -52,6 +52,7 @@ from orchestrator.analyze.diff.outputs import outputs_section
 from orchestrator.analyze.diff.profile import profile_section
 from orchestrator.analyze.evidence import CellEvidence, load_cells
 from orchestrator.analyze.replication import NOT_MEASURED, start_spread, values_and_starts
+from orchestrator.analyze.slo import capacity_changes
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
 from orchestrator.results.documents import is_cell_dir
@@ -405,6 +406,7 @@ def diff_runs(
         pairs=diffs,
         only_a=[CellRef.of(c) for c in only_a],
         only_b=[CellRef.of(c) for c in only_b],
+        capacity=capacity_changes(a_cells, b_cells),
     )
 
 

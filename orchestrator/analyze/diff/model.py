@@ -229,6 +229,8 @@ class RunDiff:
     pairs: list[CellDiff]
     only_a: list[CellRef]
     only_b: list[CellRef]
+    # each SLO search both runs hold: its capacity in A and B (analyze/slo.py)
+    capacity: list[dict[str, Any]] = field(default_factory=list)
 
 
 # --- which metrics decide ----------------------------------------------------------------------

@@ -25,6 +25,7 @@ from orchestrator.analyze.diff.model import (
     show_value,
 )
 from orchestrator.analyze.metrics import format_number
+from orchestrator.analyze.slo import capacity_line
 from orchestrator.analyze.stats import OUTLIER_MADS, OUTLIER_MIN_RELATIVE, UNSTABLE_SPREAD
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -273,6 +274,7 @@ def _run_summary(diff: RunDiff) -> list[str]:
     for side, refs in (("A", diff.only_a), ("B", diff.only_b)):
         for ref in refs:
             lines.append(f"only in {side}: {_describe(ref)}")
+    lines += [capacity_line(change) for change in diff.capacity]  # SLO searches, as a metric
     return lines
 
 

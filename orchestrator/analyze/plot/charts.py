@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.analyze.energy import read_telemetry
+from orchestrator.analyze.metrics import as_float
 from orchestrator.analyze.pareto import SweepView, unknown_axis
 from orchestrator.analyze.report.tables import (
     MetricStats,
     Report,
-    as_float,
     axis_text,
     series_label,
     varying_axes,

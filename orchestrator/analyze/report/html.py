@@ -25,6 +25,7 @@ from orchestrator.analyze.pareto import (
     gpu_user_note,
     sweep_cells,
 )
+from orchestrator.analyze.report.slo import render_searches
 from orchestrator.analyze.report.tables import Report, axis_text, footer_lines, table_cells
 
 # Forbids every fetch: the page shows only what it carries (inline style, data: images).
@@ -146,6 +147,9 @@ def render_html(
         parts.append(f'<section id="gpu-user"><h2>{text(title)}</h2>')
         parts.append(_table(headers, body, "gpu-user-table"))
         parts.append(f'<p class="note">{text(gpu_user_note(front))}</p></section>')
+    searched = render_searches([row.cell for row in report.rows], "table")
+    if searched:  # each SLO search: its levels, chart and answer, as the terminal shows them
+        parts.append(f'<section id="slo"><h2>SLO search</h2><pre>{text(searched)}</pre></section>')
     parts.append('<section id="plots"><h2>Plots</h2>')
     for figure in figures:
         data = base64.b64encode(figure.png).decode("ascii")

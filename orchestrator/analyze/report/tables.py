@@ -24,9 +24,10 @@ from orchestrator.analyze import stats
 from orchestrator.analyze.baseline import baseline_cells
 from orchestrator.analyze.cost import cost_notes
 from orchestrator.analyze.evidence import CellEvidence, load_cells, load_run
-from orchestrator.analyze.metrics import HEADLINE_METRICS, cell_metric_unit, format_number
+from orchestrator.analyze.metrics import HEADLINE_METRICS, as_float, cell_metric_unit, format_number
 from orchestrator.analyze.replication import starts_footer
 from orchestrator.analyze.report.engine import engine_section
+from orchestrator.analyze.report.slo import capacity_rows, render_searches
 from orchestrator.cell import canonical_json
 from orchestrator.errors import InputError
 from orchestrator.plan.select import axis_text as axis_text
@@ -450,8 +451,9 @@ def tidy_rows(report: Report) -> list[dict[str, Any]]:
 
 def render_report(report: Report, fmt: ReportFormat = "table") -> str:
     """Render as `table` (terminal), `md` (GitHub markdown), or tidy `csv` / `json`."""
+    cells = [row.cell for row in report.rows]
     if fmt in ("csv", "json"):
-        rows = tidy_rows(report)
+        rows = tidy_rows(report) + capacity_rows(cells, report.run_id)  # an SLO search's answer
         if fmt == "json":
             return json.dumps(rows, indent=2, default=str) + "\n"
         columns = list(TIDY_FIXED)
@@ -473,19 +475,10 @@ def render_report(report: Report, fmt: ReportFormat = "table") -> str:
         disable_numparse=True,
     )
     footer, table = footer_lines(report), table + engine_section(report, fmt)
+    slo = render_searches(cells, fmt)  # each SLO search's table and answer, if any
     if fmt == "md":
-        return table + "\n\n" + "\n".join(f"- {line}" for line in footer) + "\n"
-    return table + "\n\n" + "\n".join(footer) + "\n"
-
-
-def as_float(value: Any) -> float | None:
-    """A number from an int, float or numeric text; None for anything else (bools too)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None
+        return table + "\n\n" + "\n".join(f"- {line}" for line in footer) + "\n" + slo
+    return table + "\n\n" + "\n".join(footer) + "\n" + slo
 
 
 # What a spreadsheet reads as a formula: a cell starting with one of these (OWASP's list).

@@ -19,7 +19,7 @@ from typing import Any
 from orchestrator.adapters import bench_adapter
 from orchestrator.analyze.metrics import metric_names, values_of
 from orchestrator.cell import Cell, cell_id
-from orchestrator.cell_masks import secret_masks
+from orchestrator.cell_ids import secret_masks
 from orchestrator.config.host import Host, Inventory
 from orchestrator.errors import BundleError, ExecutionError, InputError, OrchError
 from orchestrator.execute.apply.outcomes import ApplyOptions

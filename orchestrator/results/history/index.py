@@ -23,6 +23,7 @@ from typing import Any
 
 from orchestrator.errors import BundleError
 from orchestrator.results.documents import read_json
+from orchestrator.results.history.capacity import capacity_rows
 from orchestrator.results.history.db import HistoryDB
 from orchestrator.results.layout import CELL_JSON, METRICS_JSON, REPO_JSON
 from orchestrator.results.read import RunBundle
@@ -196,6 +197,7 @@ def index_run(conn: HistoryDB, run: RunBundle) -> Indexed:
         cells = [_cell_rows(run, record, playbook) for record in run.cells.values()]
     except BundleError as exc:
         return Indexed(run_id, refused=exc.message)
+    slo = capacity_rows(run_id, ((r.id, r.path) for r in run.cells.values()))  # SLO searches
     with conn.transaction():
         added = conn.execute(
             "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
@@ -211,4 +213,5 @@ def index_run(conn: HistoryDB, run: RunBundle) -> Indexed:
             )
             conn.execute("INSERT INTO cells VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows.cell)
             conn.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows.metrics)
+        conn.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", slo)
     return Indexed(run_id, cells=len(cells))
