@@ -59,7 +59,7 @@ _LATENCIES = (
     ("inter_chunk_latency", "itl"),
     ("request_latency", "e2e_latency"),
 )
-_STATS = (("mean", "avg"), ("median", "p50"), ("std", "std"))
+_STATS: tuple[tuple[str, str], ...] = (("mean", "avg"), ("median", "p50"), ("std", "std"))
 _STATS += (("p90", "p90"), ("p95", "p95"), ("p99", "p99"))
 
 

@@ -43,7 +43,7 @@ _LATENCIES = (
     ("request_latency", "e2e_latency", 1000.0),  # GuideLLM writes seconds
 )
 # orch's stat name -> where it sits in a DistributionSummary
-_STATS = (
+_STATS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("mean", ("mean",)),
     ("median", ("median",)),
     ("std", ("std_dev",)),
@@ -52,7 +52,7 @@ _STATS = (
     ("p99", ("percentiles", "p99")),
 )
 # orch name -> (GuideLLM metric, its successful-requests statistic)
-_SCALARS = {
+_SCALARS: dict[str, tuple[str, tuple[str, ...]]] = {
     "request_throughput": ("requests_per_second", ("mean",)),
     "output_throughput": ("output_tokens_per_second", ("mean",)),
     "input_throughput": ("prompt_tokens_per_second", ("mean",)),
@@ -88,7 +88,11 @@ def _catalogue() -> tuple[MetricInfo, ...]:
             "total_output_tokens", "tokens", "neither", src + ".output_token_count", VERSIONS
         ),
         MetricInfo(
-            "mean_request_concurrency", "requests", "neither", src + ".request_concurrency", VERSIONS
+            "mean_request_concurrency",
+            "requests",
+            "neither",
+            src + ".request_concurrency",
+            VERSIONS,
         ),
     ]
     for field, latency, factor in _LATENCIES:
@@ -200,9 +204,9 @@ class GuidellmBench(BenchAdapter):
     def build(self, section: Mapping[str, Any], server: ServerSpec | None) -> BenchSpec:
         """argv: the launcher, the backend aimed at the server, the flags, a JSON output."""
         args = normalize_args(as_mapping(section.get("args"), "args"))
-        argv = launcher_argv(section, "guidellm") + ["run"]
-        if section.get("launcher") is not None:
-            argv = argv[:-1]  # a launcher names its own subcommand
+        argv = launcher_argv(section, "guidellm")
+        if section.get("launcher") is None:
+            argv.append("run")  # a launcher names its own subcommand
         backend = args.get("backend")
         if backend is None:
             backend = {"kind": "openai_http"}

@@ -18,6 +18,7 @@ from orchestrator.errors import InputError
 from .cells import FIXTURES, make_cell
 
 REPORT = FIXTURES / "guidellm" / "guidellm-0.8.1-benchmarks.json"
+BENCH = BenchSpec(adapter="guidellm", argv=("x",), result_file="benchmarks.json")
 
 
 def _server() -> object:
@@ -36,7 +37,9 @@ def test_argv_aims_the_backend_at_the_server_and_repeats_list_flags() -> None:
         "repeats": 2,
     }
     spec = bench_adapter("guidellm").build(section, _server())  # type: ignore[arg-type]
-    backend = '{"kind":"openai_http","request_format":"/v1/completions","target":"http://127.0.0.1:8001"}'
+    backend = (
+        '{"kind":"openai_http","request_format":"/v1/completions","target":"http://127.0.0.1:8001"}'
+    )
     assert spec.argv == (
         "/venv/bin/python", "-m", "guidellm", "run",
         "--backend", backend,
@@ -74,7 +77,9 @@ def test_a_given_target_and_json_output_are_kept_and_bad_ones_refused() -> None:
 
 def test_a_real_report_is_read_field_for_field(tmp_path: Path) -> None:
     shutil.copy(REPORT, tmp_path / "benchmarks.json")
-    cell = make_cell(bench=BenchSpec(adapter="guidellm", argv=("x",), result_file="benchmarks.json"))
+    cell = make_cell(
+        bench=BenchSpec(adapter="guidellm", argv=("x",), result_file="benchmarks.json")
+    )
     result = bench_adapter("guidellm").parse_repeat_with_sources(tmp_path, cell)
     bench = json.loads(REPORT.read_text())["benchmarks"][0]
     raw = bench["metrics"]
@@ -119,7 +124,9 @@ def test_units_come_from_the_catalogue() -> None:
 
 
 def test_a_missing_or_empty_report_says_why(tmp_path: Path) -> None:
-    cell = make_cell(bench=BenchSpec(adapter="guidellm", argv=("x",), result_file="benchmarks.json"))
+    cell = make_cell(
+        bench=BenchSpec(adapter="guidellm", argv=("x",), result_file="benchmarks.json")
+    )
     adapter = bench_adapter("guidellm")
     assert adapter.parse_repeat_with_sources(tmp_path, cell).notes
     (tmp_path / "benchmarks.json").write_text('{"benchmarks": []}')
