@@ -28,7 +28,7 @@ from orchestrator.results.layout import STDOUT
 RESULT_FILE = "benchmarks.json"
 VERSIONS = ("0.8",)
 # Registry flags a run may give several times (click `multiple=True`): one per list item.
-_REPEATED: dict[str, ListStyle] = {
+LIST_STYLES: dict[str, ListStyle] = {
     "data": "repeat",
     "constraint": "repeat",
     "output": "repeat",
@@ -226,7 +226,7 @@ class GuidellmBench(BenchAdapter):
                     hint="add a server: section, or give args.backend.target",
                 )
             backend["target"] = url
-        # argv's flags: the args as written, completed (the args stay as the user wrote them)
+        # the args completed are what argv renders, so investigate can swap a setting in them
         flags = {**args, "backend": backend}
         outputs = args.get("output")
         result_file = RESULT_FILE
@@ -235,12 +235,12 @@ class GuidellmBench(BenchAdapter):
         else:
             result_file = _json_output(outputs)
         flags.setdefault("disable-console-interactive", True)  # no progress redraws in stdout
-        argv += flags_to_argv(flags, list_styles=_REPEATED)
+        argv += flags_to_argv(flags, list_styles=LIST_STYLES)
         return BenchSpec(
             adapter=self.name,
             argv=tuple(argv),
             result_file=result_file,
-            args=args,
+            args=flags,
             **common_bench_fields(section),
         )
 

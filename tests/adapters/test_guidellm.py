@@ -12,6 +12,7 @@ import pytest
 
 from orchestrator.adapters import bench_adapter, metric_unit, server_adapter, unknown_metric_hint
 from orchestrator.adapters.guidellm import CATALOGUE, report_metrics
+from orchestrator.analyze.investigate.factors import declared_factors, swapped
 from orchestrator.cell import BenchSpec
 from orchestrator.errors import InputError
 
@@ -50,7 +51,7 @@ def test_argv_aims_the_backend_at_the_server_and_repeats_list_flags() -> None:
         "--disable-console-interactive",
     )  # fmt: skip
     assert spec.result_file == "benchmarks.json" and spec.repeats == 2
-    assert "target" not in spec.args["backend"]  # the args stay as written
+    assert spec.args["backend"]["target"] == "http://127.0.0.1:8001"  # args render argv
 
 
 def test_a_given_target_and_json_output_are_kept_and_bad_ones_refused() -> None:
@@ -132,3 +133,22 @@ def test_a_missing_or_empty_report_says_why(tmp_path: Path) -> None:
     (tmp_path / "benchmarks.json").write_text('{"benchmarks": []}')
     result = adapter.parse_repeat_with_sources(tmp_path, cell)
     assert result.metrics == {} and result.notes == ["benchmarks.json holds no benchmarks"]
+
+
+@pytest.mark.parametrize("adapter", ["guidellm", "aiperf"])
+def test_investigate_swaps_a_bench_setting_in_the_rendered_argv(adapter: str) -> None:
+    """A bench setting of these clients is a testable factor: BAD's argv, with GOOD's value set
+    back, is what the adapter renders for GOOD."""
+    args = {
+        "guidellm": lambda n: {"profile": {"kind": "concurrent", "streams": n}},
+        "aiperf": lambda n: {"model": "m", "concurrency": n, "extra-inputs": ["ignore_eos:true"]},
+    }[adapter]
+
+    def cell(n: int) -> dict[str, object]:
+        spec = bench_adapter(adapter).build({"args": args(n)}, _server())  # type: ignore[arg-type]
+        return make_cell(bench=spec).model_dump(mode="json")
+
+    good, bad = cell(2), cell(4)
+    (factor,) = declared_factors(good, bad)
+    assert factor.kind == "bench_setting" and factor.testable, factor
+    assert swapped(bad, [factor])["bench"]["argv"] == good["bench"]["argv"]  # type: ignore[index]
