@@ -79,6 +79,9 @@ def _catalogue() -> tuple[MetricInfo, ...]:
         MetricInfo("failed", "requests", "lower", src + ".request_totals.errored", VERSIONS),
         MetricInfo("incomplete", "requests", "lower", src + ".request_totals", VERSIONS),
         MetricInfo(
+            "error_rate", "fraction", "lower", src + ".request_totals errored / total", VERSIONS
+        ),
+        MetricInfo(
             "duration", "s", "lower", f"{RESULT_FILE} scheduler_metrics.measure_*_time", VERSIONS
         ),
         MetricInfo(
@@ -129,6 +132,9 @@ def benchmark_metrics(benchmark: Mapping[str, Any]) -> dict[str, float]:
         value = _dig(metrics, ("request_totals", status))
         if value is not None:
             out[name] = value
+    total = _dig(metrics, ("request_totals", "total"))
+    if total and "failed" in out:
+        out["error_rate"] = out["failed"] / total
     for field, latency, factor in _LATENCIES:
         for stat, path in _STATS:
             value = _dig(metrics, (field, "successful", *path))

@@ -90,6 +90,7 @@ def test_a_real_report_is_read_field_for_field(tmp_path: Path) -> None:
 
     m = result.metrics
     assert m["completed"] == 6 and m["failed"] == 0 and m["incomplete"] == 0
+    assert m["error_rate"] == 0
     assert m["request_throughput"] == ok("requests_per_second")["mean"]
     assert m["output_throughput"] == ok("output_tokens_per_second")["mean"]
     # GuideLLM's mean rate is the window's: output tokens over the measured duration
