@@ -10,6 +10,7 @@ profile strategy, each with `metrics.<name>.successful.{mean,median,std_dev,perc
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -203,9 +204,11 @@ class GuidellmBench(BenchAdapter):
 
     def sends(self, spec: BenchSpec) -> str:
         """What `args.data` and `args.constraint` say, in GuideLLM's own words."""
-        data = spec.args.get("data")
+        data = json.dumps(spec.args.get("data"), separators=(",", ":"))
         limits = spec.args.get("constraint")
-        return f"data {data!r} under {limits!r}" if limits else f"data {data!r}"
+        if not limits:
+            return f"data {data}"
+        return f"data {data} until {json.dumps(limits, separators=(',', ':'))}"
 
     def build(self, section: Mapping[str, Any], server: ServerSpec | None) -> BenchSpec:
         """argv: the launcher, the backend aimed at the server, the flags, a JSON output."""

@@ -51,6 +51,10 @@ def test_argv_aims_the_backend_at_the_server_and_repeats_list_flags() -> None:
         "--disable-console-interactive",
     )  # fmt: skip
     assert spec.result_file == "benchmarks.json" and spec.repeats == 2
+    assert bench_adapter("guidellm").sends(spec) == (
+        'data [{"kind":"synthetic_text","prompt_tokens":32,"output_tokens":8}] '
+        'until [{"kind":"max_requests","count":6}]'
+    )
     assert spec.args["backend"]["target"] == "http://127.0.0.1:8001"  # args render argv
 
 
