@@ -107,7 +107,14 @@ def _catalogue() -> tuple[MetricInfo, ...]:
 
 
 CATALOGUE = _catalogue()
-_SUFFIX = re.compile(r"b\d+")
+# per turn of a multi-turn workload (`metrics.turns[]`): `<name>.turn<k>`, k from 0
+_TURN_LATENCIES = tuple(item for item in _LATENCIES if item[1] != "tpot")
+_TURN_STATS = ("mean", "median", "p99")
+TURN_NAMES = frozenset(
+    [f"{stat}_{latency}_ms" for _, latency, _ in _TURN_LATENCIES for stat in _TURN_STATS]
+    + ["completed"]
+)
+_SUFFIX = re.compile(r"b\d+|(?:b\d+\.)?turn\d+")
 
 
 def _dig(data: Any, path: tuple[str, ...]) -> float | None:
@@ -141,10 +148,34 @@ def benchmark_metrics(benchmark: Mapping[str, Any]) -> dict[str, float]:
             value = _dig(metrics, (field, "successful", *path))
             if value is not None:
                 out[f"{stat}_{latency}_ms"] = value * factor
+    out.update(turn_metrics(metrics))
     start = _dig(benchmark, ("scheduler_metrics", "measure_start_time"))
     end = _dig(benchmark, ("scheduler_metrics", "measure_end_time"))
     if start is not None and end is not None and end >= start:
         out["duration"] = end - start
+    return out
+
+
+def turn_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """`<name>.turn<k>` for each turn of a multi-turn workload (GuideLLM writes `turns: null`
+    for a single-turn one): requests completed, and TTFT, ITL and latency by turn."""
+    turns = metrics.get("turns")
+    out: dict[str, float] = {}
+    if not isinstance(turns, list):
+        return out
+    stats = dict(_STATS)
+    for turn in turns:
+        if not isinstance(turn, Mapping) or not isinstance(turn.get("turn_index"), int):
+            continue
+        suffix = f".turn{turn['turn_index']}"
+        done = _dig(turn, ("request_totals", "successful"))
+        if done is not None:
+            out["completed" + suffix] = done
+        for field, latency, factor in _TURN_LATENCIES:
+            for stat in _TURN_STATS:
+                value = _dig(turn, (field, "successful", *stats[stat]))
+                if value is not None:
+                    out[f"{stat}_{latency}_ms{suffix}"] = value * factor
     return out
 
 
@@ -162,7 +193,8 @@ def report_metrics(report: Mapping[str, Any]) -> tuple[dict[str, float], list[st
             continue
         suffix = "" if len(benchmarks) == 1 else f".b{i}"
         for key, value in benchmark_metrics(bench).items():
-            out[key + suffix] = value
+            base, dot, turn = key.partition(".")
+            out[base + suffix + dot + turn] = value  # `<name>.b<i>.turn<k>`
         if suffix:
             strategy = _dig_text(bench, ("config", "strategy", "type_"))
             notes.append(f"b{i}: benchmark {i} of {len(benchmarks)} ({strategy or '?'} strategy)")
@@ -198,9 +230,12 @@ class GuidellmBench(BenchAdapter):
         return CATALOGUE
 
     def knows(self, name: str) -> bool:
-        """A catalogue name, alone or with a benchmark suffix `.b<i>`."""
+        """A catalogue name, alone or with a benchmark suffix `.b<i>`, or a per-turn name with
+        `.turn<k>` (`.b<i>.turn<k>` with several benchmarks)."""
         base, _, suffix = name.partition(".")
-        return super().knows(base) and (not suffix or _SUFFIX.fullmatch(suffix) is not None)
+        if not super().knows(base) or (suffix and _SUFFIX.fullmatch(suffix) is None):
+            return False
+        return "turn" not in suffix or base in TURN_NAMES
 
     def sends(self, spec: BenchSpec) -> str:
         """What `args.data` and `args.constraint` say, in GuideLLM's own words."""

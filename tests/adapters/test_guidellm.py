@@ -19,6 +19,7 @@ from orchestrator.errors import InputError
 from .cells import FIXTURES, make_cell
 
 REPORT = FIXTURES / "guidellm" / "guidellm-0.8.1-benchmarks.json"
+MULTI_TURN = FIXTURES / "guidellm" / "guidellm-0.8.1-multiturn-benchmarks.json"
 BENCH = BenchSpec(adapter="guidellm", argv=("x",), result_file="benchmarks.json")
 
 
@@ -108,6 +109,24 @@ def test_a_real_report_is_read_field_for_field(tmp_path: Path) -> None:
     assert m["median_e2e_latency_ms"] == pytest.approx(ok("request_latency")["median"] * 1000)
     assert set(m) == {info.name for info in CATALOGUE}  # the catalogue lists what 0.8.1 writes
     assert set(result.sources.values()) == {"benchmarks.json"} and result.notes == []
+
+
+def test_a_multi_turn_report_gives_each_turn_its_own_names() -> None:
+    report = json.loads(MULTI_TURN.read_text())
+    metrics, _ = report_metrics(report)
+    turns = report["benchmarks"][0]["metrics"]["turns"]
+    assert metrics["completed.turn0"] + metrics["completed.turn1"] == metrics["completed"] == 6
+    ttft = turns[1]["time_to_first_token_ms"]["successful"]
+    assert metrics["mean_ttft_ms.turn1"] == ttft["mean"]
+    latency = turns[0]["request_latency"]["successful"]["percentiles"]["p99"]
+    assert metrics["p99_e2e_latency_ms.turn0"] == pytest.approx(latency * 1000)
+    adapter = bench_adapter("guidellm")
+    assert all(adapter.knows(name) for name in metrics)
+    assert not adapter.knows("p95_ttft_ms.turn1") and not adapter.knows("mean_tpot_ms.turn0")
+    twice = report_metrics({**report, "benchmarks": report["benchmarks"] * 2})[0]
+    assert twice["mean_ttft_ms.b2.turn1"] == metrics["mean_ttft_ms.turn1"]
+    assert adapter.knows("mean_ttft_ms.b2.turn1")
+    assert json.loads(REPORT.read_text())["benchmarks"][0]["metrics"]["turns"] is None
 
 
 def test_several_benchmarks_are_suffixed_and_known() -> None:
