@@ -51,6 +51,16 @@ if [ ! -f "$client_stamp" ]; then
 fi
 export ORCH_TEST_SGLANG_PYTHON="$PWD/$client/bin/python"
 
+# GuideLLM and AIPerf (tests/clients), each in a venv of its own, built once per machine into a
+# cache outside the clone (scripts/clients.sh: about 10 minutes the first time, then instant).
+# ORCH_CLIENTS=0 leaves them out on a developer's machine (their tests then skip); CI runs them.
+if [ "${ORCH_CLIENTS:-1}" != 0 ]; then
+  clients=$(bash scripts/clients.sh) # two ORCH_*_PYTHON=VALUE lines
+  while IFS= read -r line; do
+    export "${line?}"
+  done <<<"$clients"
+fi
+
 # The real-engine tier (tests/engine): vLLM's CPU build and a tiny model, built once per machine
 # into a cache outside the clone (scripts/engine.sh: 2-4 minutes the first time, then instant).
 # ORCH_ENGINE=0 leaves the tier out on a developer's machine (its tests then skip); CI runs it.

@@ -10,9 +10,11 @@ import difflib
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+from orchestrator.adapters.aiperf import AiperfBench
 from orchestrator.adapters.base import BenchAdapter, MetricInfo, RepeatResult, ServerAdapter
 from orchestrator.adapters.engine_families import ENGINE_CATALOGUE
 from orchestrator.adapters.generic import GenericBench, GenericServer
+from orchestrator.adapters.guidellm import GuidellmBench
 from orchestrator.adapters.sglang import SglangServer
 from orchestrator.adapters.sglang_bench import SglangBenchOneBatchServer, SglangBenchServing
 from orchestrator.adapters.vllm import VllmBenchServe, VllmServer
@@ -46,6 +48,8 @@ BENCH_ADAPTERS: dict[str, Callable[[], BenchAdapter]] = {
     "sglang.bench_serving": SglangBenchServing,
     "sglang.bench_one_batch_server": SglangBenchOneBatchServer,
     "vllm.bench_serve": VllmBenchServe,
+    "guidellm": GuidellmBench,
+    "aiperf": AiperfBench,
 }
 
 

@@ -21,6 +21,8 @@ BENCH_ADAPTER_NAMES = (
     "sglang.bench_serving",
     "sglang.bench_one_batch_server",
     "vllm.bench_serve",
+    "guidellm",
+    "aiperf",
     "generic",
 )
 

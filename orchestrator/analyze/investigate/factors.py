@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from orchestrator.adapters import sglang, vllm
+from orchestrator.adapters import guidellm, sglang, vllm
 from orchestrator.adapters.flags import ListStyle, flags_to_argv
 from orchestrator.cell import cell_id
 from orchestrator.errors import InputError
@@ -28,6 +28,8 @@ Kind = Literal["image", "commit", "setup", "env", "server_flag", "bench_setting"
 _LIST_STYLES: dict[str, Mapping[str, ListStyle]] = {
     "sglang": sglang.LIST_STYLES,
     "vllm": vllm.LIST_STYLES,
+    "guidellm": guidellm.LIST_STYLES,
+    "aiperf": {},  # AIPerf's flags: argparse-like, lists as nargs
 }
 # Per-cell bench settings that are how long to measure, not what: never a factor.
 _NOT_FACTORS = frozenset({"repeats", "warmup", "timeout", "settle"})
