@@ -223,6 +223,7 @@ class BenchSpec(_Frozen):
     # fresh: every run sends prompts of its own (Cell.run_inputs); warm: the same prompts each
     # run, so the engine's prefix cache serves repeats from what the runs before left in it.
     cache: Literal["fresh", "warm"] = "fresh"
+    container: ContainerPin | None = None  # the image the client runs in (podman/docker)
 
     @model_serializer(mode="wrap")
     def _without_fixed_repeats(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -236,6 +237,8 @@ class BenchSpec(_Frozen):
                 data.pop("starts", None)  # one start, as every cell before `starts:`: ids stay
             if data.get("cache") == "fresh":
                 data.pop("cache", None)
+            if data.get("container") is None:
+                data.pop("container", None)
         return data
 
 

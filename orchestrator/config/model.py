@@ -214,6 +214,7 @@ class BenchSection(_Section):
     metrics: TMetrics | None = None
     # fresh: each run sends prompts of its own; warm: the same each run (a warm prefix cache)
     cache: TCache = "fresh"
+    container: ContainerSection | None = None  # the image the bench client runs in
 
     @model_validator(mode="after")
     def _command_fits_adapter(self) -> BenchSection:
