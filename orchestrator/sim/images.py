@@ -31,8 +31,8 @@ PACKAGE = "orch-sim-kernels"
 VERSIONS: dict[str, tuple[float, str]] = {
     "v1": (1.0, "1.0"),
     "v1.1": (1.0, "1.0.1"),  # a release that changes the package, not the speed
-    "v2": (1.25, "1.1"),
-    "v2.1": (1.25, "1.1.1"),
+    "v2": (1.5, "1.1"),
+    "v2.1": (1.5, "1.1.1"),  # a third slower: found under a loaded machine too
 }
 STUDY = ("v1", "v2")  # the two-image study's; `orch bisect --images` takes all four
 REPOSITORY = "orch/sim"
@@ -137,12 +137,42 @@ def push_tar(tar: Path, tag: str, env: Mapping[str, str], changes: Sequence[str]
 
 
 def study_playbook(
-    tags: Mapping[str, str], conf: str, port: int, *, repeats: int = 3, prompts: int = 8
+    tags: Mapping[str, str],
+    conf: str,
+    port: int,
+    *,
+    repeats: int = 3,
+    prompts: int = 8,
+    concurrency: int = 2,
+    name: str = "images",
+    bench_in_image: bool = False,
 ) -> dict[str, Any]:
     """A study over the images (`matrix.image`): the simulator's server in each image, its
-    performance model the one inside the image, the bench on the host."""
+    performance model the one inside the image, the bench on the host (or, with
+    `bench_in_image`, in the server's image: `bench.container` the same section)."""
+    container = {
+        "image": "{{ matrix.image }}",
+        "tls_verify": False,
+        "conf": conf,
+        "network": "host",
+        "mounts": [f"{p}:{p}:ro" for p in host_mounts()],
+    }
+    bench: dict[str, Any] = {
+        "adapter": "sglang.bench_serving",
+        "launcher": ["{{ orch_python }}", "-m", "orchestrator.sim", "bench"],
+        "args": {
+            "dataset-name": "random-ids",
+            "random-input-len": 64,
+            "random-output-len": 64,
+            "num-prompts": prompts,
+            "max-concurrency": concurrency,
+        },
+        "repeats": repeats,
+    }
+    if bench_in_image:
+        bench["container"] = dict(container)
     return {
-        "name": "images",
+        "name": name,
         "vars": {"port": port},
         "matrix": {"image": list(tags.values())},
         "env": {"ORCH_SIM_TIME_SCALE": "0.02", "ORCH_SIM_SEED": "7", "NCCL_ALGO": "Ring"},
@@ -158,26 +188,9 @@ def study_playbook(
             },
             "ready": {"timeout": 60},
             "stop_grace": 3,
-            "container": {
-                "image": "{{ matrix.image }}",
-                "tls_verify": False,
-                "conf": conf,
-                "network": "host",
-                "mounts": [f"{p}:{p}:ro" for p in host_mounts()],
-            },
+            "container": container,
         },
-        "bench": {
-            "adapter": "sglang.bench_serving",
-            "launcher": ["{{ orch_python }}", "-m", "orchestrator.sim", "bench"],
-            "args": {
-                "dataset-name": "random-ids",
-                "random-input-len": 64,
-                "random-output-len": 64,
-                "num-prompts": prompts,
-                "max-concurrency": 2,
-            },
-            "repeats": repeats,
-        },
+        "bench": bench,
         "snapshot": {"topo": False},
         "timeouts": {"cell": 300},
     }

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from container.test_podman_real import _run, podman_env, registry  # noqa: F401
+from container.podman_parts import _run, podman_env, registry  # noqa: F401
 
 from orchestrator.sim.images import host_mounts, push_tar, scratch_root
 
