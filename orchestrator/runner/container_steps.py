@@ -213,10 +213,12 @@ class ContainerSteps(CellContext):
         )
 
     def inside_python(self) -> str:
-        """The Python inside the image: the server's argv[0] when it is one, else python3."""
+        """The Python inside the image: the server's first argv word that is one (behind a
+        wrapper such as `sh -c ... python`, `env` or `numactl`), else python3."""
         argv = [str(a) for a in (self.server or {}).get("argv") or ()]
-        if argv and os.path.basename(argv[0]).startswith("python"):
-            return argv[0]
+        for word in argv:
+            if os.path.basename(word).startswith("python") and " " not in word:
+                return word
         return "python3"
 
     def engine_modules(self) -> List[str]:

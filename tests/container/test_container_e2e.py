@@ -6,6 +6,7 @@ leaves no container running 30 s later; a pull that fails fails the cell with it
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import yaml
 
 from container.podman_parts import _free_port, _run, digest_of
 from orchestrator.sim.images import host_mounts, study_playbook
+from orchestrator.sim.repo import SETUP_COMMAND, init_repo
 
 
 @pytest.fixture
@@ -77,8 +79,20 @@ def test_the_sim_server_runs_in_its_pinned_image_with_its_env_verified_inside(
         podman_env,
     )  # fmt: skip
     # The bench in the server's image too (`bench.container` the same section): shared.
-    text = _playbook(tag, conf, _free_port(), 1, bench_in_image=True)
-    proc = _apply(tmp_path, text, podman_env)
+    book = yaml.safe_load(_playbook(tag, conf, _free_port(), 1, bench_in_image=True))
+    # A repo pin and the image together (the source mounted into the image): the server
+    # reads the pinned commit's model from its checkout, and says which file it found.
+    repo = init_repo(tmp_path / "repo", commits=3, regress_at=2, seed=5)
+    dest = tmp_path / "src"
+    book["repo"] = {"url": str(repo.path), "dest": str(dest), "version": "bad",
+                    "setup": SETUP_COMMAND}  # fmt: skip
+    del book["server"]["args"]["sim-model"]
+    say_model = 'sha256sum orch_sim_model.json; exec "$@"'
+    serve = ["{{ orch_python }}", "-m", "orchestrator.sim", "serve"]
+    book["server"]["launcher"] = ["sh", "-c", say_model, "sh", *serve]
+    book["server"]["container"].update(workdir=str(dest))
+    book["server"]["container"]["mounts"].append(f"{dest}:{dest}:ro")
+    proc = _apply(tmp_path, yaml.safe_dump(book), podman_env)
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == 0, out
     cell = _cell(tmp_path)
@@ -120,6 +134,13 @@ def test_the_sim_server_runs_in_its_pinned_image_with_its_env_verified_inside(
     # The host's freeze would be taken for the server's: the host snapshot has none.
     host = json.loads((cell / "snapshot.pre.json").read_text())
     assert "disabled" in host["pip_freeze"]["absent"], host["pip_freeze"]
+    # Both pins checked: the checkout's commit on the host, its model read inside the image.
+    assert json.loads((cell / "repo.json").read_text())["sha"] == repo.shas[-1]
+    pinned_model = subprocess.run(
+        ["git", "-C", str(repo.path), "show", "bad:orch_sim_model.json"],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    assert hashlib.sha256(pinned_model).hexdigest() in (cell / "server.log").read_text()
     # The bench ran in the pinned image, its results written through its mounted folder.
     ran = json.loads((cell / "bench" / "1" / "exit.json").read_text())
     assert ran["rc"] == 0 and ran["container"]["digest"] == digest, ran
