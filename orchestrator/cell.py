@@ -264,6 +264,7 @@ class BenchSpec(_Frozen):
     fingerprint: OutputsSpec | None = None  # greedy outputs hashed per prompt (outputs.json)
     accuracy: OutputsSpec | None = None  # the bundled arithmetic task (outputs.json)
     search: SloSearch | None = None  # an SLO search's level (`bench.search`)
+    container: ContainerPin | None = None  # the image the client runs in (podman/docker)
 
     @model_serializer(mode="wrap")
     def _without_fixed_repeats(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -282,6 +283,8 @@ class BenchSpec(_Frozen):
                     data.pop(key, None)
             if data.get("search") is None:
                 data.pop("search", None)  # ids of cells outside a search stay
+            if data.get("container") is None:
+                data.pop("container", None)
         return data
 
 

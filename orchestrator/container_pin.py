@@ -51,10 +51,12 @@ CONTAINER_NOT_HASHED = ("digest", "resolved_at", "resolved_by")
 
 
 def without_container_pin(spec: Mapping[str, Any]) -> Mapping[str, Any]:
-    """`spec` with its server container's pin left out (what the cell id hashes)."""
-    server = spec.get("server")
-    container = server.get("container") if isinstance(server, Mapping) else None
-    if not isinstance(server, Mapping) or not isinstance(container, Mapping):
-        return spec
-    kept = {k: v for k, v in container.items() if k not in CONTAINER_NOT_HASHED}
-    return {**spec, "server": {**server, "container": kept}}
+    """`spec` with its server's and bench's container pins left out (what the cell id hashes)."""
+    for owner in ("server", "bench"):
+        section = spec.get(owner)
+        container = section.get("container") if isinstance(section, Mapping) else None
+        if not isinstance(section, Mapping) or not isinstance(container, Mapping):
+            continue
+        kept = {k: v for k, v in container.items() if k not in CONTAINER_NOT_HASHED}
+        spec = {**spec, owner: {**section, "container": kept}}
+    return spec

@@ -71,6 +71,31 @@ def missing_reason() -> str | None:
     return None
 
 
+def _host_cgroups() -> list[tuple[str, str]]:
+    """The host's cgroup v1 hierarchies: (mount point under /sys/fs/cgroup, mount options)."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(tail) < 3 or tail[0] != "cgroup" or not fields[4].startswith("/sys/fs/cgroup/"):
+            continue
+        wanted = [o for o in tail[2].split(",") if o.startswith("name=") or o in _CONTROLLERS]
+        out.append((fields[4], ",".join(wanted) or "none"))
+    return out
+
+
+_CONTROLLERS = {"cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids",
+                "net_cls", "net_prio", "perf_event", "hugetlb", "rdma", "misc"}  # fmt: skip
+
+
+def _mount_cgroup(hierarchy: tuple[str, str]) -> str:
+    """The shell that mounts one v1 hierarchy at its place (`none,name=X` for a named one)."""
+    where, options = hierarchy
+    if options.startswith("name="):
+        options = "none," + options
+    return f"mkdir -p {where} && mount -t cgroup -o {options} cgroup {where}"
+
+
 def _fake_device(path: Path) -> None:
     """A character device with /dev/null's numbers: Slurm's gpu plugin sets
     CUDA_VISIBLE_DEVICES and SLURM_*_GPUS only for gres files that are devices. A plain file
@@ -445,8 +470,12 @@ class SlurmTestCluster:
         raise RuntimeError(f"slurmctld did not answer:\n{self.log()}")
 
     def _start_slurmd(self, node: SlurmTestNode) -> None:
-        argv = ["ip", "netns", "exec", node.namespace, "slurmd", "-D", "-N", node.name,
-                "-f", str(self.conf)]  # fmt: skip
+        # `ip netns exec` mounts a fresh /sys without the cgroup hierarchies a real node has
+        # mounted; runc (podman in a job) needs them (docs/FACTS.md, "Containers").
+        mounts = " && ".join(_mount_cgroup(c) for c in _host_cgroups())
+        start = f"exec slurmd -D -N {node.name} -f {self.conf}"
+        script = f"{{ mount -t tmpfs cgroup_root /sys/fs/cgroup && {mounts}; }} || true; {start}"
+        argv = ["ip", "netns", "exec", node.namespace, "sh", "-c", script]
         self._spawn(argv, f"{node.name}/slurmd.out")
 
     def _wait_idle(self) -> None:

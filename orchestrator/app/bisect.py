@@ -58,6 +58,7 @@ def pinned_images(base: Cell, inventory: Inventory, images: Sequence[str]) -> li
         server = base.server.model_copy(update={"container": pin})
         cells.append(base.model_copy(update={"server": server}))
     pinned, _ = pin_images(cells, inventory)
+    _refuse_same_digest(pinned)
     out: list[dict[str, Any]] = []
     for cell in pinned:
         assert cell.server is not None and cell.server.container is not None
@@ -71,6 +72,24 @@ def pinned_images(base: Cell, inventory: Inventory, images: Sequence[str]) -> li
             }
         )
     return out
+
+
+def _refuse_same_digest(pinned: Sequence[Cell]) -> None:
+    """InputError when two listed references pinned to one digest: the search would judge
+    one image twice and could name a step between them as the change."""
+    first: dict[str, str] = {}  # digest -> the first reference that named it
+    for cell in pinned:
+        pin = cell.server.container if cell.server is not None else None
+        if pin is None or pin.digest is None:
+            continue
+        if pin.digest in first:
+            raise InputError(
+                f"--images names one image twice: {first[pin.digest]} and {pin.image} "
+                f"both resolve to {pin.digest}",
+                key_path="--images",
+                hint="drop one of them (a tag that moved, or a tag and its own digest)",
+            )
+        first[pin.digest] = pin.image
 
 
 def prepare_bisect(plan: Plan, request: BisectRequest) -> Bisection:

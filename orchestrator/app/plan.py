@@ -85,7 +85,7 @@ class Plan:
             self.inventory,
             earlier=images,
             ask_hosts=ask_hosts,
-            location=self.playbook.locate(("server", "container", "image")),
+            locate=self.playbook.locate,
         )
         return self.with_cells(cells), resolutions
 

@@ -116,6 +116,8 @@ def echo_plan(
                     argv = shlex.join(redact_text(a, secrets) for a in n.server.argv)
                     echo(f"  node {n.rank} ({n.host}): {argv}")
             echo(f"  bench:  {shlex.join(redact_text(a, secrets) for a in c.bench.argv)}")
+            for command in bench_container_commands(c):
+                echo(f"  bench container: {shlex.join(redact_text(a, secrets) for a in command)}")
             echo(f"  repeats: {c.bench.warmup} warmup + {repeats_text(c.bench)}")
             echo(f"  each repeat: {inputs_text(c)}")
 
@@ -125,15 +127,18 @@ def image_lines(cells: list[Cell]) -> list[str]:
     pinned to (or who will pin it)."""
     out: dict[str, str] = {}
     for c in cells:
-        pin = c.server.container if c.server is not None else None
-        if pin is None:
-            continue
-        if pin.digest is None:
-            state = "a tag: `orch apply` pins it to its registry digest on the host"
-        else:
-            state = f"{pin.digest} ({pin.resolved_by or 'pinned'})"
-        out.setdefault(f"{pin.runtime} {pin.image}", state)
-    return [f"server.container {key}: {state}" for key, state in out.items()]
+        for owner, pin in (
+            ("server", c.server and c.server.container),
+            ("bench", c.bench.container),
+        ):
+            if not pin:
+                continue
+            if pin.digest is None:
+                state = "a tag: `orch apply` pins it to its registry digest on the host"
+            else:
+                state = f"{pin.digest} ({pin.resolved_by or 'pinned'})"
+            out.setdefault(f"{owner}.container {pin.runtime} {pin.image}", state)
+    return [f"{key}: {state}" for key, state in out.items()]
 
 
 def container_commands(cell: Cell) -> list[list[str]]:
@@ -149,6 +154,30 @@ def container_commands(cell: Cell) -> list[list[str]]:
     label_map = {**labels("<run>", cell.id, 0), "orch.runner-pid": "<pid>"}
     name = container_name("RUN", cell.id)
     return command_lines(spec, server.argv, name=name, env_names=names, label_map=label_map)
+
+
+def bench_container_commands(cell: Cell) -> list[list[str]]:
+    """The command that runs one repeat of the cell's bench in its container, as the runner
+    will run it (`<repeat dir>`: the repeat's folder on the host)."""
+    from orchestrator.runner.container import (
+        bench_command,
+        bench_env_names,
+        container_name,
+        labels,
+        spec_of,
+    )
+
+    pin = cell.bench.container
+    if pin is None:
+        return []
+    spec = spec_of(pin.model_dump(mode="json"))
+    label_map = {**labels("<run>", cell.id, 0), "orch.runner-pid": "<pid>"}
+    name = container_name("RUN", cell.id) + "-bench-<repeat>"
+    argv = bench_command(
+        spec, cell.bench.argv, name=name, env_names=bench_env_names(list(cell.env)),
+        label_map=label_map, repeat_dir="<repeat dir>",
+    )  # fmt: skip
+    return [argv]
 
 
 def repeats_text(bench: BenchSpec) -> str:

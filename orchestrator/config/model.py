@@ -263,6 +263,7 @@ class BenchSection(_Section):
     accuracy: AccuracySection | None = None
     # an SLO search along a matrix axis: its highest level whose SLO holds (config/slo.py)
     search: TSearch | None = None
+    container: ContainerSection | None = None  # the image the bench client runs in
 
     @model_validator(mode="after")
     def _command_fits_adapter(self) -> BenchSection:

@@ -1,4 +1,5 @@
-"""Server images pinned once per run: each `server.container.image` tag is resolved to the
+"""Server and bench images pinned once per run: each `server.container.image` (and
+`bench.container.image`) tag is resolved to the
 digest its registry names now, asked on the first host of the run that runs it (through
 `runner.pyz resolve-image`, as repo refs are asked in execute/refs.py), and every cell runs
 that digest. A reference written with a digest is pinned as written.
@@ -10,6 +11,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from orchestrator.cell import Cell
 from orchestrator.config.host import Host, Inventory
@@ -22,7 +24,7 @@ from orchestrator.runner.image import parse_image
 from orchestrator.runner.registry import registry_digest
 
 ImageKey = tuple[str, bool, str | None]  # (image as written, tls_verify, conf)
-KEY_PATH = "server.container.image"
+OWNERS = ("server", "bench")  # the sections that may run in an image
 
 
 def pin_images(
@@ -32,18 +34,18 @@ def pin_images(
     earlier: Mapping[ImageKey, tuple[str, str]] | None = None,
     ask_hosts: bool = True,
     location: SourceLocation | None = None,
+    locate: Callable[[tuple[str, ...]], SourceLocation | None] | None = None,
     conn_factory: Callable[[Host], Connection] = connect,
 ) -> tuple[list[Cell], list[str]]:
     """`cells` with every server image pinned to a digest, and one line per image saying
     what it was pinned to. Without `ask_hosts` (`orch plan`) only a host on this machine is
     asked; the others' tags stay unpinned; `earlier` (a resumed run's first pins) wins over
     asking again. InputError (exit 2) when a registry has no such tag, or when `orch apply`
-    cannot ask any host."""
+    cannot ask any host, located by `locate` (a key path's place) or at `location`."""
     found: dict[ImageKey, tuple[str, str]] = {}  # key -> (digest, by)
     notes: dict[ImageKey, str] = {}
-    for cell in cells:
-        pin = _pin_of(cell)
-        if pin is None or pin.digest is not None:
+    for cell, owner, pin in ((c, o, p) for c in cells for o, p in _pins_of(c)):
+        if pin.digest is not None:
             continue
         key = (pin.image, pin.tls_verify, pin.conf)
         if key in found or key in notes:
@@ -56,6 +58,7 @@ def pin_images(
             found[key] = earlier[key]
             continue
         host = inventory.hosts[cell.host]
+        where = locate((owner, "container", "image")) if locate is not None else location
         if not ask_hosts and host.connection != "local":
             notes[key] = "a tag: `orch apply` pins it to its registry digest on the host"
             continue
@@ -64,15 +67,15 @@ def pin_images(
             if not known:
                 raise InputError(
                     f"{pin.image!r}: its registry has no such image ({why})",
-                    location=location,
-                    key_path=KEY_PATH,
+                    location=where,
+                    key_path=f"{owner}.container.image",
                     hint="push the image, or name a tag or digest the registry holds",
                 )
             if ask_hosts:
                 raise InputError(
                     f"cannot pin {pin.image!r} to a digest on host {host.name}: {why}",
-                    location=location,
-                    key_path=KEY_PATH,
+                    location=where,
+                    key_path=f"{owner}.container.image",
                     hint="the host needs skopeo and the registry (tls_verify: false for http)",
                 )
             notes[key] = f"not resolved here ({why}); `orch apply` asks the host"
@@ -81,16 +84,16 @@ def pin_images(
     at = time.time()
     pinned: list[Cell] = []
     for cell in cells:
-        pin = _pin_of(cell)
-        hit = found.get((pin.image, pin.tls_verify, pin.conf)) if pin is not None else None
-        if pin is None or cell.server is None or hit is None or pin.digest is not None:
-            pinned.append(cell)
-            continue
-        new_pin = pin.model_copy(
-            update={"digest": hit[0], "resolved_at": at, "resolved_by": hit[1]}
-        )
-        server = cell.server.model_copy(update={"container": new_pin})
-        pinned.append(cell.model_copy(update={"server": server}))
+        update: dict[str, Any] = {}
+        for owner, pin in _pins_of(cell):
+            hit = found.get((pin.image, pin.tls_verify, pin.conf))
+            if hit is None or pin.digest is not None:
+                continue
+            new_pin = pin.model_copy(
+                update={"digest": hit[0], "resolved_at": at, "resolved_by": hit[1]}
+            )
+            update[owner] = getattr(cell, owner).model_copy(update={"container": new_pin})
+        pinned.append(cell.model_copy(update=update) if update else cell)
     lines = [
         f"{image}: {digest} (resolved by {by})" for (image, _, _), (digest, by) in found.items()
     ]
@@ -98,8 +101,15 @@ def pin_images(
     return pinned, lines
 
 
-def _pin_of(cell: Cell) -> ContainerPin | None:
-    return cell.server.container if cell.server is not None else None
+def _pins_of(cell: Cell) -> list[tuple[str, ContainerPin]]:
+    """The cell's images: (`server` or `bench`, its pin) for each section run in one."""
+    out = []
+    for owner in OWNERS:
+        section = getattr(cell, owner)
+        pin = section.container if section is not None else None
+        if pin is not None:
+            out.append((owner, pin))
+    return out
 
 
 def _ask(
@@ -140,11 +150,15 @@ def recorded_images(run_dir: Path) -> dict[ImageKey, tuple[str, str]]:
     """The image pins a run's first start recorded (plan.json), for a resume to keep."""
     out: dict[ImageKey, tuple[str, str]] = {}
     for cell in recorded_plan_cells(run_dir) or []:
-        server = cell.get("server")
-        pin = server.get("container") if isinstance(server, dict) else None
-        if not isinstance(pin, dict) or not pin.get("digest") or not pin.get("image"):
-            continue
-        conf = pin.get("conf")
-        key = (str(pin["image"]), pin.get("tls_verify") is not False, str(conf) if conf else None)
-        out.setdefault(key, (str(pin["digest"]), f"kept from the first start of {run_dir.name}"))
+        for owner in OWNERS:
+            section = cell.get(owner)
+            pin = section.get("container") if isinstance(section, dict) else None
+            if not isinstance(pin, dict) or not pin.get("digest") or not pin.get("image"):
+                continue
+            conf = pin.get("conf")
+            tls = pin.get("tls_verify") is not False
+            key = (str(pin["image"]), tls, str(conf) if conf else None)
+            out.setdefault(
+                key, (str(pin["digest"]), f"kept from the first start of {run_dir.name}")
+            )
     return out

@@ -189,6 +189,7 @@ class SectionRenderer:
                 checked = self.check(BenchSection, key, section.pop(key), path)
                 outputs[key] = outputs_spec(checked, server, path, self.locate(path))
             section.pop(key, None)
+        container = section.pop("container", None)  # the runner's business, not the adapter's
         if section.get("repeats") is not None:  # a template may give either form
             section["repeats"] = self.check(
                 BenchSection, "repeats", section["repeats"], ("bench", "repeats")
@@ -204,7 +205,26 @@ class SectionRenderer:
             raise self._relocate(exc, "bench") from None
         if spec.starts > 1:
             self._check_starts(spec, server)
-        return spec.model_copy(update=outputs) if outputs else spec
+        if outputs:
+            spec = spec.model_copy(update=outputs)
+        if container is None:
+            return spec
+        return spec.model_copy(update={"container": self._bench_container(container)})
+
+    def _bench_container(self, raw: Any) -> ContainerPin:
+        """`bench.container`, validated: podman or docker (the client runs to its end in the
+        foreground; Slurm's runtimes run servers only so far)."""
+        path: KeyPath = ("bench", "container")
+        section = self.check(BenchSection, "container", raw, path)
+        if section.runtime not in ("podman", "docker"):
+            where: KeyPath = (*path, "runtime")
+            raise InputError(
+                f"bench.container runs with podman or docker, not {section.runtime}",
+                hint="run the bench on the host, or in a podman/docker image",
+                location=self.locate(where),
+                key_path=format_key_path(where),
+            )
+        return container_pin(section)
 
     def _check_starts(self, spec: BenchSpec, server: ServerSpec | None) -> None:
         """`bench.starts: N` restarts the cell's own server between groups of fixed repeats."""

@@ -16,7 +16,9 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from orchestrator.runner.container_steps import engine_env
 from orchestrator.runner.engine_metrics import start_scraper
+from orchestrator.runner.guard import GUARD
 from orchestrator.runner.layout import (
     BENCH_DIR,
     EXIT_JSON,
@@ -64,6 +66,7 @@ class BenchStep(ServerSteps):
         watched: Dict[str, List[float]] = {}
         stopped: Optional[Dict[str, Any]] = None
         seconds_all = []
+        image = self.bench_container_record()  # `bench.container`: pulled once, run per repeat
         for kind, n, server_start in runs:
             self.check()
             if server_start > len(restarts) + 1:  # `bench.starts`: the next group, a new start
@@ -76,16 +79,22 @@ class BenchStep(ServerSteps):
             env = self.base_env(
                 {"ORCH_REPEAT_KIND": kind, "ORCH_REPEAT": str(n), "ORCH_BENCH_SEED": str(seed)}
             )
+            started, watch = run_argv, None
+            if image is not None:
+                started = self.bench_container_argv(image, run_argv, os.path.abspath(rdir), name)
+                env, watch = engine_env(image, env), self.bench_container_watch(image, name)
             # the engine's /metrics while a measured repeat runs (engine_metrics.py)
             scraper = (
                 start_scraper(self.cell.get("engine_metrics"), rdir) if kind == "measure" else None
             )
             try:
                 rc, timed_out, start, end, server_gone = self.run_bench_once(
-                    run_argv, rdir, env, timeout
+                    started, rdir, env, timeout, watch
                 )
             finally:
                 scraped = scraper.stop() if scraper is not None else None
+            if watch is not None and (timed_out or rc != 0):
+                self.bench_container_stop(watch)  # a client killed on timeout leaves it to conmon
             seconds = end - start
             result_file = bench.get("result_file")
             seen = (
@@ -119,6 +128,7 @@ class BenchStep(ServerSteps):
                     **({"watched": seen} if seen is not None else {}),
                     **({"engine_metrics": scraped} if scraped is not None else {}),
                     **({"server_start": server_start} if starts > 1 else {}),
+                    **({"container": dict(image, argv=started)} if image is not None else {}),
                 },
             )
             self.emit(
@@ -162,6 +172,8 @@ class BenchStep(ServerSteps):
         outputs = take_outputs(bench, self.path(OUTPUTS_JSON))
         if outputs is not None:
             more["outputs"] = outputs
+        if image is not None:
+            more["container"] = image
         if stopped is not None:
             return {
                 "seconds": seconds_all,
@@ -213,8 +225,12 @@ class BenchStep(ServerSteps):
             {"ORCH_REPEAT_KIND": "profile", "ORCH_REPEAT": "profile", "ORCH_BENCH_SEED": str(seed)}
         )
         argv += run_flags(self.cell.get("run_inputs") or {}, seed)
+        image, watch = self.bench_container_record(), None
+        if image is not None:  # the profile's drive runs where the measured repeats ran
+            argv = self.bench_container_argv(image, argv, os.path.abspath(rdir), "profile")
+            env, watch = engine_env(image, env), self.bench_container_watch(image, "profile")
         rc, timed_out, _s, _e, gone = self.run_bench_once(
-            argv, rdir, env, float(self.bench.get("timeout", 3600.0))
+            argv, rdir, env, float(self.bench.get("timeout", 3600.0)), watch
         )
         stopped = None
         if not wait_for_traces(folder, 2.0) and spec.get("stop_url"):
@@ -242,10 +258,16 @@ class BenchStep(ServerSteps):
         return detail
 
     def run_bench_once(
-        self, argv: List[str], rdir: str, env: Dict[str, str], timeout: float
+        self,
+        argv: List[str],
+        rdir: str,
+        env: Dict[str, str],
+        timeout: float,
+        watch: Optional[Tuple[str, str, Optional[str]]] = None,
     ) -> Tuple[Optional[int], bool, float, float, Optional[int]]:
         """One bench run: (rc, timed_out, start, end, server rc when the server died meanwhile);
-        start and end are epoch seconds on the runner's clock (`protocol.now`)."""
+        start and end are epoch seconds on the runner's clock (`protocol.now`). `watch`: the
+        run's container (runtime, name, conf), stopped by the guard if the runner dies."""
         start = now()
         gone: List[int] = []
 
@@ -275,6 +297,8 @@ class BenchStep(ServerSteps):
             # The child holds its own copies of the descriptors.
             out.close()
             err.close()
+        if watch is not None:
+            GUARD.watch_container(proc.pid, *watch)
         try:
             rc, timed_out, _why = self.wait_proc(proc, timeout, server_died)
         except Interrupted:

@@ -12,7 +12,7 @@ docs/FACTS.md, "Containers". Stdlib only: the runner ships this module to the ho
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.runner.image import ImageRef, parse_image
@@ -298,6 +298,32 @@ def command_lines(
     if spec.runtime == "enroot":
         return enroot_commands(spec, argv, name=name, image_file=f"{name}.sqsh")
     return [apptainer_exec(spec, argv)]
+
+
+# What a bench run's container gets by name besides the playbook's env (runner/bench.py sets them)
+BENCH_ENV = ("ORCH_RUN_ID", "ORCH_CELL_ID", "ORCH_REPEAT_KIND", "ORCH_REPEAT", "ORCH_BENCH_SEED")
+
+
+def bench_env_names(declared: Sequence[str]) -> list[str]:
+    """The variables passed by name into a bench run's container: the declared env and orch's."""
+    return sorted({*declared, *BENCH_ENV})
+
+
+def bench_command(
+    spec: ContainerSpec,
+    argv: Sequence[str],
+    *,
+    name: str,
+    env_names: Sequence[str],
+    label_map: Mapping[str, str],
+    repeat_dir: str,
+) -> list[str]:
+    """`podman run`/`docker run` of one bench run: the repeat's folder mounted writable at its
+    own path and the working directory, so the client writes its results where the runner
+    reads them."""
+    mounts = (*spec.mounts, Mount(repeat_dir, repeat_dir))
+    inside = replace(spec, mounts=mounts, workdir=repeat_dir)
+    return engine_run(inside, argv, name=name, env_names=env_names, label_map=label_map)
 
 
 def container_name(run_id: str, cell_id: str) -> str:

@@ -17,7 +17,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from orchestrator.runner.container import (
     ENGINES,
+    ContainerSpec,
     ContainerSpecError,
+    bench_command,
+    bench_env_names,
     command_lines,
     container_name,
     engine_container_image,
@@ -115,47 +118,45 @@ class ContainerSteps(CellContext):
         a failed pull."""
         doc = self.container_spec_doc()
         assert doc is not None
-        runtime = str(doc.get("runtime") or "podman")
-        if runtime not in ENGINES:
-            raise StepFailed(
-                "server.container.runtime %s runs only inside a Slurm job, which orch does not "
-                "start for containers yet: use podman or docker here" % runtime
-            )
-        try:
-            spec = spec_of(doc)
-        except (ContainerSpecError, ValueError) as exc:
-            raise StepFailed("server.container: %s" % exc) from exc
-        if not spec.image.pinned:
-            raise StepFailed("server.container.image %s was not pinned to a digest" % doc["image"])
-        run_env = engine_env(doc, env)
-        pull = [runtime, "pull", "-q"]
-        if doc.get("tls_verify") is False and runtime == "podman":
-            pull.append("--tls-verify=false")
-        rc, out = engine_output([*pull, spec.image.run_ref()], run_env, PULL_TIMEOUT)
-        if rc != 0:
-            raise StepFailed("pulling %s failed (rc %d): %s" % (spec.image.run_ref(), rc, out))
-        rc, pinned_id = engine_output(engine_image_id(runtime, spec.image.run_ref()), run_env, 60.0)
-        if rc != 0:
-            raise StepFailed("cannot read the id of %s: %s" % (spec.image.run_ref(), pinned_id))
+        spec, record = pull_pinned(doc, engine_env(doc, env), "server")
         name = container_name(self.run_id, self.cell_id)
+        record["name"] = name
         names = sorted({*self.expected_env(), "ORCH_RUN_ID", "ORCH_CELL_ID", MARKER_VAR})
         label_map = labels(self.run_id, self.cell_id, os.getpid())
-        record = {
-            "name": name,
-            "runtime": runtime,
-            "conf": doc.get("conf"),
-            "image": str(doc["image"]),
-            "digest": spec.image.digest,
-            "run_ref": spec.image.run_ref(),
-            "image_id": pinned_id,
-            "runtime_version": runtime_version(runtime, run_env),
-            "labels": image_labels(runtime, spec.image.run_ref(), run_env),
-        }
-        moved = tag_now(str(doc["image"]), spec.image.digest, doc)
-        if moved:
-            record["tag_moved_to"] = moved
         run = command_lines(spec, argv, name=name, env_names=names, label_map=label_map)[0]
         return run, record
+
+    def bench_container_record(self) -> Optional[Dict[str, Any]]:
+        """Pull the bench's pinned image once (`bench.container`): its record, None for a
+        bench on the host; StepFailed as for the server's."""
+        doc = (self.bench or {}).get("container")
+        if not isinstance(doc, dict):
+            return None
+        return pull_pinned(doc, engine_env(doc), "bench")[1]
+
+    def bench_container_watch(
+        self, record: Dict[str, Any], run: str
+    ) -> Tuple[str, str, Optional[str]]:
+        """(runtime, name, conf) of the container of bench run `run`."""
+        name = "%s-bench-%s" % (container_name(self.run_id, self.cell_id), run)
+        return str(record["runtime"]), name, record.get("conf")
+
+    def bench_container_stop(self, watch: Tuple[str, str, Optional[str]]) -> None:
+        """Stop a bench run's container by name (gone already when its client ended it)."""
+        runtime, name, conf = watch
+        engine_output(engine_stop(runtime, name, 5), engine_env({"conf": conf}), 65.0)
+
+    def bench_container_argv(
+        self, record: Dict[str, Any], argv: List[str], rdir: str, run: str
+    ) -> List[str]:
+        """The `run` argv of one bench run (`run`: warmup-N or N) in the pinned image."""
+        doc = dict(self.bench["container"], digest=record["digest"])
+        name = self.bench_container_watch(record, run)[1]
+        names = bench_env_names([*self.expected_env(), MARKER_VAR])
+        label_map = labels(self.run_id, self.cell_id, os.getpid())
+        return bench_command(
+            spec_of(doc), argv, name=name, env_names=names, label_map=label_map, repeat_dir=rdir
+        )
 
     def container_started(self, doc: Dict[str, Any], server_pid: int) -> None:
         """Wait for the container's init, record its pid, and check that the container runs the
@@ -212,10 +213,12 @@ class ContainerSteps(CellContext):
         )
 
     def inside_python(self) -> str:
-        """The Python inside the image: the server's argv[0] when it is one, else python3."""
+        """The Python inside the image: the server's first argv word that is one (behind a
+        wrapper such as `sh -c ... python`, `env` or `numactl`), else python3."""
         argv = [str(a) for a in (self.server or {}).get("argv") or ()]
-        if argv and os.path.basename(argv[0]).startswith("python"):
-            return argv[0]
+        for word in argv:
+            if os.path.basename(word).startswith("python") and " " not in word:
+                return word
         return "python3"
 
     def engine_modules(self) -> List[str]:
@@ -265,6 +268,49 @@ class ContainerSteps(CellContext):
             stopped.append(words[1])
         if stopped:
             detail["container_orphans"] = stopped
+
+
+def pull_pinned(
+    doc: Dict[str, Any], env: Dict[str, str], owner: str
+) -> Tuple[ContainerSpec, Dict[str, Any]]:
+    """Pull `owner`'s (server or bench) pinned image: its spec and record (digest, image id,
+    labels, the runtime's version, where its tag points now when it moved). StepFailed for a
+    runtime that cannot run here, an unpinned image or a failed pull."""
+    runtime = str(doc.get("runtime") or "podman")
+    if runtime not in ENGINES:
+        raise StepFailed(
+            "%s.container.runtime %s runs only inside a Slurm job, which orch does not "
+            "start for containers yet: use podman or docker here" % (owner, runtime)
+        )
+    try:
+        spec = spec_of(doc)
+    except (ContainerSpecError, ValueError) as exc:
+        raise StepFailed("%s.container: %s" % (owner, exc)) from exc
+    if not spec.image.pinned:
+        raise StepFailed("%s.container.image %s was not pinned to a digest" % (owner, doc["image"]))
+    pull = [runtime, "pull", "-q"]
+    if doc.get("tls_verify") is False and runtime == "podman":
+        pull.append("--tls-verify=false")
+    rc, out = engine_output([*pull, spec.image.run_ref()], env, PULL_TIMEOUT)
+    if rc != 0:
+        raise StepFailed("pulling %s failed (rc %d): %s" % (spec.image.run_ref(), rc, out))
+    rc, pinned_id = engine_output(engine_image_id(runtime, spec.image.run_ref()), env, 60.0)
+    if rc != 0:
+        raise StepFailed("cannot read the id of %s: %s" % (spec.image.run_ref(), pinned_id))
+    record = {
+        "runtime": runtime,
+        "conf": doc.get("conf"),
+        "image": str(doc["image"]),
+        "digest": spec.image.digest,
+        "run_ref": spec.image.run_ref(),
+        "image_id": pinned_id,
+        "runtime_version": runtime_version(runtime, env),
+        "labels": image_labels(runtime, spec.image.run_ref(), env),
+    }
+    moved = tag_now(str(doc["image"]), spec.image.digest, doc)
+    if moved:
+        record["tag_moved_to"] = moved
+    return spec, record
 
 
 def tag_now(image: str, pinned: str, doc: Dict[str, Any]) -> Optional[str]:

@@ -31,40 +31,48 @@ PACKAGE = "orch-sim-kernels"
 VERSIONS: dict[str, tuple[float, str]] = {
     "v1": (1.0, "1.0"),
     "v1.1": (1.0, "1.0.1"),  # a release that changes the package, not the speed
-    "v2": (1.25, "1.1"),
-    "v2.1": (1.25, "1.1.1"),
+    "v2": (1.5, "1.1"),
+    "v2.1": (1.5, "1.1.1"),  # a third slower: found under a loaded machine too
 }
 STUDY = ("v1", "v2")  # the two-image study's; `orch bisect --images` takes all four
 REPOSITORY = "orch/sim"
 
 
-def host_mounts() -> list[str]:
-    """The host paths the simulator needs inside, read-only: /usr, the top-level library
-    folders that are not links into /usr, the interpreter, this venv and this checkout."""
-    paths = ["/usr"]
+def host_mounts(paths: Sequence[str] | None = None) -> list[str]:
+    """The host paths a scratch image mounts read-only: /usr, the top-level library folders
+    that are not links into /usr, and `paths` (default: the interpreter, this venv and this
+    checkout), each once."""
+    out = ["/usr"]
     for name in TOP_DIRS:
         host = Path("/") / name
         if host.is_dir() and not host.is_symlink():
-            paths.append(str(host))
-    for path in (sys.base_prefix, sys.prefix, str(ROOT)):
-        if not any(path == p or path.startswith(p + "/") for p in paths):
-            paths.append(path)
-    return paths
+            out.append(str(host))
+    wanted = (sys.base_prefix, sys.prefix, str(ROOT)) if paths is None else paths
+    for path in wanted:
+        if not any(path == p or path.startswith(p + "/") for p in out):
+            out.append(path)
+    return out
+
+
+def scratch_root(root: Path, mounts: Sequence[str]) -> None:
+    """A root with nothing of its own: /etc, /tmp, the host's merged-/usr links and a mount
+    point for each of `mounts` (host paths mounted at the same place)."""
+    (root / "etc").mkdir(parents=True)
+    (root / "tmp").mkdir()
+    for name in TOP_DIRS:
+        host = Path("/") / name
+        if host.is_symlink():
+            (root / name).symlink_to(os.readlink(host))  # merged /usr: the link is enough
+    for path in mounts:
+        (root / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
 
 
 def write_rootfs(root: Path, version: str) -> None:
     """The scratch root of image `version`: links and mount points for the host's paths, the
     performance model and the package that make this version what it is."""
     slowdown, package_version = VERSIONS[version]
-    (root / "etc").mkdir(parents=True)
-    (root / "tmp").mkdir()
+    scratch_root(root, host_mounts())
     (root / "etc" / "orch-image").write_text(f"sim {version}\n")
-    for name in TOP_DIRS:
-        host = Path("/") / name
-        if host.is_symlink():
-            (root / name).symlink_to(os.readlink(host))  # merged /usr: the link is enough
-    for path in host_mounts():
-        (root / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
     params = m.model_params()
     params["decode_ms"] = round(float(params["decode_ms"]) * slowdown, 3)
     model_file = root / MODEL_PATH.lstrip("/")
@@ -113,32 +121,58 @@ def push_images(
     tags: dict[str, str] = {}
     for version in versions:
         tag = f"{registry}/{REPOSITORY}:{version}"
-        tar = rootfs_tar(cache, version)
         changes = [f"ENV PYTHONPATH={SITE}", f"LABEL org.opencontainers.image.version={version}"]
-        _run(
-            [
-                "podman",
-                "import",
-                "-q",
-                *(a for c in changes for a in ("--change", c)),
-                str(tar),
-                tag,
-            ],
-            env,
-        )
-        _run(["podman", "push", "-q", "--tls-verify=false", tag], env)
-        _run(["podman", "rmi", "-f", tag], env)
+        push_tar(rootfs_tar(cache, version), tag, env, changes)
         tags[version] = tag
     return tags
 
 
+def push_tar(tar: Path, tag: str, env: Mapping[str, str], changes: Sequence[str] = ()) -> None:
+    """Import a root's tar as `tag` (with Dockerfile-like `changes`), push it to its plain-http
+    registry and drop the local copy, so that a run pulls it by digest."""
+    flags = [a for c in changes for a in ("--change", c)]
+    _run(["podman", "import", "-q", *flags, str(tar), tag], env)
+    _run(["podman", "push", "-q", "--tls-verify=false", tag], env)
+    _run(["podman", "rmi", "-f", tag], env)
+
+
 def study_playbook(
-    tags: Mapping[str, str], conf: str, port: int, *, repeats: int = 3, prompts: int = 8
+    tags: Mapping[str, str],
+    conf: str,
+    port: int,
+    *,
+    repeats: int = 3,
+    prompts: int = 8,
+    concurrency: int = 2,
+    name: str = "images",
+    bench_in_image: bool = False,
 ) -> dict[str, Any]:
     """A study over the images (`matrix.image`): the simulator's server in each image, its
-    performance model the one inside the image, the bench on the host."""
+    performance model the one inside the image, the bench on the host (or, with
+    `bench_in_image`, in the server's image: `bench.container` the same section)."""
+    container = {
+        "image": "{{ matrix.image }}",
+        "tls_verify": False,
+        "conf": conf,
+        "network": "host",
+        "mounts": [f"{p}:{p}:ro" for p in host_mounts()],
+    }
+    bench: dict[str, Any] = {
+        "adapter": "sglang.bench_serving",
+        "launcher": ["{{ orch_python }}", "-m", "orchestrator.sim", "bench"],
+        "args": {
+            "dataset-name": "random-ids",
+            "random-input-len": 64,
+            "random-output-len": 64,
+            "num-prompts": prompts,
+            "max-concurrency": concurrency,
+        },
+        "repeats": repeats,
+    }
+    if bench_in_image:
+        bench["container"] = dict(container)
     return {
-        "name": "images",
+        "name": name,
         "vars": {"port": port},
         "matrix": {"image": list(tags.values())},
         "env": {"ORCH_SIM_TIME_SCALE": "0.02", "ORCH_SIM_SEED": "7", "NCCL_ALGO": "Ring"},
@@ -154,26 +188,9 @@ def study_playbook(
             },
             "ready": {"timeout": 60},
             "stop_grace": 3,
-            "container": {
-                "image": "{{ matrix.image }}",
-                "tls_verify": False,
-                "conf": conf,
-                "network": "host",
-                "mounts": [f"{p}:{p}:ro" for p in host_mounts()],
-            },
+            "container": container,
         },
-        "bench": {
-            "adapter": "sglang.bench_serving",
-            "launcher": ["{{ orch_python }}", "-m", "orchestrator.sim", "bench"],
-            "args": {
-                "dataset-name": "random-ids",
-                "random-input-len": 64,
-                "random-output-len": 64,
-                "num-prompts": prompts,
-                "max-concurrency": 2,
-            },
-            "repeats": repeats,
-        },
+        "bench": bench,
         "snapshot": {"topo": False},
         "timeouts": {"cell": 300},
     }

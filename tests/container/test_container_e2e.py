@@ -6,113 +6,39 @@ leaves no container running 30 s later; a pull that fails fails the cell with it
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from container.test_podman_real import _run, podman_env, registry  # noqa: F401
-
-ROOT = Path(__file__).resolve().parents[2]
-TOP_DIRS = ("bin", "sbin", "lib", "lib64", "lib32", "libx32")
-
-
-def _root_and_mounts(tmp: Path) -> tuple[Path, list[str]]:
-    """A scratch root (the host's top-level links copied, mount points made) and the host
-    paths the simulator needs, mounted read-only: /usr, the interpreter, the venv, this clone."""
-    root = tmp / "rootfs"
-    (root / "etc").mkdir(parents=True)
-    (root / "tmp").mkdir()
-    (root / "etc" / "orch-image").write_text("sim v1\n")
-    paths = ["/usr"]
-    for name in TOP_DIRS:
-        host = Path("/") / name
-        if host.is_symlink():
-            (root / name).symlink_to(os.readlink(host))  # merged /usr: the link is enough
-        elif host.is_dir():
-            paths.append(str(host))
-    for path in (sys.base_prefix, sys.prefix, str(ROOT)):
-        if not any(path == p or path.startswith(p + "/") for p in paths):
-            paths.append(path)
-    for path in paths:
-        (root / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
-    return root, [f"{p}:{p}:ro" for p in paths]
+from container.podman_parts import _free_port, _run, digest_of
+from orchestrator.sim.images import host_mounts, study_playbook
+from orchestrator.sim.repo import SETUP_COMMAND, init_repo
 
 
-@pytest.fixture(scope="module")
-def sim_image(
-    podman_env: dict[str, str],  # noqa: F811
-    registry: str,  # noqa: F811
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[str, list[str]]]:
-    """The tag of the simulator's image in the registry, and the mounts it runs with."""
-    tmp = tmp_path_factory.mktemp("simimage")
-    root, mounts = _root_and_mounts(tmp)
-    tar = tmp / "rootfs.tar"
-    subprocess.run(["tar", "-C", str(root), "-cf", str(tar), "."], check=True)
-    tag = f"{registry}/orch/simhost:v1"
-    _run(["podman", "import", "-q", str(tar), tag], podman_env)
-    _run(["podman", "push", "-q", "--tls-verify=false", tag], podman_env)
-    _run(["podman", "rmi", "-f", tag], podman_env)  # the run pulls it by digest
-    yield tag, mounts
+@pytest.fixture
+def sim_image(sim_tags: dict[str, str]) -> tuple[str, list[str]]:
+    """The tag of the simulator's v1 image (the session's push), and the mounts it runs with."""
+    return sim_tags["v1"], [f"{p}:{p}:ro" for p in host_mounts()]
 
 
-def _playbook(image: str, mounts: list[str], conf: str, port: int, repeats: int) -> str:
-    return yaml.safe_dump(
-        {
-            "name": "contained",
-            "vars": {"port": port},
-            "env": {"ORCH_SIM_TIME_SCALE": "0.02", "ORCH_SIM_SEED": "11", "NCCL_ALGO": "Ring"},
-            "server": {
-                "adapter": "sglang",
-                "launcher": ["{{ orch_python }}", "-m", "orchestrator.sim", "serve"],
-                "args": {
-                    "model-path": "/models/m",
-                    "host": "127.0.0.1",
-                    "port": "{{ port }}",
-                    "tp-size": 2,
-                },
-                "ready": {"timeout": 60},
-                "stop_grace": 3,
-                "container": {
-                    "image": image,
-                    "tls_verify": False,
-                    "conf": conf,
-                    "network": "host",
-                    "mounts": mounts,
-                },
-            },
-            "bench": {
-                "adapter": "sglang.bench_serving",
-                "launcher": ["{{ orch_python }}", "-m", "orchestrator.sim", "bench"],
-                "args": {
-                    "dataset-name": "random-ids",
-                    "random-input-len": 64,
-                    "random-output-len": 64,
-                    "num-prompts": 1,
-                    "max-concurrency": 1,
-                },
-                "repeats": repeats,
-            },
-            "snapshot": {"pip_freeze": True, "topo": False},
-            "timeouts": {"cell": 180},
-        }
-    )
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _playbook(
+    image: str, conf: str, port: int, repeats: int, *, bench_in_image: bool = False
+) -> str:
+    """The image study's playbook (sim/images.py), one image, one prompt a repeat."""
+    book = study_playbook(
+        {"v1": image}, conf, port, repeats=repeats, prompts=1, concurrency=1, name="contained",
+        bench_in_image=bench_in_image,
+    )  # fmt: skip
+    book["snapshot"]["pip_freeze"] = True
+    return yaml.safe_dump(book)
 
 
 def _apply(tmp_path: Path, text: str, env: dict[str, str], *more: str) -> subprocess.Popen[str]:
@@ -134,16 +60,13 @@ def _cell(tmp_path: Path) -> Path:
 
 
 def test_the_sim_server_runs_in_its_pinned_image_with_its_env_verified_inside(
-    podman_env: dict[str, str],  # noqa: F811
+    podman_env: dict[str, str],
     sim_image: tuple[str, list[str]],
     tmp_path: Path,
 ) -> None:
     tag, mounts = sim_image
     conf = podman_env["CONTAINERS_CONF"]
-    digest = _run(
-        ["skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}", f"docker://{tag}"],
-        podman_env,
-    ).strip()
+    digest = digest_of(tag, podman_env)
     # A container of a dead runner (by its labels): the cell's preflight stops it.
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -155,7 +78,21 @@ def test_the_sim_server_runs_in_its_pinned_image_with_its_env_verified_inside(
          f"{tag.rsplit(':', 1)[0]}@{digest}", "/usr/bin/sleep", "600"],
         podman_env,
     )  # fmt: skip
-    proc = _apply(tmp_path, _playbook(tag, mounts, conf, _free_port(), 1), podman_env)
+    # The bench in the server's image too (`bench.container` the same section): shared.
+    book = yaml.safe_load(_playbook(tag, conf, _free_port(), 1, bench_in_image=True))
+    # A repo pin and the image together (the source mounted into the image): the server
+    # reads the pinned commit's model from its checkout, and says which file it found.
+    repo = init_repo(tmp_path / "repo", commits=3, regress_at=2, seed=5)
+    dest = tmp_path / "src"
+    book["repo"] = {"url": str(repo.path), "dest": str(dest), "version": "bad",
+                    "setup": SETUP_COMMAND}  # fmt: skip
+    del book["server"]["args"]["sim-model"]
+    say_model = 'sha256sum orch_sim_model.json; exec "$@"'
+    serve = ["{{ orch_python }}", "-m", "orchestrator.sim", "serve"]
+    book["server"]["launcher"] = ["sh", "-c", say_model, "sh", *serve]
+    book["server"]["container"].update(workdir=str(dest))
+    book["server"]["container"]["mounts"].append(f"{dest}:{dest}:ro")
+    proc = _apply(tmp_path, yaml.safe_dump(book), podman_env)
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == 0, out
     cell = _cell(tmp_path)
@@ -182,12 +119,14 @@ def test_the_sim_server_runs_in_its_pinned_image_with_its_env_verified_inside(
     assert record["name"] not in names
     # What the image holds, read inside the running container beside the host's snapshot.
     image = json.loads((cell / "snapshot.image.json").read_text())
-    assert image["digest"] == digest and image["labels"] == {}
+    assert image["digest"] == digest
+    assert image["labels"] == {"org.opencontainers.image.version": "v1"}
     assert image["runtime_version"] == record["runtime_version"]
     inside = image["inside"]
     assert inside["python"] == sys.version.split()[0]
     assert inside["executable"].startswith(sys.prefix)  # the server's own interpreter
     assert any(line.lower().startswith("pyyaml==") for line in inside["freeze"]), inside
+    assert "orch-sim-kernels==1.0" in inside["freeze"]  # the image's own package
     # Neither torch nor the engine is in the simulator's venv: each says why, the cell passed.
     assert "torch" not in inside["versions"] and "torch" in inside["version_errors"]
     assert "No module named 'sglang'" in inside["version_errors"]["sglang"]
@@ -195,50 +134,68 @@ def test_the_sim_server_runs_in_its_pinned_image_with_its_env_verified_inside(
     # The host's freeze would be taken for the server's: the host snapshot has none.
     host = json.loads((cell / "snapshot.pre.json").read_text())
     assert "disabled" in host["pip_freeze"]["absent"], host["pip_freeze"]
+    # Both pins checked: the checkout's commit on the host, its model read inside the image.
+    assert json.loads((cell / "repo.json").read_text())["sha"] == repo.shas[-1]
+    pinned_model = subprocess.run(
+        ["git", "-C", str(repo.path), "show", "bad:orch_sim_model.json"],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    assert hashlib.sha256(pinned_model).hexdigest() in (cell / "server.log").read_text()
+    # The bench ran in the pinned image, its results written through its mounted folder.
+    ran = json.loads((cell / "bench" / "1" / "exit.json").read_text())
+    assert ran["rc"] == 0 and ran["container"]["digest"] == digest, ran
+    bench_argv = ran["container"]["argv"]
+    assert bench_argv[:2] == ["podman", "run"] and bench_argv[-len(ran["argv"]) :] == ran["argv"]
+    assert f"{tag.rsplit(':', 1)[0]}@{digest}" in bench_argv
+    assert bench_argv[bench_argv.index("--workdir") + 1].endswith("/bench/1")
+    assert ran["result_file_present"] is True  # written inside, read on the host
 
 
 def test_a_sigkilled_runner_leaves_no_container_running(
-    podman_env: dict[str, str],  # noqa: F811
-    sim_image: tuple[str, list[str]],
+    podman_env: dict[str, str],
+    sim_tags: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    tag, mounts = sim_image
-    text = _playbook(tag, mounts, podman_env["CONTAINERS_CONF"], _free_port(), 200)
+    tag = sim_tags["v1"]
+    text = _playbook(tag, podman_env["CONTAINERS_CONF"], _free_port(), 200, bench_in_image=True)
     proc = _apply(tmp_path, text, podman_env)
     listing = ["podman", "ps", "--filter", "label=orch.cell", "--format",
                '{{.Names}} {{index .Labels "orch.runner-pid"}}']  # fmt: skip
-    name, runner = "", 0
+    names: set[str] = set()
+    runner = 0
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not name:
+    while time.monotonic() < deadline and not any("-bench-" in n for n in names):
         for line in _run(listing, podman_env).splitlines():
             words = line.split()
-            if "contained" in words[0]:
-                name, runner = words[0], int(words[1])
-        time.sleep(0.5)
+            if "contained" in words[0]:  # the server's and a bench run's
+                names.add(words[0])
+                runner = int(words[1])
+        time.sleep(0.3)
     try:
-        assert name, "the container never ran"
-        time.sleep(2)  # mid-bench
-        os.kill(runner, signal.SIGKILL)
+        assert any("-bench-" in n for n in names), f"no bench container ran: {names}"
+        os.kill(runner, signal.SIGKILL)  # mid-bench: a bench run's container is up
         deadline = time.monotonic() + 30
-        running = [name]
-        while time.monotonic() < deadline and name in running:
+        left = set(names)
+        while time.monotonic() < deadline and left:
             time.sleep(1)
-            running = _run(["podman", "ps", "--format", "{{.Names}}"], podman_env).split()
-        assert name not in running, "a container outlived its SIGKILLed runner by 30 s"
+            running = _run(listing, podman_env)
+            left = {n for n in running.split() if "contained" in n}
+        assert not left, f"containers outlived their SIGKILLed runner by 30 s: {left}"
     finally:
         proc.kill()
         proc.communicate(timeout=60)
-        subprocess.run(["podman", "rm", "-f", name or "none"], env=podman_env, capture_output=True)
+        for name in names:
+            subprocess.run(["podman", "rm", "-f", name], env=podman_env, capture_output=True)
 
 
 def test_a_pull_that_fails_fails_the_cell_with_its_reason(
-    podman_env: dict[str, str],  # noqa: F811
-    sim_image: tuple[str, list[str]],
+    podman_env: dict[str, str],
+    sim_tags: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    tag, mounts = sim_image
+    tag = sim_tags["v1"]
     missing = tag.rsplit(":", 1)[0] + "@sha256:" + "0" * 64  # a digest the registry lacks
-    text = _playbook(missing, mounts, podman_env["CONTAINERS_CONF"], _free_port(), 1)
+    text = _playbook(missing, podman_env["CONTAINERS_CONF"], _free_port(), 1)
     proc = _apply(tmp_path, text, podman_env)
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode != 0, out
@@ -249,7 +206,7 @@ def test_a_pull_that_fails_fails_the_cell_with_its_reason(
 
 def test_a_slurm_runtime_is_refused_outside_slurm_with_the_reason(tmp_path: Path) -> None:
     image = "reg.example/sim@sha256:" + "ab" * 32  # pinned as written: no registry asked
-    text = _playbook(image, [], "/nonexistent", _free_port(), 1)
+    text = _playbook(image, "/nonexistent", _free_port(), 1)
     data = yaml.safe_load(text)
     data["server"]["container"] = {"image": image, "runtime": "pyxis"}
     proc = _apply(tmp_path, yaml.safe_dump(data), dict(os.environ))
@@ -261,33 +218,26 @@ def test_a_slurm_runtime_is_refused_outside_slurm_with_the_reason(tmp_path: Path
 
 
 def test_a_tag_moved_between_plan_and_run_is_caught_and_the_pin_still_runs(
-    podman_env: dict[str, str],  # noqa: F811
-    sim_image: tuple[str, list[str]],
+    podman_env: dict[str, str],
+    sim_tags: dict[str, str],
     tmp_path: Path,
 ) -> None:
     import socket
 
-    tag, mounts = sim_image
+    tag = sim_tags["v1"]
     port = _free_port()
-    text = _playbook(tag, mounts, podman_env["CONTAINERS_CONF"], port, 1)
-    pinned = _digest(tag, podman_env)
+    text = _playbook(tag, podman_env["CONTAINERS_CONF"], port, 1)
+    pinned = digest_of(tag, podman_env)
     with socket.socket() as held:  # the first start fails at preflight: its port is taken
         held.bind(("127.0.0.1", port))
         held.listen()
         out, _ = _apply(tmp_path, text, podman_env).communicate(timeout=240)
     (run,) = [p for p in (tmp_path / "results").iterdir() if (p / "run.json").exists()]
     assert json.loads((_cell(tmp_path) / "cell.json").read_text())["status"] == "failed", out
-    # Between the plan and the retry the tag moves to another image.
-    root = tmp_path / "v2"
-    (root / "etc").mkdir(parents=True)
-    (root / "etc" / "orch-image").write_text("sim v2\n")
-    subprocess.run(["tar", "-C", str(root), "-cf", str(tmp_path / "v2.tar"), "."], check=True)
-    other = tag.rsplit(":", 1)[0] + ":v2"
-    _run(["podman", "import", "-q", str(tmp_path / "v2.tar"), other], podman_env)
-    _run(["podman", "push", "-q", "--tls-verify=false", other], podman_env)
+    # Between the plan and the retry the tag moves to another image (v2's).
     _run(["skopeo", "copy", "--src-tls-verify=false", "--dest-tls-verify=false",
-          f"docker://{other}", f"docker://{tag}"], podman_env)  # fmt: skip
-    moved = _digest(tag, podman_env)
+          f"docker://{sim_tags['v2']}", f"docker://{tag}"], podman_env)  # fmt: skip
+    moved = digest_of(tag, podman_env)
     assert moved != pinned
     proc = _apply(tmp_path, text, podman_env, "--resume", run.name, "--retry-failed")
     out, _ = proc.communicate(timeout=240)
@@ -300,10 +250,3 @@ def test_a_tag_moved_between_plan_and_run_is_caught_and_the_pin_still_runs(
         back = f"docker://{tag.rsplit(':', 1)[0]}@{pinned}"  # the tag back, for the others
         _run(["skopeo", "copy", "--src-tls-verify=false", "--dest-tls-verify=false",
               back, f"docker://{tag}"], podman_env)  # fmt: skip
-
-
-def _digest(tag: str, env: dict[str, str]) -> str:
-    return _run(
-        ["skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}", f"docker://{tag}"],
-        env,
-    ).strip()

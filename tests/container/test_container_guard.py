@@ -8,14 +8,14 @@ import os
 import signal
 import subprocess
 
-from container.test_podman_real import _run, images, podman_env, registry  # noqa: F401
+from container.podman_parts import _run
 from orchestrator.runner.guard import serve
 from orchestrator.runner.image import ImageRef
 
 
 def test_the_guard_stops_a_watched_container_that_ignores_sigterm(
-    podman_env: dict[str, str],  # noqa: F811
-    images: dict[str, ImageRef],  # noqa: F811
+    podman_env: dict[str, str],
+    images: dict[str, ImageRef],
 ) -> None:
     name = f"orch-guard-test-{os.getpid()}"
     # Detached: no client forwards signals, only the engine knows the container.

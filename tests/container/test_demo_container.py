@@ -9,18 +9,18 @@ import json
 import subprocess
 from pathlib import Path
 
-from container.test_podman_real import podman_env  # noqa: F401
+from container.podman_parts import IMAGE_CACHE
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_container_demo_runs_the_study_and_names_the_image_first(
-    podman_env: dict[str, str],  # noqa: F811
+    podman_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
     env = {
         **podman_env,
-        "ORCH_IMAGE_CACHE": str(tmp_path / "cache"),
+        "ORCH_IMAGE_CACHE": str(IMAGE_CACHE),  # the session's roots: built once
         "ORCH_DEMO_RESULTS": str(tmp_path / "results"),
         "ORCH_DEMO_REPEATS": "3",
     }
@@ -41,4 +41,4 @@ def test_the_container_demo_runs_the_study_and_names_the_image_first(
         assert record["digest"].startswith("sha256:") and len(record["digest"]) == 71
         assert any(line.startswith("orch-sim-kernels==") for line in record["inside"]["freeze"])
         assert json.loads((cell / "env_check.json").read_text())["ok"]
-    assert list((tmp_path / "cache").glob("*/sim-v*.tar"))  # built once, kept for the next run
+    assert list(IMAGE_CACHE.glob("*/sim-v*.tar"))  # built once, kept for the next run

@@ -14,30 +14,17 @@ from pathlib import Path
 
 import yaml
 
-from container.test_podman_real import _free_port, _run, podman_env, registry  # noqa: F401
-from orchestrator.sim.images import push_images, study_playbook
+from container.podman_parts import _free_port, digest_of
+from orchestrator.sim.images import STUDY, study_playbook
 
 
 def test_two_images_as_an_axis_run_pinned_each_in_its_own_session(
-    podman_env: dict[str, str],  # noqa: F811
-    registry: str,  # noqa: F811
+    podman_env: dict[str, str],
+    sim_tags: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    tags = push_images(registry, tmp_path / "cache", podman_env)
-    digests = {
-        v: _run(
-            [
-                "skopeo",
-                "inspect",
-                "--tls-verify=false",
-                "--format",
-                "{{.Digest}}",
-                f"docker://{tag}",
-            ],
-            podman_env,
-        ).strip()
-        for v, tag in tags.items()
-    }
+    tags = {v: sim_tags[v] for v in STUDY}
+    digests = {v: digest_of(tag, podman_env) for v, tag in tags.items()}
     assert digests["v1"] != digests["v2"]
     book = study_playbook(tags, podman_env["CONTAINERS_CONF"], _free_port(), repeats=2, prompts=4)
     # A bench axis too: the cells of one image share its server, those of the other do not.

@@ -12,18 +12,18 @@ from pathlib import Path
 
 import yaml
 
-from container.test_podman_real import _free_port, _run, podman_env, registry  # noqa: F401
+from container.podman_parts import _free_port, _run, digest_of
 from orchestrator.app.bisect import BisectRequest, prepare_bisect
 from orchestrator.app.plan import load_plan
-from orchestrator.sim.images import VERSIONS, push_images, study_playbook
+from orchestrator.sim.images import VERSIONS, study_playbook
 
 
 def test_bisect_over_four_images_names_the_third_as_the_first_bad_one(
-    podman_env: dict[str, str],  # noqa: F811
-    registry: str,  # noqa: F811
+    podman_env: dict[str, str],
+    sim_tags: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    tags = push_images(registry, tmp_path / "cache", podman_env, list(VERSIONS))
+    tags = {v: sim_tags[v] for v in VERSIONS}
     assert list(tags) == ["v1", "v1.1", "v2", "v2.1"]
     inspect = ["skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}"]
     digests = {v: _run([*inspect, f"docker://{t}"], podman_env).strip() for v, t in tags.items()}
@@ -59,22 +59,12 @@ def test_bisect_over_four_images_names_the_third_as_the_first_bad_one(
 
 
 def test_a_commit_bisect_of_a_cell_in_a_container_pins_its_image_once(
-    podman_env: dict[str, str],  # noqa: F811
-    registry: str,  # noqa: F811
+    podman_env: dict[str, str],
+    sim_tags: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    tags = push_images(registry, tmp_path / "cache", podman_env, ["v1"])
-    digest = _run(
-        [
-            "skopeo",
-            "inspect",
-            "--tls-verify=false",
-            "--format",
-            "{{.Digest}}",
-            f"docker://{tags['v1']}",
-        ],
-        podman_env,
-    ).strip()
+    tags = {"v1": sim_tags["v1"]}
+    digest = digest_of(tags["v1"], podman_env)
     book = study_playbook(tags, podman_env["CONTAINERS_CONF"], _free_port())
     (tmp_path / "pb.yml").write_text(yaml.safe_dump(book))
     plan = load_plan(tmp_path / "pb.yml")

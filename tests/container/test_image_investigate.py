@@ -11,10 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from container.test_podman_real import _free_port, _run, podman_env, registry  # noqa: F401
-from orchestrator.sim.images import push_images, study_playbook
+from container.podman_parts import _free_port, _run
+from orchestrator.sim.images import STUDY, study_playbook
 
 
 def _orch(tmp_path: Path, env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
@@ -25,11 +26,12 @@ def _orch(tmp_path: Path, env: dict[str, str], *argv: str) -> subprocess.Complet
 
 
 def test_investigate_sets_the_image_back_by_goods_recorded_digest_and_it_explains(
-    podman_env: dict[str, str],  # noqa: F811
-    registry: str,  # noqa: F811
+    podman_env: dict[str, str],
+    sim_tags: dict[str, str],
     tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
-    tags = push_images(registry, tmp_path / "cache", podman_env)
+    tags = {v: sim_tags[v] for v in STUDY}
     book = study_playbook(tags, podman_env["CONTAINERS_CONF"], _free_port(), repeats=3, prompts=4)
     (tmp_path / "pb.yml").write_text(yaml.safe_dump(book))
     (tmp_path / "home").mkdir()
@@ -46,6 +48,8 @@ def test_investigate_sets_the_image_back_by_goods_recorded_digest_and_it_explain
     # GOOD's tag now names BAD's image: only GOOD's recorded digest brings back v1
     copy = ["skopeo", "copy", "--src-tls-verify=false", "--dest-tls-verify=false"]
     _run([*copy, f"docker://{tags['v2']}", f"docker://{tags['v1']}"], podman_env)
+    back = f"docker://{tags['v1'].rsplit(':', 1)[0]}@{digests['v1']}"  # for the session's others
+    request.addfinalizer(lambda: _run([*copy, back, f"docker://{tags['v1']}"], podman_env))
     short = {v: d[:19] for v, d in digests.items()}
     label = f"image: {tags['v2']} ({short['v2']}) -> {tags['v1']} ({short['v1']})"
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from container.test_podman_real import _rootfs, _run, podman_env, registry  # noqa: F401
+from container.podman_parts import _rootfs, _run
 from orchestrator.app.plan import load_plan
 from orchestrator.errors import InputError
 
 INVENTORY = "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
 
 
-def _push(podman_env: dict[str, str], tmp: Path, name: str, version: str) -> str:  # noqa: F811
+def _push(podman_env: dict[str, str], tmp: Path, name: str, version: str) -> str:
     tar = _rootfs(tmp, version)
     _run(["podman", "import", "-q", str(tar), f"{name}:{version}"], podman_env)
     _run(["podman", "push", "-q", "--tls-verify=false", f"{name}:{version}"], podman_env)
@@ -40,8 +40,8 @@ def _plan(tmp_path: Path, image: str, conf: str):  # type: ignore[no-untyped-def
 
 
 def test_a_tag_is_pinned_to_its_registry_digest_and_a_missing_one_is_refused(
-    podman_env: dict[str, str],  # noqa: F811
-    registry: str,  # noqa: F811
+    podman_env: dict[str, str],
+    registry: str,
     tmp_path: Path,
 ) -> None:
     name = f"{registry}/orch/pin"

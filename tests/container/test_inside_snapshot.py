@@ -8,15 +8,15 @@ import os
 import subprocess
 from pathlib import Path
 
-from container.test_podman_real import _rootfs, _run, images, podman_env, registry  # noqa: F401
+from container.podman_parts import _rootfs, _run
 from orchestrator.runner.container import ContainerSpec, engine_run, engine_stop
 from orchestrator.runner.container_steps import image_labels, read_inside
 from orchestrator.runner.image import ImageRef
 
 
 def test_a_read_inside_an_image_without_python_records_why(
-    podman_env: dict[str, str],  # noqa: F811
-    images: dict[str, ImageRef],  # noqa: F811
+    podman_env: dict[str, str],
+    images: dict[str, ImageRef],
 ) -> None:
     spec = ContainerSpec(image=images["v1"], runtime="podman", network="host")
     name = f"orch-inside-{os.getpid()}"
@@ -39,7 +39,7 @@ def test_a_read_inside_an_image_without_python_records_why(
 
 
 def test_image_labels_are_read_on_the_host(
-    podman_env: dict[str, str],  # noqa: F811
+    podman_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
     tar = _rootfs(tmp_path, "labelled")

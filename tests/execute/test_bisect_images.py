@@ -100,3 +100,17 @@ def test_the_table_names_each_image_with_its_short_digest() -> None:
     assert "127.0.0.1:5000/orch/sim (sha256:333333333333)" in text
     assert "3 images tested of 3" in text
     assert any(line.split()[:2] == ["#", "image"] for line in text.splitlines())
+
+
+def test_two_references_to_one_digest_are_refused_naming_both() -> None:
+    # a tag and the same image by its digest: pinned as written, no registry asked
+    same = "127.0.0.1:5000/orch/sim-copy@sha256:" + "3" * 64
+    with pytest.raises(InputError, match="names one image twice") as caught:
+        pinned_images(
+            _base(), INVENTORY, [IMAGES[2]["image"], "127.0.0.1:5000/a@sha256:" + "4" * 64, same]
+        )
+    assert caught.value.key_path == "--images"
+    assert IMAGES[2]["image"] in caught.value.message and same in caught.value.message
+    # different digests pass (written with digests: nothing is asked)
+    out = pinned_images(_base(), INVENTORY, [IMAGES[2]["image"], same.replace("3", "5")])
+    assert [i["digest"] for i in out] == ["sha256:" + "3" * 64, "sha256:" + "5" * 64]
