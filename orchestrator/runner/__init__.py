@@ -38,8 +38,8 @@ killed), and inherits
 The stop step stops every process of this user carrying the cell's marker (a daemon that
 double-forked away included) and lists those found by the marker alone (`escaped`); preflight
 stops the marked processes and recorded servers whose runner is dead (orphans of any run of this
-workdir, noted in its detail; another workdir's are left to its own preflight) and fails on a server of another run whose runner is alive (a live run: no stop-all
-hint).
+workdir, noted in its detail; another workdir's are left to its own preflight) and fails on a
+server of another run whose runner is alive (a live run: no stop-all hint).
 
 Secrets: events on stdout are redacted except their protocol values (`archive`, a real path
 even when a secret value lies inside it); every file of the cell directory is redacted. The

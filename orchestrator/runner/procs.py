@@ -224,9 +224,8 @@ def marker_runner(marker: str) -> Optional[Tuple[int, int]]:
 def workdir_tag(workdir: str) -> str:
     """A short tag of a runner workdir, put in the markers its runners give out: another
     workdir's runners (another controller, as the same user) then leave its orphans alone."""
-    return hashlib.sha1(os.path.realpath(workdir).encode("utf-8", "surrogateescape")).hexdigest()[
-        :8
-    ]
+    path = os.path.realpath(workdir).encode("utf-8", "surrogateescape")
+    return hashlib.sha1(path).hexdigest()[:8]
 
 
 def marker_workdir(marker: str) -> Optional[str]:
