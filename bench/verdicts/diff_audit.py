@@ -74,24 +74,7 @@ def _cell(values: dict[str, list[float]]) -> CellEvidence:
     """A cell with these repeats; its headline throughput decides."""
     n = len(next(iter(values.values())))
     repeats = [{"n": i + 1, **{m: v[i] for m, v in values.items()}} for i in range(n)]
-    return CellEvidence(
-        path=Path("."),
-        id="sim",
-        host=None,
-        axes={},
-        status="passed",
-        reason=None,
-        failed_step=None,
-        cell={},
-        cell_json={},
-        repo={},
-        server={},
-        env_check={},
-        snapshot_pre={},
-        snapshot_post={},
-        metrics={"repeats": repeats},
-        captures={},
-    )
+    return CellEvidence.of_metrics({"repeats": repeats})
 
 
 def _side(rng: random.Random, n: int, shift: float, start_sd: float) -> CellEvidence:

@@ -53,6 +53,32 @@ class CellEvidence:
     outputs: dict[str, Any] = field(default_factory=dict)  # outputs.json (`bench.fingerprint`)
 
     @classmethod
+    def of_metrics(
+        cls, metrics: dict[str, Any], *, profile: dict[str, Any] | None = None
+    ) -> CellEvidence:
+        """A passed cell known only by its metrics.json (and profile.json): what simulations
+        and unit tests judge without a cell folder on disk."""
+        return cls(
+            path=Path("."),
+            id="sim",
+            host=None,
+            axes={},
+            status="passed",
+            reason=None,
+            failed_step=None,
+            cell={},
+            cell_json={},
+            repo={},
+            server={},
+            env_check={},
+            snapshot_pre={},
+            snapshot_post={},
+            metrics=metrics,
+            captures={},
+            profile=dict(profile or {}),
+        )
+
+    @classmethod
     def load(cls, cell_dir: Path, *, run_id: str | None = None) -> CellEvidence:
         """Load a cell directory; raises BundleError only when `cell_dir` is not a directory."""
         cell_dir = Path(cell_dir)

@@ -75,12 +75,13 @@ def _pct(value: float | None) -> str:
     return "?" if value is None else f"{100.0 * value:.2f} %"
 
 
-def _scaled(values: Sequence[float]) -> tuple[list[float], bool]:
-    """Logs when every value is positive (sds become relative), else values over |mean|."""
+def _scaled(values: Sequence[float], relative: bool = True) -> tuple[list[float], bool]:
+    """Logs when every value is positive (sds become relative), else the values over |mean|
+    (`relative`) or as they are; whether logs were taken."""
     xs = [float(v) for v in values]
     if xs and all(v > 0 for v in xs):
         return [math.log(v) for v in xs], True
-    centre = abs(sum(xs) / len(xs)) if xs else 0.0
+    centre = abs(sum(xs) / len(xs)) if xs and relative else 0.0
     return ([v / centre for v in xs] if centre else xs), False
 
 
@@ -154,15 +155,8 @@ class StartComparison:
 
 def start_means(values: Sequence[float], starts: Sequence[Hashable]) -> list[float]:
     """Each server start's mean of the values on the log scale (one number per start)."""
-    scaled, _ = _scaled_log(values)
+    scaled, _ = _scaled(values, relative=False)
     return [sum(g) / len(g) for g in _groups(scaled, starts)]
-
-
-def _scaled_log(values: Sequence[float]) -> tuple[list[float], bool]:
-    xs = [float(v) for v in values]
-    if not all(v > 0 for v in xs):
-        return xs, False
-    return [math.log(v) for v in xs], True
 
 
 def _mean_var(xs: Sequence[float]) -> tuple[float, float]:
@@ -181,8 +175,8 @@ def compare_starts(
     """Compare cell B with cell A counting server starts, not repeats: each start's mean (of
     logs), then Welch's t on the start means (Student's pooled t when one side has a single
     start, which assumes equal start-to-start spread). One start each: no test, said."""
-    a_scaled, a_log = _scaled_log(a_values)
-    b_scaled, b_log = _scaled_log(b_values)
+    a_scaled, a_log = _scaled(a_values, relative=False)
+    b_scaled, b_log = _scaled(b_values, relative=False)
     log = a_log and b_log
     if not log:  # mixed signs: compare raw values
         a_scaled, b_scaled = [float(v) for v in a_values], [float(v) for v in b_values]
@@ -270,15 +264,6 @@ def recorded_spread(metrics: Mapping[str, Any], metric: str) -> StartSpread | No
     )
 
 
-def spread_line(metrics: Mapping[str, Any], metric: str) -> str:
-    """What a person reads about a cell's start-to-start spread of `metric`: the spread where
-    the cell ran more than one start, else that it was not measured."""
-    spread = recorded_spread(metrics, metric)
-    if spread is None or not spread.measured:
-        return NOT_MEASURED
-    return spread.text()
-
-
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -314,18 +299,3 @@ def values_and_starts(metrics: Mapping[str, Any], metric: str) -> tuple[list[flo
             values.append(float(repeat[metric]))
             ids.append(int(of_repeat.get(str(repeat.get("n")), 1)))
     return values, ids
-
-
-def start_level_note(a: Mapping[str, Any], b: Mapping[str, Any], metric: str) -> str:
-    """`orch diff`'s line on `metric` with the server start as the unit (from both cells'
-    metrics.json): the start-level comparison and each side's spread, or that one start each
-    leaves the start-to-start spread unmeasured; '' where a side has no value."""
-    a_values, a_ids = values_and_starts(a, metric)
-    b_values, b_ids = values_and_starts(b, metric)
-    if not a_values or not b_values:
-        return ""
-    result = compare_starts(a_values, a_ids, b_values, b_ids)
-    line = f"{metric} with the server start as the unit: {result.text()}"
-    if result.starts_a > 1 or result.starts_b > 1:
-        line += f"; A {spread_line(a, metric)}; B {spread_line(b, metric)}"
-    return line

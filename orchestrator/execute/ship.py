@@ -148,7 +148,8 @@ _UNPACK = (
     "        t=tempfile.mkdtemp(dir=os.path.dirname(p),prefix='.runner.d.')\n"
     "        zipfile.ZipFile(p).extractall(t)\n"
     "        compileall.compile_dir(t,quiet=2)\n"
-    "        with open(os.path.join(t,'.m.tmp'),'w') as f: json.dump(_tree(t),f)\n"
+    "        g=_tree(t)\n"  # before .m.tmp exists: a manifest listing it never matched again
+    "        with open(os.path.join(t,'.m.tmp'),'w') as f: json.dump(g,f)\n"
     f"        os.rename(os.path.join(t,'.m.tmp'),os.path.join(t,{MANIFEST_NAME!r}))\n"
     "        try: os.rename(t,u)\n"
     "        except OSError: shutil.rmtree(t,ignore_errors=True)\n"

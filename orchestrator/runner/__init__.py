@@ -33,12 +33,13 @@ when its runner is dead; one of another run fails preflight.
 Every process a cell starts (setup, server, bench) gets a parent-death signal (SIGKILL when the
 runner dies, PR_SET_PDEATHSIG on Linux), a session of its own that the runner's session guard
 watches (`guard`: it stops the session's workers, re-parented or re-titled, when the runner is
-killed), and inherits `ORCH_CELL_MARKER=<run>/<cell>/<runner pid>-<runner start>-<nonce>`.
+killed), and inherits
+`ORCH_CELL_MARKER=<run>/<cell>/<runner pid>-<runner start>-<nonce>-<workdir tag>`.
 The stop step stops every process of this user carrying the cell's marker (a daemon that
 double-forked away included) and lists those found by the marker alone (`escaped`); preflight
-stops the marked processes and recorded servers whose runner is dead (orphans, any run, noted in
-its detail) and fails on a server of another run whose runner is alive (a live run: no stop-all
-hint).
+stops the marked processes and recorded servers whose runner is dead (orphans of any run of this
+workdir, noted in its detail; another workdir's are left to its own preflight) and fails on a
+server of another run whose runner is alive (a live run: no stop-all hint).
 
 Secrets: events on stdout are redacted except their protocol values (`archive`, a real path
 even when a secret value lies inside it); every file of the cell directory is redacted. The

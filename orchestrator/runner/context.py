@@ -24,6 +24,7 @@ from orchestrator.runner.procs import (
     parent_death_signal,
     proc_info,
     proc_table,
+    workdir_tag,
 )
 from orchestrator.runner.protocol import (
     POLL,
@@ -128,12 +129,13 @@ class CellContext:
         # Every process the cell starts inherits this marker, so a daemon that left the
         # server's tree is still found (stop), and an orphan tells which runner it outlived.
         own = proc_info(os.getpid())
-        self.marker = "%s/%s/%d-%d-%s" % (
+        self.marker = "%s/%s/%d-%d-%s-%s" % (
             self.run_id,
             self.cell_id,
             os.getpid(),
             own.start if own else 0,
             os.urandom(4).hex(),
+            workdir_tag(self.workdir),
         )
         self.repo_dest: Optional[str] = None
         self.repo_sha: Optional[str] = None

@@ -19,6 +19,7 @@ from orchestrator.runner.procs import (
     live_server_records,
     marked_processes,
     marker_runner,
+    marker_workdir,
     port_in_use,
     port_owner,
     proc_alive,
@@ -28,6 +29,7 @@ from orchestrator.runner.procs import (
     record_runner_state,
     signal_server,
     sweep,
+    workdir_tag,
 )
 from orchestrator.runner.protocol import StepFailed, now, stop_all_command
 
@@ -237,13 +239,18 @@ class PreflightSteps(ContainerSteps):
             detail["stopped_orphans"] = stopped
 
     def clear_orphans(self, detail: Dict[str, Any]) -> None:
-        """Stop every process of this user that carries a cell marker whose runner is dead
-        (a server's worker, a daemon that double-forked away): listed in the detail."""
+        """Stop every process of this user that carries a cell marker of this workdir whose
+        runner is dead (a server's worker, a daemon that double-forked away): listed in the
+        detail. Another workdir's orphans are its own next preflight's to stop: its records may
+        say to keep them (a server whose runner cannot be told)."""
         groups: Dict[str, Dict[int, int]] = {}
+        own_tag = workdir_tag(self.workdir)
         for pid, marker in marked_processes().items():
             runner = marker_runner(marker)
             if runner is None or proc_alive(runner[0], runner[1]):
                 continue  # a live run's, or one that cannot be told: not ours to stop
+            if marker_workdir(marker) not in (None, own_tag):
+                continue  # another workdir's (None: a runner that predates the tag)
             info = proc_info(pid)
             if info is not None and info.state not in ("Z", "X"):
                 groups.setdefault(marker, {})[pid] = info.start
@@ -274,7 +281,7 @@ class PreflightSteps(ContainerSteps):
         carries the marker of: what a runner killed with -9 left behind."""
         live = set()
         for marker in marked_processes().values():
-            run_id, _, cell_id = marker.partition("/")
+            run_id, cell_id = [*marker.split("/"), ""][:2]
             if run_id == self.run_id:
                 live.add(cell_id)
         own = str(self.session.get("first_cell") or self.cell_id)

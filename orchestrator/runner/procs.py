@@ -4,6 +4,7 @@ records a runner leaves for each server it starts (`<workdir>/servers/<pid>.json
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import signal
@@ -14,7 +15,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from orchestrator.runner.protocol import POLL, now, read_json, unlink_quietly
 
-# Inherited by every process a cell starts: `<run>/<cell>/<runner pid>-<runner start>-<nonce>`.
+# Inherited by every process a cell starts:
+# `<run>/<cell>/<runner pid>-<runner start>-<nonce>-<workdir tag>`.
 MARKER_VAR = "ORCH_CELL_MARKER"
 _PR_SET_PDEATHSIG = 1
 
@@ -217,6 +219,19 @@ def marker_runner(marker: str) -> Optional[Tuple[int, int]]:
         return int(parts[0]), int(parts[1])
     except (IndexError, ValueError):
         return None
+
+
+def workdir_tag(workdir: str) -> str:
+    """A short tag of a runner workdir, put in the markers its runners give out: another
+    workdir's runners (another controller, as the same user) then leave its orphans alone."""
+    path = os.path.realpath(workdir).encode("utf-8", "surrogateescape")
+    return hashlib.sha1(path).hexdigest()[:8]
+
+
+def marker_workdir(marker: str) -> Optional[str]:
+    """The workdir tag in `marker` (None in a marker of a runner that predates it)."""
+    parts = marker.rsplit("/", 1)[-1].split("-")
+    return parts[3] if len(parts) > 3 else None
 
 
 def sweep(pids: Dict[int, int], grace: float) -> Tuple[List[int], List[int]]:

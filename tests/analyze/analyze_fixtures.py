@@ -245,28 +245,3 @@ def repo_json(sha: str, requested: str = "main", **overrides: Any) -> dict[str, 
     }
     data.update(overrides)
     return data
-
-
-def evidence_of(metrics: dict[str, Any]) -> Any:
-    """A passed cell's evidence holding only `metrics` (metrics.json's shape): for the tests
-    that judge repeats without a cell folder on disk."""
-    from orchestrator.analyze.evidence import CellEvidence
-
-    return CellEvidence(
-        path=Path("."),
-        id="sim",
-        host=None,
-        axes={},
-        status="passed",
-        reason=None,
-        failed_step=None,
-        cell={},
-        cell_json={},
-        repo={},
-        server={},
-        env_check={},
-        snapshot_pre={},
-        snapshot_post={},
-        metrics=metrics,
-        captures={},
-    )

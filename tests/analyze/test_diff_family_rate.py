@@ -12,7 +12,6 @@ from __future__ import annotations
 import random
 
 import pytest
-from analyze_fixtures import evidence_of
 
 from orchestrator.analyze.diff.model import MetricDelta, metric_deltas
 from orchestrator.analyze.evidence import CellEvidence
@@ -26,7 +25,7 @@ def _cell(rng: random.Random, n: int, shift: float) -> CellEvidence:
         {"n": i + 1, **{m: 100 * (1 + shift) * (1 + 0.02 * rng.gauss(0, 1)) for m in METRICS}}
         for i in range(n)
     ]
-    return evidence_of({"repeats": repeats})
+    return CellEvidence.of_metrics({"repeats": repeats})
 
 
 def _deltas(rng: random.Random, n: int, shift: float) -> list[MetricDelta]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from orchestrator.analyze.diff.profile import grown, phase_changes, profile_section
@@ -15,8 +14,7 @@ BAD = {"steps": 20, "phases_ms_per_step": {"draft steps": 0.8, "target verify fo
 
 
 def evidence(profile: dict[str, Any]) -> CellEvidence:
-    return CellEvidence(Path("."), "c", None, {}, None, None, None, {}, {}, {}, {}, {}, {}, {},
-                        {}, {}, profile=profile)  # fmt: skip
+    return CellEvidence.of_metrics({}, profile=profile)
 
 
 def test_the_phase_that_grew_most_comes_first() -> None:

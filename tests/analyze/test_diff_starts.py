@@ -13,8 +13,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from analyze_fixtures import evidence_of
-
 from orchestrator.analyze.diff.cells import diff_cells
 from orchestrator.analyze.diff.model import MetricDelta, metric_deltas
 from orchestrator.analyze.diff.render import render_diff
@@ -41,7 +39,7 @@ def sim_cell(
     metrics: dict[str, object] = {"repeats": repeats}
     if starts > 1:
         metrics["starts"] = {"count": starts, "of_repeat": of_repeat, "metrics": {}}
-    return evidence_of(metrics)
+    return CellEvidence.of_metrics(metrics)
 
 
 def _deltas(a: CellEvidence, b: CellEvidence) -> list[MetricDelta]:

@@ -204,3 +204,9 @@ def test_a_host_that_changed_and_a_transient_slowdown_are_told_apart(
         assert said in done.stdout
         assert "GOOD and BAD declare the same cell" in done.stdout
         assert str(THROTTLED_SM_CLOCK) in done.stdout.split("What differs from the record:")[1]
+        # nothing told of the start-to-start spread: each cell measured it over 3 starts
+        bundle = Path(done.stdout.split("bundle: ")[-1].strip())
+        cell_jsons = list((bundle / "cells").glob("*/cell.json"))
+        assert cell_jsons, done.stdout
+        for cell_json in cell_jsons:
+            assert json.loads(cell_json.read_text())["cell"]["bench"]["starts"] == 3

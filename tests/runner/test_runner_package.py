@@ -16,7 +16,13 @@ import pytest
 from runner_helpers import RUNNER, RUNNER_PYZ, cell_dir, free_port, load, make_cell, run_cell
 
 import orchestrator.runner
-from orchestrator.execute.ship import runner_archive, runner_hash, unpacked_runner, write_runner
+from orchestrator.execute.ship import (
+    MANIFEST_NAME,
+    runner_archive,
+    runner_hash,
+    unpacked_runner,
+    write_runner,
+)
 
 PACKAGE = Path(orchestrator.runner.__file__).parent
 MODULES = sorted(PACKAGE.rglob("*.py"))
@@ -196,4 +202,9 @@ def test_the_unpacked_runner_is_byte_compiled_and_falls_back_to_the_archive(
     assert sorted((tmp_path / "lib").iterdir()) == sorted([blocked, squatter])
     squatter.unlink()
     assert unpacked_runner(blocked) == blocked.with_name("runner.pyz.d")
-    assert unpacked_runner(blocked) == blocked.with_name("runner.pyz.d")  # made once
+    manifest = blocked.with_name("runner.pyz.d") / MANIFEST_NAME
+    made = manifest.stat().st_ctime_ns
+    # made once: the next start runs it as it is (not removed and unpacked again, which also
+    # pulled the folder from under a runner another run had just started from it)
+    assert unpacked_runner(blocked) == blocked.with_name("runner.pyz.d")
+    assert manifest.stat().st_ctime_ns == made

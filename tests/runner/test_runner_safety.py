@@ -194,6 +194,16 @@ def test_an_orphan_server_of_another_run_is_stopped_not_a_reason_to_fail(home: P
     first.kill_guard_then_runner()
     assert not port_free(port)  # the server inside the shell still holds its port
 
+    # A runner of another workdir (another controller, same user) leaves it alone: its orphans
+    # are its own workdir's to stop (two test suites at once each killed the other's).
+    elsewhere = RunnerProcess(
+        home, payload(make_cell(free_port(), cell_id="z-3-0000cafe", repeats=1), workdir=".b")
+    )
+    elsewhere.finish()
+    assert elsewhere.done["status"] == "passed", elsewhere.done
+    assert "orphan_processes" not in _step_detail(elsewhere, "preflight")
+    assert not port_free(port) and record.exists()
+
     second = run_cell(home, make_cell(port, cell_id="y-2-0000beef", repeats=1))
     assert second.done["status"] == "passed", second.done
     (stopped,) = _step_detail(second, "preflight")["stopped_orphans"]

@@ -6,6 +6,8 @@ import base64
 import hashlib
 import io
 import json
+import os
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -25,6 +27,7 @@ from runner_helpers import (
 )
 
 from orchestrator.execute.apply.stream import ArchiveStream
+from orchestrator.runner.procs import proc_info
 
 
 def queue_payload(cells: list[dict[str, Any]], sessions: list[str], **extra: Any) -> dict[str, Any]:
@@ -274,11 +277,27 @@ def test_session_folders_go_with_their_session_and_a_killed_ones_with_the_next_r
     stale = run_dir / ".x-9-0000dead.server"
     stale.mkdir(parents=True)
     (stale / "left.txt").write_text("by a runner killed with -9")
-    port = free_port()
-    cells = cells_of_one_server(port, 2, repeats=1)
-    runner = run_queue(home, queue_payload(cells, ["s1", "s1"]))
+    # A session of another cell of this run whose process still lives (its runner: this test)
+    live = run_dir / ".x-8-0000b0b0.server"
+    live.mkdir()
+    own = proc_info(os.getpid())
+    assert own is not None
+    marker = f"{RUN_ID}/x-8-0000b0b0/{os.getpid()}-{own.start}-0000beef"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        env={**os.environ, "ORCH_CELL_MARKER": marker},
+    )
+    try:
+        port = free_port()
+        cells = cells_of_one_server(port, 2, repeats=1)
+        runner = run_queue(home, queue_payload(cells, ["s1", "s1"]))
+        assert holder.poll() is None  # a live run's process is not touched
+    finally:
+        holder.kill()
+        holder.wait()
     assert {d["status"] for d in dones(runner).values()} == {"passed"}
-    assert not stale.exists()
-    assert not list(run_dir.glob(".*.server"))  # the session's own folder went with it too
+    assert not stale.exists() and live.is_dir()
+    # the session's own folder went with it too
+    assert list(run_dir.glob(".*.server")) == [live]
     first = load(cell_dir(home, "x-0-0000abc0") / "cell.json")
     assert first["steps"]["preflight"]["detail"]["stale_session_folders"] == [stale.name]
