@@ -191,6 +191,7 @@ def report(
         sweep_axis,
     )
     from orchestrator.analyze.plot.charts import plot_report, plot_telemetry
+    from orchestrator.analyze.report.slo import capacity_rows
     from orchestrator.analyze.report.tables import (
         chosen_metrics,
         load_report,
@@ -224,8 +225,10 @@ def report(
         figures, note = report_figures(rep, axis, view)
         diff = (f"diff {diff_cells[0]} vs {diff_cells[1]}", diff_text or "") if diff_cells else None
         text = render_html(rep, sweep=view, figures=figures, plot_note=note, diff=diff, front=front)
-    elif fmt == "json" and front is not None:
-        text = json.dumps(front_rows(tidy_rows(rep), front), indent=2, default=str) + "\n"
+    elif fmt == "json" and front is not None:  # the rows say which cells are on the front
+        cells = [row.cell for row in rep.rows]
+        rows = front_rows(tidy_rows(rep), front) + capacity_rows(cells, rep.run_id)
+        text = json.dumps(rows, indent=2, default=str) + "\n"
     else:
         text = render_report(rep, fmt)  # type: ignore[arg-type]
         if view is not None and fmt in ("table", "md"):
