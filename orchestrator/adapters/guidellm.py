@@ -18,13 +18,12 @@ from typing import Any
 
 from orchestrator.adapters.base import BenchAdapter, MetricInfo, RepeatResult
 from orchestrator.adapters.flags import ListStyle, flags_to_argv, normalize_args
-from orchestrator.adapters.outputs import finite_float, read_json, regex_metrics_from_file
+from orchestrator.adapters.outputs import finite_float, json_report_repeat
 from orchestrator.adapters.sections import as_mapping, common_bench_fields, server_url
 from orchestrator.adapters.sglang import launcher_argv
 from orchestrator.adapters.sglang_bench import apply_time_scale
 from orchestrator.cell import BenchSpec, Cell, ServerSpec
 from orchestrator.errors import InputError
-from orchestrator.results.layout import STDOUT
 
 RESULT_FILE = "benchmarks.json"
 VERSIONS = ("0.8",)
@@ -290,19 +289,7 @@ class GuidellmBench(BenchAdapter):
 
     def parse_repeat_with_sources(self, repeat_dir: Path, cell: Cell) -> RepeatResult:
         """The benchmarks JSON's statistics of the successful requests, per benchmark."""
-        result = RepeatResult()
-        name = cell.bench.result_file or RESULT_FILE
-        data, problem = read_json(repeat_dir / name)
-        if not isinstance(data, Mapping):
-            result.notes.append(problem or f"{name} is not a JSON object")
-        else:
-            metrics, notes = report_metrics(data)
-            result.notes += notes
-            for key, value in metrics.items():
-                result.metrics[key] = value
-                result.sources[key] = name
-        if cell.bench.metrics:
-            regex_metrics_from_file(cell.bench.metrics, repeat_dir / STDOUT, result)
+        result = json_report_repeat(repeat_dir, cell, RESULT_FILE, report_metrics)
         apply_time_scale(repeat_dir, cell, result, _time_kind)
         return result
 

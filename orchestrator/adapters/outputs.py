@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from orchestrator.adapters.base import RepeatResult
+from orchestrator.cell import Cell
+from orchestrator.results.layout import STDOUT
 
 
 def finite_float(value: Any) -> float | None:
@@ -134,3 +136,27 @@ def read_text(path: Path) -> str | None:
         return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
+
+
+def json_report_repeat(
+    repeat_dir: Path,
+    cell: Cell,
+    default_name: str,
+    read: Callable[[Mapping[str, Any]], tuple[dict[str, float], list[str]]],
+) -> RepeatResult:
+    """A repeat of a client that writes one JSON report (GuideLLM, AIPerf): `read`'s metrics,
+    each sourced to the file, its notes, then the playbook's regex metrics from stdout."""
+    result = RepeatResult()
+    name = cell.bench.result_file or default_name
+    data, problem = read_json(repeat_dir / name)
+    if not isinstance(data, Mapping):
+        result.notes.append(problem or f"{name} is not a JSON object")
+    else:
+        metrics, notes = read(data)
+        result.notes += notes
+        for key, value in metrics.items():
+            result.metrics[key] = value
+            result.sources[key] = name
+    if cell.bench.metrics:
+        regex_metrics_from_file(cell.bench.metrics, repeat_dir / STDOUT, result)
+    return result

@@ -157,11 +157,18 @@ def front_note(view: SweepView) -> str:
 def render_sweep(view: SweepView, report: Report, fmt: str = "table") -> str:
     """The sweep table in a terminal (`table`) or markdown (`md`), with what ★ means."""
     headers, body = sweep_cells(view, report, two_lines=fmt != "md")
+    return _titled_table(
+        f"throughput–latency over {view.axis}", headers, body, front_note(view), fmt
+    )
+
+
+def _titled_table(
+    title: str, headers: list[str], body: list[list[str]], note: str, fmt: str
+) -> str:
+    """A front's table under its title, what ★ means below, in a terminal or markdown."""
     table = tabulate(
         body, headers=headers, tablefmt="github" if fmt == "md" else "simple", disable_numparse=True
     )
-    title = f"throughput–latency over {view.axis}"
-    note = front_note(view)
     if fmt == "md":
         return f"**{title}**\n\n{table}\n\n- {note}\n"
     return f"{title}\n\n{table}\n\n{note}\n"
@@ -253,13 +260,7 @@ def gpu_user_note(view: GpuUserView) -> str:
 def render_gpu_user(view: GpuUserView, report: Report, fmt: str = "table") -> str:
     """The per-GPU vs per-user table in a terminal (`table`) or markdown (`md`)."""
     headers, body = gpu_user_cells(view, report, two_lines=fmt != "md")
-    table = tabulate(
-        body, headers=headers, tablefmt="github" if fmt == "md" else "simple", disable_numparse=True
-    )
-    title = f"{view.per_gpu} vs {PER_USER}"
-    if fmt == "md":
-        return f"**{title}**\n\n{table}\n\n- {gpu_user_note(view)}\n"
-    return f"{title}\n\n{table}\n\n{gpu_user_note(view)}\n"
+    return _titled_table(f"{view.per_gpu} vs {PER_USER}", headers, body, gpu_user_note(view), fmt)
 
 
 def front_rows(rows: list[dict[str, Any]], view: GpuUserView) -> list[dict[str, Any]]:
