@@ -18,11 +18,10 @@ from typing import Any
 from orchestrator.adapters.base import BenchAdapter, MetricInfo, RepeatResult
 from orchestrator.adapters.flags import flags_to_argv, normalize_args
 from orchestrator.adapters.outputs import finite_float, json_report_repeat
-from orchestrator.adapters.sections import as_mapping, common_bench_fields, server_url
+from orchestrator.adapters.sections import aimed_url, as_mapping, common_bench_fields
 from orchestrator.adapters.sglang import launcher_argv
 from orchestrator.adapters.sglang_bench import apply_time_scale
 from orchestrator.cell import BenchSpec, Cell, ServerSpec
-from orchestrator.errors import InputError
 
 RESULT_FILE = "profile_export_aiperf.json"
 VERSIONS = ("0.13",)
@@ -146,14 +145,7 @@ class AiperfBench(BenchAdapter):
             argv.append("profile")
         extra: list[str] = []
         if args.get("url") is None:
-            url = server_url(server)
-            if url is None:
-                raise InputError(
-                    "aiperf needs a server to aim at",
-                    key_path="args.url",
-                    hint="add a server: section, or give args.url",
-                )
-            extra += ["--url", url]
+            extra += ["--url", aimed_url(server, "aiperf", "args.url")]
         folder = str(args.get("output-artifact-dir") or ".")
         if args.get("output-artifact-dir") is None:
             extra += ["--output-artifact-dir", "."]

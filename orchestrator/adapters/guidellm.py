@@ -19,7 +19,7 @@ from typing import Any
 from orchestrator.adapters.base import BenchAdapter, MetricInfo, RepeatResult
 from orchestrator.adapters.flags import ListStyle, flags_to_argv, normalize_args
 from orchestrator.adapters.outputs import finite_float, json_report_repeat
-from orchestrator.adapters.sections import as_mapping, common_bench_fields, server_url
+from orchestrator.adapters.sections import aimed_url, as_mapping, common_bench_fields
 from orchestrator.adapters.sglang import launcher_argv
 from orchestrator.adapters.sglang_bench import apply_time_scale
 from orchestrator.cell import BenchSpec, Cell, ServerSpec
@@ -261,14 +261,7 @@ class GuidellmBench(BenchAdapter):
             )
         backend = dict(backend)
         if backend.get("target") is None:
-            url = server_url(server)
-            if url is None:
-                raise InputError(
-                    "guidellm needs a server to aim at",
-                    key_path="args.backend.target",
-                    hint="add a server: section, or give args.backend.target",
-                )
-            backend["target"] = url
+            backend["target"] = aimed_url(server, "guidellm", "args.backend.target")
         # the args completed are what argv renders, so investigate can swap a setting in them
         flags = {**args, "backend": backend}
         outputs = args.get("output")

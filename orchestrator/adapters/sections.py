@@ -138,6 +138,18 @@ def server_url(server: ServerSpec | None) -> str | None:
     return base_url(host, server.port)
 
 
+def aimed_url(server: ServerSpec | None, client: str, key_path: str) -> str:
+    """The server's `http://host:port` for a bench client, or a located error naming `key_path`."""
+    url = server_url(server)
+    if url is None:
+        raise InputError(
+            f"{client} needs a server to aim at",
+            key_path=key_path,
+            hint=f"add a server: section, or give {key_path}",
+        )
+    return url
+
+
 def _join_url(base: str, path: str) -> str:
     if path.startswith(("http://", "https://")):
         return path

@@ -21,10 +21,10 @@ from orchestrator.adapters.outputs import (
     regex_metrics_from_file,
 )
 from orchestrator.adapters.sections import (
+    aimed_url,
     as_mapping,
     common_bench_fields,
     prompts_text,
-    server_url,
 )
 from orchestrator.adapters.sglang import (
     internal_states,
@@ -33,7 +33,6 @@ from orchestrator.adapters.sglang import (
     server_time_scale,
 )
 from orchestrator.cell import BenchSpec, Cell, RunInputs, ServerSpec, Watch
-from orchestrator.errors import InputError
 from orchestrator.results.layout import STDOUT
 from orchestrator.sim.bench import SIMULATED_UNITS_LINE
 
@@ -91,24 +90,12 @@ SERVING_CATALOGUE = _serving_catalogue()
 _SERVING_NAMES = tuple(info.name for info in SERVING_CATALOGUE if info.name != "accept_length")
 
 
-def server_base_url(server: ServerSpec | None) -> str | None:
-    """`http://host:port` of a server spec: from its ready URL's host, else its args' host."""
-    return server_url(server)
-
-
 def _base_url_for(args: dict[str, Any], server: ServerSpec | None, adapter: str) -> str | None:
     if args.get("base-url") is not None:
         return None  # written by the user: it stays among the flags
     if args.get("host") is not None or args.get("port") is not None:
         return None  # the client builds the URL from --host/--port itself
-    url = server_base_url(server)
-    if url is None:
-        raise InputError(
-            f"{adapter} needs a server to aim at",
-            key_path="args.base-url",
-            hint="add a server: section, or give args.base-url",
-        )
-    return url
+    return aimed_url(server, adapter, "args.base-url")
 
 
 def _result_flag(args: dict[str, Any], flag: str) -> tuple[str, list[str]]:

@@ -32,6 +32,7 @@ from orchestrator.adapters.outputs import (
     regex_metrics_from_file,
 )
 from orchestrator.adapters.sections import (
+    aimed_url,
     as_mapping,
     build_captures,
     build_ready,
@@ -45,7 +46,6 @@ from orchestrator.adapters.sections import (
     split_command,
 )
 from orchestrator.adapters.sglang import section_vs_args
-from orchestrator.adapters.sglang_bench import server_base_url
 from orchestrator.adapters.vllm_log import (
     ServerLog,
     Window,
@@ -351,14 +351,7 @@ class VllmBenchServe(BenchAdapter):
         args = normalize_args(as_mapping(section.get("args"), "args"))
         argv = _launcher(section, ["bench", "serve"])
         if args.get("base-url") is None and args.get("host") is None and args.get("port") is None:
-            url = server_base_url(server)
-            if url is None:
-                raise InputError(
-                    "vllm.bench_serve needs a server to aim at",
-                    key_path="args.base-url",
-                    hint="add a server: section, or give args.base-url",
-                )
-            argv += ["--base-url", url]
+            argv += ["--base-url", aimed_url(server, "vllm.bench_serve", "args.base-url")]
         argv += flags_to_argv(args)
         if args.get("save-result") is None:
             argv.append("--save-result")

@@ -58,6 +58,18 @@ class FieldProblem(ValueError):
         self.at_key = at_key  # point at the key itself (unknown keys), not at its value
 
 
+def refuse_unknown_keys(value: dict[Any, Any], known: tuple[str, ...], where: str) -> None:
+    """Raise on the first key of `value` not in `known`, pointing at the key, with a suggestion."""
+    for key in value:
+        if key not in known:
+            raise FieldProblem(
+                f"unknown key {key!r} in {where}",
+                sub_path=(key,),
+                at_key=True,
+                hint=suggest(str(key), known) or f"known: {', '.join(known)}",
+            )
+
+
 def is_number(value: Any) -> bool:
     """An int or float that is not a bool (YAML's true is no number)."""
     return isinstance(value, int | float) and not isinstance(value, bool)

@@ -12,9 +12,10 @@ from orchestrator.config.fields import (
     is_number,
     is_rendered,
     parse_tolerance,
+    refuse_unknown_keys,
     rendered_number,
 )
-from orchestrator.config.values import describe, is_template, suggest
+from orchestrator.config.values import describe, is_template
 
 # `repeats:` as a count, or the sequential form; `max` is required so a cell's cost is bounded.
 REPEATS_KEYS = ("min", "max", "until", "confidence", "metric")
@@ -44,14 +45,7 @@ def repeats_validator(value: Any, info: ValidationInfo) -> Any:
                 hint="e.g. repeats: 5, or repeats: {min: 3, max: 12, until: '2%'}",
             )
         return _count_in(value, "", rendered)
-    for key in value:
-        if key not in REPEATS_KEYS:
-            raise FieldProblem(
-                f"unknown key {key!r} in repeats",
-                sub_path=(key,),
-                at_key=True,
-                hint=suggest(str(key), REPEATS_KEYS) or f"known: {', '.join(REPEATS_KEYS)}",
-            )
+    refuse_unknown_keys(value, REPEATS_KEYS, "repeats")
     for key in ("max", "until"):
         if key not in value:
             raise FieldProblem(

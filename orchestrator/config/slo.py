@@ -22,9 +22,10 @@ from orchestrator.config.fields import (
     is_number,
     is_rendered,
     parse_tolerance,
+    refuse_unknown_keys,
     rendered_number,
 )
-from orchestrator.config.values import describe, is_template, suggest
+from orchestrator.config.values import describe, is_template
 
 SEARCH_KEYS = ("axis", "slo", "confidence")
 _EXAMPLE = "e.g. search: {axis: rate, slo: {p99_ttft_ms: 500}}"
@@ -62,14 +63,7 @@ def search_validator(value: Any, info: ValidationInfo) -> Any:
         return value
     if not isinstance(value, dict):
         raise FieldProblem(f"expected {{axis, slo}}, got {describe(value)}", hint=_EXAMPLE)
-    for key in value:
-        if key not in SEARCH_KEYS:
-            raise FieldProblem(
-                f"unknown key {key!r} in search",
-                sub_path=(key,),
-                at_key=True,
-                hint=suggest(str(key), SEARCH_KEYS) or f"known: {', '.join(SEARCH_KEYS)}",
-            )
+    refuse_unknown_keys(value, SEARCH_KEYS, "search")
     for key in ("axis", "slo"):
         if key not in value:
             raise FieldProblem(f"search needs {key}", hint=_EXAMPLE)

@@ -11,21 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sim.engine import VOCAB
-
-# A word-level tokenizer over the words the simulator emits: one word, one token, as it counts,
-# so a client's token counts equal the server's. Made with the client's own transformers.
-TOKENIZER_SCRIPT = """
-import sys
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
-words = sys.argv[2:]
-vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(dict.fromkeys(words))}}
-tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(sys.argv[1])
-"""
-
 
 def client_python(variable: str, module: str) -> str:
     """The interpreter named by `variable` that imports `module`, else a skip (CI: a failure)."""
@@ -39,19 +24,6 @@ def client_python(variable: str, module: str) -> str:
             pytest.fail(why + "; CI must run the client tests")
         pytest.skip(why)
     return python
-
-
-def word_tokenizer(python: str, folder: Path) -> Path:
-    """A local tokenizer folder over the simulator's words, made with `python`'s transformers."""
-    made = subprocess.run(
-        [python, "-c", TOKENIZER_SCRIPT, str(folder), *VOCAB],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert made.returncode == 0, made.stderr
-    return folder
 
 
 def free_port() -> int:

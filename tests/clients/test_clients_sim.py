@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wordtokenizer import word_tokenizer
 
 from orchestrator.adapters.aiperf import export_metrics
 from orchestrator.adapters.guidellm import report_metrics
 
-from .clients_helpers import free_port, orch, word_tokenizer
+from .clients_helpers import free_port, orch
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -19,25 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wordtokenizer import word_tokenizer
 
 from orchestrator.sim import model as m
-from orchestrator.sim.engine import VOCAB
 
 from .simhelpers import SPEC_FLAGS, TUNED, run_bench, sim_server, write_model
 
 SGLANG = "sglang==0.4.10"
 CLIENT_IMPORTS = ("aiohttp", "numpy", "requests", "tqdm", "transformers", "tokenizers")
-# A word-level tokenizer over the words the simulator emits: one word, one token, as it counts.
-TOKENIZER_SCRIPT = """
-import sys
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
-words = sys.argv[2:]
-vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(dict.fromkeys(words))}}
-tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(sys.argv[1])
-"""
 ARGS = [
     "--dataset-name", "random-ids", "--random-input-len", "4096", "--random-output-len", "128",
     "--random-range-ratio", "1", "--num-prompts", "4", "--max-concurrency", "1",
@@ -84,15 +73,7 @@ def bench_serving(tmp: Path) -> Path:
 def test_sglang_s_own_client_agrees_with_sim_bench_and_the_model(tmp_path: Path) -> None:
     python = client_python()
     script = bench_serving(tmp_path)
-    tokenizer = tmp_path / "tokenizer"
-    made = subprocess.run(
-        [python, "-c", TOKENIZER_SCRIPT, str(tokenizer), *VOCAB],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert made.returncode == 0, made.stderr
+    tokenizer = word_tokenizer(python, tmp_path / "tokenizer")
     repo = tmp_path / "repo"
     write_model(repo)
     flags = ["--tp", "8", "--disable-custom-all-reduce", "--noise", "0", *SPEC_FLAGS]
