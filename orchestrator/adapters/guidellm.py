@@ -191,6 +191,9 @@ def report_metrics(report: Mapping[str, Any]) -> tuple[dict[str, float], list[st
             notes.append(f"benchmarks[{i - 1}] is not an object")
             continue
         suffix = "" if len(benchmarks) == 1 else f".b{i}"
+        lost = unrecorded_note(bench)
+        if lost:
+            notes.append(lost if not suffix else f"{lost} (b{i})")
         for key, value in benchmark_metrics(bench).items():
             base, dot, turn = key.partition(".")
             out[base + suffix + dot + turn] = value  # `<name>.b<i>.turn<k>`
@@ -198,6 +201,24 @@ def report_metrics(report: Mapping[str, Any]) -> tuple[dict[str, float], list[st
             strategy = _dig_text(bench, ("config", "strategy", "type_"))
             notes.append(f"b{i}: benchmark {i} of {len(benchmarks)} ({strategy or '?'} strategy)")
     return out, notes
+
+
+def unrecorded_note(benchmark: Mapping[str, Any]) -> str | None:
+    """A flag where GuideLLM created more requests than its statistics count: 0.8 can close its
+    measured window before its last requests end (or with one in flight), and says nothing."""
+    created = _dig(benchmark, ("scheduler_state", "created_requests"))
+    counts = [_dig(benchmark, ("metrics", "request_totals", s)) for s in _TOTALS.values()]
+    if created is None or None in counts:
+        return None
+    counted = sum(c for c in counts if c is not None)
+    if created <= counted:
+        return None
+    missing = int(created - counted)
+    return (
+        f"flag: GuideLLM created {int(created)} requests, its statistics count {int(counted)}: "
+        f"{missing} ended outside its measured window or {'was' if missing == 1 else 'were'} "
+        "still in flight"
+    )
 
 
 def _dig_text(data: Any, path: tuple[str, ...]) -> str | None:

@@ -176,3 +176,27 @@ def test_investigate_swaps_a_bench_setting_in_the_rendered_argv(adapter: str) ->
     (factor,) = declared_factors(good, bad)
     assert factor.kind == "bench_setting" and factor.testable, factor
     assert swapped(bad, [factor])["bench"]["argv"] == good["bench"]["argv"]  # type: ignore[index]
+
+
+def test_requests_left_out_of_guidellm_s_window_are_flagged() -> None:
+    # a real 0.8.1 report whose window closed before 2 of its 8 requests ended (fixtures README)
+    short = json.loads(
+        (FIXTURES / "guidellm" / "guidellm-0.8.1-short-window-benchmarks.json").read_text()
+    )
+    bench = short["benchmarks"][0]
+    assert bench["scheduler_state"]["created_requests"] == len(bench["requests"]["successful"]) == 8
+    metrics, notes = report_metrics(short)
+    assert metrics["completed"] == 6
+    assert notes == [
+        "flag: GuideLLM created 8 requests, its statistics count 6: 2 ended outside its measured "
+        "window or were still in flight"
+    ]
+    # one request in flight, in the second of two benchmarks: said once, for that benchmark
+    whole = json.loads(REPORT.read_text())
+    one_short = json.loads(json.dumps(whole["benchmarks"][0]))
+    one_short["scheduler_state"]["created_requests"] += 1
+    _, notes = report_metrics({**whole, "benchmarks": [whole["benchmarks"][0], one_short]})
+    assert [n for n in notes if n.startswith("flag:")] == [
+        "flag: GuideLLM created 7 requests, its statistics count 6: 1 ended outside its measured "
+        "window or was still in flight (b2)"
+    ]

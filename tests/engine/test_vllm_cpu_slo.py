@@ -71,8 +71,16 @@ def test_the_slo_search_with_guidellm_beside_metrics_fingerprints_and_cost(
     first = load(beside / "metrics.json")["repeats"][0]
     theirs, _ = report_metrics(load(beside / "bench" / "1" / "benchmarks.json"))
     assert {k: first[k] for k in theirs} == theirs
-    assert first["completed"] == 8 and first["failed"] == 0
-    assert first["total_output_tokens"] == 8 * 32  # ignore_eos: every request ran to its length
+    notes = load(beside / "metrics.json")["notes"]
+    for repeat in load(beside / "metrics.json")["repeats"]:
+        assert repeat["failed"] == 0
+        # ignore_eos: every request counted ran to its length
+        assert repeat["total_output_tokens"] == repeat["completed"] * 32
+        # GuideLLM 0.8 can close its window before its last requests end: flagged, not hidden
+        counted = int(repeat["completed"])
+        assert counted == 8 or any(
+            f"created 8 requests, its statistics count {counted}:" in n for n in notes
+        ), (counted, notes)
 
     digests = set()
     for name, cell in cells.items():
