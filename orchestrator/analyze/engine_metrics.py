@@ -25,6 +25,9 @@ from orchestrator.results.records import CellRecord
 _AVERAGED = frozenset({"kv_cache_usage", "spec_accept_length", "spec_accept_rate"})
 _SPEC_ROLES = frozenset({"spec_accept_length", "spec_accept_rate"})
 _SGLANG_404 = "SGLang serves /metrics with --enable-metrics"
+# fewer scrapes than this over a repeat's load: a gauge's max can miss the load entirely
+_MIN_SCRAPES_IN_LOAD = 3
+_STEPS = (0.5, 0.2, 0.1, 0.05)  # the step suggested instead: the coarsest that samples enough
 
 
 @dataclass
@@ -147,6 +150,32 @@ def _value(
     return num / den, ""
 
 
+def coarse_sampling_note(spans: Sequence[tuple[int, float, float]]) -> str | None:
+    """A sentence for the repeats whose load (the bench's `duration`, s) lasted fewer than
+    three scrape intervals, from (n, duration_s, interval_s) per repeat; None when none did."""
+    short = [(n, d, i) for n, d, i in spans if d < _MIN_SCRAPES_IN_LOAD * i]
+    if not short:
+        return None
+    durations = sorted(d for _, d, _ in short)
+    step = min(i for _, _, i in short)
+    finer = next((s for s in _STEPS if s * _MIN_SCRAPES_IN_LOAD <= durations[0]), _STEPS[-1])
+    loads = _seconds(durations[0]) + (f"-{_seconds(durations[-1])}" if len(durations) > 1 else "")
+    repeats = ", ".join(str(n) for n, _, _ in short)
+    fix = (
+        f"set engine_metrics: {{interval: {finer:g}}}"
+        if finer < step
+        else "a longer load (more requests) is sampled more often"
+    )
+    return (
+        f"engine gauges sampled every {step:g} s over a load of {loads} s (repeats {repeats}): "
+        f"the running/waiting and KV-use maxima may miss it; {fix}"
+    )
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
 def add_engine_metrics(
     cell_dir: Path,
     engine: str | None,
@@ -159,10 +188,12 @@ def add_engine_metrics(
     by_n = {int(r["n"]): r for r in repeats}
     per_repeat: dict[str, dict[str, Any]] = {}
     absent: dict[str, str] = {}
+    spans: list[tuple[int, float, float]] = []
     for record in CellRecord(cell_dir).repeats:
         path = record.path / ENGINE_METRICS_JSONL
         if not path.is_file():
             continue
+        spans.extend(_span(record.n, by_n.get(record.n), record.exit))
         try:
             samples = read_samples(path)
         except (OSError, UnicodeDecodeError) as exc:
@@ -183,9 +214,29 @@ def add_engine_metrics(
     if not per_repeat:
         return {}
     measured = {m for r in repeats for m in r if m.startswith("engine_")}
-    return {
+    block: dict[str, Any] = {
         "engine": engine,
         "file": f"bench/<n>/{ENGINE_METRICS_JSONL}",
         "repeats": per_repeat,
         "absent": {m: why for m, why in absent.items() if m not in measured},
     }
+    note = coarse_sampling_note(spans)
+    if note:
+        block["note"] = note
+    return block
+
+
+def _span(
+    n: int, row: Mapping[str, Any] | None, exit_doc: Mapping[str, Any] | None
+) -> list[tuple[int, float, float]]:
+    """(n, the bench's load duration, the scrape interval) where both are recorded."""
+    scraped = (exit_doc or {}).get("engine_metrics")
+    interval = _positive(scraped.get("interval_s") if isinstance(scraped, dict) else None)
+    duration = _positive((row or {}).get("duration"))
+    return [(n, duration, interval)] if interval and duration else []
+
+
+def _positive(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None

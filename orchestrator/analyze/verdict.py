@@ -102,6 +102,8 @@ def score_cell(
     cost = add_cost_metrics(repeats, sources, cell, prices or {}, sampled)
     scraped = cell.engine_metrics
     engine = add_engine_metrics(cell_dir, scraped.engine if scraped else None, repeats, sources)
+    if engine.get("note"):
+        notes.append(str(engine["note"]))
     outputs = outputs_summary(_read_json(cell_dir / OUTPUTS_JSON))
     if outputs.get("accuracy") is not None:
         # one measurement per cell, on each repeat: expect, bisect and history read it as any

@@ -8,15 +8,24 @@ import json
 from pathlib import Path
 
 import pytest
+from analyze_fixtures import base_cell, write_cell
 
 from orchestrator.analyze.engine_metrics import (
     Sample,
+    add_engine_metrics,
+    coarse_sampling_note,
     parse_exposition,
     read_samples,
     summarize_repeat,
 )
+from orchestrator.analyze.verdict import score_cell
+from orchestrator.cell import Cell
 from orchestrator.results.show import absent_lines
 from orchestrator.runner.engine_metrics import Scraper, kept_text
+
+SGLANG_RESULT = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "bench_serving.2026.jsonl"
+)
 
 VLLM_TEXT = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -182,3 +191,52 @@ def test_the_scraper_thins_to_its_bound_keeping_the_first_sample_and_doubling_it
     assert len(times) <= 8 and times[0] == 0.0 and times[-1] == 19.0
     assert scraper.interval_s == 0.5 * 2**scraper.thinned and scraper.thinned >= 2
     assert all(b > a for a, b in itertools.pairwise(times))
+
+
+def test_a_load_shorter_than_three_scrapes_is_said_with_a_step_that_would_sample_it() -> None:
+    assert coarse_sampling_note([(1, 30.0, 1.0), (2, 3.0, 1.0)]) is None  # 3 scrapes: enough
+    note = coarse_sampling_note([(1, 0.9, 1.0), (2, 12.0, 1.0), (3, 0.77, 1.0)])
+    assert note == (
+        "engine gauges sampled every 1 s over a load of 0.77-0.9 s (repeats 1, 3): the "
+        "running/waiting and KV-use maxima may miss it; set engine_metrics: {interval: 0.2}"
+    )
+    # already at the finest step: no step to suggest, only a longer load
+    note = coarse_sampling_note([(4, 0.1, 0.05)])
+    assert note is not None and note.endswith("a longer load (more requests) is sampled more often")
+
+
+def test_a_cells_short_repeats_get_the_note_and_a_long_one_does_not(tmp_path: Path) -> None:
+    text = VLLM_TEXT.format(running=0, waiting=0, kv=0, queries=0, hits=0, preempted=0)
+    for n in (1, 2):
+        folder = tmp_path / "bench" / str(n)
+        folder.mkdir(parents=True)
+        lines = [{"t": float(t), "text": text} for t in range(3)]
+        (folder / "engine_metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        scraped = {"file": "engine_metrics.jsonl", "samples": 3, "interval_s": 1.0}
+        (folder / "exit.json").write_text(json.dumps({"rc": 0, "engine_metrics": scraped}))
+    repeats: list[dict[str, object]] = [{"n": 1, "duration": 0.8}, {"n": 2, "duration": 20.0}]
+    block = add_engine_metrics(tmp_path, "vllm", repeats, {})
+    assert block["note"].startswith(
+        "engine gauges sampled every 1 s over a load of 0.8 s (repeats 1)"
+    )
+    assert repeats[0]["engine_requests_running_max"] == 0.0  # still recorded: the note qualifies it
+    repeats[0]["duration"] = 5.0
+    assert "note" not in add_engine_metrics(tmp_path, "vllm", repeats, {})
+
+
+def test_the_cells_verdict_notes_a_repeat_sampled_too_coarsely_for_its_load(tmp_path: Path) -> None:
+    spec = base_cell()
+    spec["bench"].update(repeats=1, result_file="result.jsonl")
+    spec["engine_metrics"] = {"url": "http://127.0.0.1:1/metrics", "engine": "vllm"}
+    cell_dir = write_cell(tmp_path / "cell", cell=spec)
+    folder = cell_dir / "bench" / "1"
+    folder.mkdir(parents=True)
+    (folder / "result.jsonl").write_text(SGLANG_RESULT.read_text())  # a load of 175 s
+    text = VLLM_TEXT.format(running=2, waiting=0, kv=0.1, queries=0, hits=0, preempted=0)
+    (folder / "engine_metrics.jsonl").write_text(json.dumps({"t": 1.0, "text": text}) + "\n")
+    scraped = {"file": "engine_metrics.jsonl", "samples": 1, "interval_s": 100.0}
+    (folder / "exit.json").write_text(json.dumps({"rc": 0, "engine_metrics": scraped}))
+    metrics = score_cell(cell_dir, Cell.model_validate(spec)).metrics
+    assert metrics["repeats"][0]["engine_requests_running_max"] == 2.0
+    (note,) = [n for n in metrics["notes"] if n.startswith("engine gauges")]
+    assert note.startswith("engine gauges sampled every 100 s over a load of 175 s")
