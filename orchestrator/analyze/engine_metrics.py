@@ -220,7 +220,7 @@ def add_engine_metrics(
         "repeats": per_repeat,
         "absent": {m: why for m, why in absent.items() if m not in measured},
     }
-    note = coarse_sampling_note(spans)
+    note = coarse_sampling_note(spans) if engine in ENGINE_FAMILIES else None  # no maxima else
     if note:
         block["note"] = note
     return block

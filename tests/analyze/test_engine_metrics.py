@@ -220,6 +220,8 @@ def test_a_cells_short_repeats_get_the_note_and_a_long_one_does_not(tmp_path: Pa
         "engine gauges sampled every 1 s over a load of 0.8 s (repeats 1)"
     )
     assert repeats[0]["engine_requests_running_max"] == 0.0  # still recorded: the note qualifies it
+    kept_whole = add_engine_metrics(tmp_path, None, repeats, {})  # no engine: no maxima to doubt
+    assert kept_whole["repeats"]["1"]["samples"] == 3 and "note" not in kept_whole
     repeats[0]["duration"] = 5.0
     assert "note" not in add_engine_metrics(tmp_path, "vllm", repeats, {})
 
