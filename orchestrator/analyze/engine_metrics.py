@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -150,25 +151,56 @@ def _value(
     return num / den, ""
 
 
-def coarse_sampling_note(spans: Sequence[tuple[int, float, float]]) -> str | None:
-    """A sentence for the repeats whose load (the bench's `duration`, s) lasted fewer than
-    three scrape intervals, from (n, duration_s, interval_s) per repeat; None when none did."""
-    short = [(n, d, i) for n, d, i in spans if d < _MIN_SCRAPES_IN_LOAD * i]
+@dataclass(frozen=True)
+class ScrapeSpan:
+    """One repeat's load against its scrapes: the bench's `duration`, the interval asked for,
+    and the longest step between two scrapes' starts (longer where the server answered late)."""
+
+    n: int
+    load_s: float
+    interval_s: float
+    longest_step_s: float
+
+    @property
+    def too_coarse(self) -> bool:
+        """Fewer than three scrapes fit the load, or the whole load fits between two."""
+        return (
+            self.load_s < _MIN_SCRAPES_IN_LOAD * self.interval_s
+            or self.load_s <= self.longest_step_s
+        )
+
+    @property
+    def stalled(self) -> bool:
+        """A step far past the interval: a scrape the server answered late."""
+        return self.longest_step_s > 2 * self.interval_s and self.load_s <= self.longest_step_s
+
+
+def coarse_sampling_note(spans: Sequence[ScrapeSpan]) -> str | None:
+    """A sentence for the repeats whose load the scrapes may have missed (see
+    `ScrapeSpan.too_coarse`), with what would sample it; None when there are none."""
+    short = [s for s in spans if s.too_coarse]
     if not short:
         return None
-    durations = sorted(d for _, d, _ in short)
-    step = min(i for _, _, i in short)
+    durations = sorted(s.load_s for s in short)
+    step = min(s.interval_s for s in short)
     finer = next((s for s in _STEPS if s * _MIN_SCRAPES_IN_LOAD <= durations[0]), _STEPS[-1])
     loads = _seconds(durations[0]) + (f"-{_seconds(durations[-1])}" if len(durations) > 1 else "")
-    repeats = ", ".join(str(n) for n, _, _ in short)
+    repeats = ", ".join(str(s.n) for s in short)
+    stalled = [s for s in short if s.stalled]
+    late = (
+        f" (up to {_seconds(max(s.longest_step_s for s in stalled))} s apart: the server "
+        "answered /metrics late under the load)"
+        if stalled
+        else ""
+    )
     fix = (
         f"set engine_metrics: {{interval: {finer:g}}}"
-        if finer < step
+        if finer < step and not stalled
         else "a longer load (more requests) is sampled more often"
     )
     return (
-        f"engine gauges sampled every {step:g} s over a load of {loads} s (repeats {repeats}): "
-        f"the running/waiting and KV-use maxima may miss it; {fix}"
+        f"engine gauges sampled every {step:g} s{late} over a load of {loads} s "
+        f"(repeats {repeats}): the running/waiting and KV-use maxima may miss it; {fix}"
     )
 
 
@@ -188,17 +220,17 @@ def add_engine_metrics(
     by_n = {int(r["n"]): r for r in repeats}
     per_repeat: dict[str, dict[str, Any]] = {}
     absent: dict[str, str] = {}
-    spans: list[tuple[int, float, float]] = []
+    spans: list[ScrapeSpan] = []
     for record in CellRecord(cell_dir).repeats:
         path = record.path / ENGINE_METRICS_JSONL
         if not path.is_file():
             continue
-        spans.extend(_span(record.n, by_n.get(record.n), record.exit))
         try:
             samples = read_samples(path)
         except (OSError, UnicodeDecodeError) as exc:
             per_repeat[str(record.n)] = {"samples": 0, "error": str(exc)}
             continue
+        spans.extend(_span(record.n, by_n.get(record.n), record.exit, samples))
         errors = [s.error for s in samples if s.error]
         per_repeat[str(record.n)] = {"samples": len(samples), "errors": len(errors)}
         if errors:
@@ -227,13 +259,20 @@ def add_engine_metrics(
 
 
 def _span(
-    n: int, row: Mapping[str, Any] | None, exit_doc: Mapping[str, Any] | None
-) -> list[tuple[int, float, float]]:
-    """(n, the bench's load duration, the scrape interval) where both are recorded."""
+    n: int,
+    row: Mapping[str, Any] | None,
+    exit_doc: Mapping[str, Any] | None,
+    samples: Sequence[Sample],
+) -> list[ScrapeSpan]:
+    """The repeat's span where its load's duration and its scrape interval are recorded."""
     scraped = (exit_doc or {}).get("engine_metrics")
     interval = _positive(scraped.get("interval_s") if isinstance(scraped, dict) else None)
     duration = _positive((row or {}).get("duration"))
-    return [(n, duration, interval)] if interval and duration else []
+    if not (interval and duration):
+        return []
+    times = sorted(s.t for s in samples)
+    longest = max((b - a for a, b in pairwise(times)), default=0.0)
+    return [ScrapeSpan(n, duration, interval, longest)]
 
 
 def _positive(value: Any) -> float | None:

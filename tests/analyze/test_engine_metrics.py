@@ -12,6 +12,7 @@ from analyze_fixtures import base_cell, write_cell
 
 from orchestrator.analyze.engine_metrics import (
     Sample,
+    ScrapeSpan,
     add_engine_metrics,
     coarse_sampling_note,
     parse_exposition,
@@ -194,15 +195,29 @@ def test_the_scraper_thins_to_its_bound_keeping_the_first_sample_and_doubling_it
 
 
 def test_a_load_shorter_than_three_scrapes_is_said_with_a_step_that_would_sample_it() -> None:
-    assert coarse_sampling_note([(1, 30.0, 1.0), (2, 3.0, 1.0)]) is None  # 3 scrapes: enough
-    note = coarse_sampling_note([(1, 0.9, 1.0), (2, 12.0, 1.0), (3, 0.77, 1.0)])
+    enough = [ScrapeSpan(1, 30.0, 1.0, 1.0), ScrapeSpan(2, 3.0, 1.0, 1.01)]  # 3 scrapes: enough
+    assert coarse_sampling_note(enough) is None
+    spans = [ScrapeSpan(1, 0.9, 1.0, 1.0), ScrapeSpan(2, 12.0, 1.0, 1.0)]
+    note = coarse_sampling_note([*spans, ScrapeSpan(3, 0.77, 1.0, 1.01)])
     assert note == (
         "engine gauges sampled every 1 s over a load of 0.77-0.9 s (repeats 1, 3): the "
         "running/waiting and KV-use maxima may miss it; set engine_metrics: {interval: 0.2}"
     )
     # already at the finest step: no step to suggest, only a longer load
-    note = coarse_sampling_note([(4, 0.1, 0.05)])
+    note = coarse_sampling_note([ScrapeSpan(4, 0.1, 0.05, 0.05)])
     assert note is not None and note.endswith("a longer load (more requests) is sampled more often")
+
+
+def test_a_load_that_fits_between_two_late_scrapes_is_said_and_no_finer_step_offered() -> None:
+    # as vLLM's CPU server under a flood: scrapes every 0.2 s, one answered 0.6 s late, and the
+    # whole 0.77 s load between it and the next: both gauges read 0
+    stalled = ScrapeSpan(3, 0.77, 0.2, 0.81)
+    assert stalled.too_coarse and stalled.stalled
+    assert coarse_sampling_note([ScrapeSpan(1, 1.26, 0.2, 0.4), stalled]) == (
+        "engine gauges sampled every 0.2 s (up to 0.81 s apart: the server answered /metrics "
+        "late under the load) over a load of 0.77 s (repeats 3): the running/waiting and KV-use "
+        "maxima may miss it; a longer load (more requests) is sampled more often"
+    )
 
 
 def test_a_cells_short_repeats_get_the_note_and_a_long_one_does_not(tmp_path: Path) -> None:
