@@ -19,6 +19,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.adapters.engine_families import ENGINE_FAMILIES, METRIC_ROLES
+from orchestrator.analyze.metrics import finite_number
 from orchestrator.results.layout import ENGINE_METRICS_JSONL
 from orchestrator.results.records import CellRecord
 
@@ -162,17 +163,19 @@ class ScrapeSpan:
     longest_step_s: float
 
     @property
+    def fits_between_two(self) -> bool:
+        """The whole load fits between two scrapes as they came."""
+        return self.load_s <= self.longest_step_s
+
+    @property
     def too_coarse(self) -> bool:
         """Fewer than three scrapes fit the load, or the whole load fits between two."""
-        return (
-            self.load_s < _MIN_SCRAPES_IN_LOAD * self.interval_s
-            or self.load_s <= self.longest_step_s
-        )
+        return self.load_s < _MIN_SCRAPES_IN_LOAD * self.interval_s or self.fits_between_two
 
     @property
     def stalled(self) -> bool:
-        """A step far past the interval: a scrape the server answered late."""
-        return self.longest_step_s > 2 * self.interval_s and self.load_s <= self.longest_step_s
+        """The load fits behind a step far past the interval: a scrape answered late."""
+        return self.fits_between_two and self.longest_step_s > 2 * self.interval_s
 
 
 def coarse_sampling_note(spans: Sequence[ScrapeSpan]) -> str | None:
@@ -266,16 +269,10 @@ def _span(
 ) -> list[ScrapeSpan]:
     """The repeat's span where its load's duration and its scrape interval are recorded."""
     scraped = (exit_doc or {}).get("engine_metrics")
-    interval = _positive(scraped.get("interval_s") if isinstance(scraped, dict) else None)
-    duration = _positive((row or {}).get("duration"))
-    if not (interval and duration):
+    interval = finite_number(scraped.get("interval_s")) if isinstance(scraped, dict) else None
+    duration = finite_number((row or {}).get("duration"))
+    if interval is None or duration is None or interval <= 0 or duration <= 0:
         return []
     times = sorted(s.t for s in samples)
     longest = max((b - a for a, b in pairwise(times)), default=0.0)
     return [ScrapeSpan(n, duration, interval, longest)]
-
-
-def _positive(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) and value > 0 else None
